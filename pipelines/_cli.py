@@ -1,0 +1,31 @@
+"""Shared CLI plumbing: one-line errors with exit status 2, absl flag parsing."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from absl import flags
+
+USAGE_EXIT = 2
+
+
+def fail(message: str, status: int = USAGE_EXIT) -> None:
+  """Prints `error: message` as one line on stderr and exits."""
+  line = " ".join(str(message).split())
+  print(f"error: {line}", file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def parse_flags_or_fail(argv: list[str]) -> list[str]:
+  """absl flags parser for `app.run` that reports bad flags in one line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    fail(str(e).splitlines()[0] if str(e) else repr(e))
+  return []  # Unreachable.
+
+
+def run_main(main: Callable[[list[str]], None]) -> None:
+  from absl import app  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=parse_flags_or_fail)

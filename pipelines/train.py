@@ -1,0 +1,160 @@
+r"""Train one federated experiment.
+
+  python -m pipelines.train --algorithm=fedavg --dataset=mnist5k \
+      --model=mnist_cnn --num_clients=20 --clients_per_round=5 --rounds=10
+
+Writes `<root_output_dir>/<experiment_name>/` (metrics.csv, tensorboard/,
+report.json, plots, checkpoints/). Bad flags exit with status 2 and one line
+naming the flag; a diverged run exits with status 3 naming the round; an
+interrupted run resumes with `--resume`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import flags
+
+from pipelines import _cli
+
+_A = flags.DEFINE_string("algorithm", "fedavg", "Algorithm to run.")
+_DATASET = flags.DEFINE_string(
+    "dataset", "mnist5k",
+    "Data set: mnist5k (offline default), digits, synthetic, or TFDS mnist,"
+    " emnist, cifar10, cifar100 (need --data_dir).")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+_MODEL = flags.DEFINE_string("model", "mnist_cnn", "Model registry name.")
+_PARTITION = flags.DEFINE_string("partition", "dirichlet",
+                                 "Partition: iid, dirichlet, shards.")
+_ALPHA = flags.DEFINE_float("alpha", 0.5, "Dirichlet concentration (> 0).")
+_SHARDS = flags.DEFINE_integer("shards_per_client", 2,
+                               "Label shards per client (--partition=shards).")
+_MIN_SAMPLES = flags.DEFINE_integer("min_samples_per_client", 8,
+                                    "Fewest training samples per client.")
+_VAL_FRACTION = flags.DEFINE_float(
+    "val_fraction", 0.0, "Per-client validation fraction, in [0, 1).")
+_NUM_CLIENTS = flags.DEFINE_integer("num_clients", 20, "Clients in all.")
+_CPR = flags.DEFINE_integer("clients_per_round", 5, "Clients per round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 10, "Rounds to train.")
+_EPOCHS = flags.DEFINE_integer("local_epochs", 1, "Local epochs per round.")
+_BATCH = flags.DEFINE_integer("batch_size", 20, "Client batch size.")
+_CLIENT_LR = flags.DEFINE_float("client_lr", 0.05, "Client learning rate.")
+_SERVER_LR = flags.DEFINE_float("server_lr", 1.0, "Server learning rate.")
+_PROX_MU = flags.DEFINE_float("prox_mu", 0.01, "FedProx proximal strength.")
+_ADAM_EPS = flags.DEFINE_float("server_adam_epsilon", 1e-3,
+                               "FedAdam server epsilon (tau).")
+_SEED = flags.DEFINE_integer(
+    "seed", 0, "Seed of model init, partition, tiers, sampling and shuffles.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate every N rounds.")
+_CKPT_EVERY = flags.DEFINE_integer("checkpoint_every", 5,
+                                   "Checkpoint every N rounds (and the last).")
+_ROOT = flags.DEFINE_string("root_output_dir", "runs", "Output root.")
+_NAME = flags.DEFINE_string("experiment_name", "experiment",
+                            "Run directory name under --root_output_dir.")
+_RESUME = flags.DEFINE_bool("resume", False,
+                            "Continue from the newest checkpoint.")
+_EXECUTOR = flags.DEFINE_string("executor", "local",
+                                "local (own TFF worker) or remote.")
+_WORKERS = flags.DEFINE_list("workers", [],
+                             "host:port of TFF workers (--executor=remote).")
+_WORKER_TIMEOUT = flags.DEFINE_float(
+    "worker_timeout_s", 60.0,
+    "Seconds to wait for an unreachable or dead worker before failing.")
+_TIERS = flags.DEFINE_list("tiers", ["weak", "medium", "strong"],
+                           "Device tier names.")
+_TIER_PROPORTIONS = flags.DEFINE_string(
+    "tier_proportions", "4:3:3", "Tier proportions, colon-separated.")
+_TIER_CAPACITIES = flags.DEFINE_string(
+    "tier_capacities", "",
+    "Tier capacities as fractions of the full model, colon-separated"
+    " (default per tier name).")
+_TIER_AVAILABILITY = flags.DEFINE_string(
+    "tier_availability", "",
+    "Per-tier probability of being available in a round (default 1).")
+_FLUCTUATION = flags.DEFINE_float(
+    "capacity_fluctuation", 0.0,
+    "Relative std of seeded per-round capacity fluctuation.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+
+def _ratios(flag: str, text: str) -> tuple[float, ...]:
+  from tff_hetero.program import UsageError  # pylint: disable=g-import-not-at-top
+  if not text:
+    return ()
+  try:
+    return tuple(float(part) for part in text.split(":"))
+  except ValueError:
+    raise UsageError(flag, f"{text!r} is not colon-separated numbers,"
+                     " e.g. 4:3:3") from None
+
+
+def config_from_flags():
+  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  return ExperimentConfig(
+      algorithm=_A.value,
+      dataset=_DATASET.value,
+      data_dir=_DATA_DIR.value,
+      model=_MODEL.value,
+      partition=_PARTITION.value,
+      alpha=_ALPHA.value,
+      shards_per_client=_SHARDS.value,
+      min_samples_per_client=_MIN_SAMPLES.value,
+      val_fraction=_VAL_FRACTION.value,
+      num_clients=_NUM_CLIENTS.value,
+      clients_per_round=_CPR.value,
+      rounds=_ROUNDS.value,
+      local_epochs=_EPOCHS.value,
+      batch_size=_BATCH.value,
+      client_lr=_CLIENT_LR.value,
+      server_lr=_SERVER_LR.value,
+      prox_mu=_PROX_MU.value,
+      server_adam_epsilon=_ADAM_EPS.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value,
+      checkpoint_every=_CKPT_EVERY.value,
+      root_output_dir=_ROOT.value,
+      experiment_name=_NAME.value,
+      resume=_RESUME.value,
+      executor=_EXECUTOR.value,
+      workers=tuple(_WORKERS.value),
+      worker_timeout_s=_WORKER_TIMEOUT.value,
+      tiers=tuple(_TIERS.value),
+      tier_proportions=_ratios("--tier_proportions", _TIER_PROPORTIONS.value),
+      tier_capacities=_ratios("--tier_capacities", _TIER_CAPACITIES.value),
+      tier_availability=_ratios("--tier_availability",
+                                _TIER_AVAILABILITY.value),
+      capacity_fluctuation=_FLUCTUATION.value,
+      progress=_PROGRESS.value,
+  )
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  # Imported here so that flag errors are reported before TF starts up.
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import DivergenceError  # pylint: disable=g-import-not-at-top
+
+  try:
+    with runtime.handle_termination():
+      config = config_from_flags()
+      result = loop.run_experiment(config)
+  except loop.USER_ERRORS as e:
+    _cli.fail(str(e))
+  except DivergenceError as e:
+    _cli.fail(str(e), status=3)
+  except KeyboardInterrupt:
+    _cli.fail("interrupted; resume with --resume", status=130)
+  report = result.report
+  accuracy = report["final_metrics"].get("accuracy")
+  print(f"final accuracy: {accuracy:.4f} after {report['rounds_completed']}"
+        f" rounds; uploaded {report['bytes_up_total'] / 2**20:.2f} MiB")
+  print(f"report: {result.experiment_dir}/report.json")
+  for path in report.get("plots", []):
+    print(f"plot: {path}")
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  _cli.run_main(main)

@@ -1,0 +1,9 @@
+"""Communication and compute accounting measured on what actually happened."""
+
+from tff_hetero.accounting.ledger import ClientTraffic
+from tff_hetero.accounting.ledger import CommLedger
+from tff_hetero.accounting.ledger import RoundTotals
+from tff_hetero.accounting.payload import dense_nbytes
+from tff_hetero.accounting.payload import masked_nbytes
+from tff_hetero.accounting.payload import tf_dense_nbytes
+from tff_hetero.accounting.payload import tf_masked_nbytes

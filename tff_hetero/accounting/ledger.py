@@ -1,0 +1,132 @@
+"""`CommLedger`: what each client downloaded, uploaded and computed, per round.
+
+The ledger is filled by the training program from what the algorithms measured
+(see `payload.py` and `tff_measure.py`); it never estimates. It is immutable:
+`record` returns a new ledger, so a checkpoint holds exactly the ledger of the
+rounds it covers.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Sequence
+
+import attrs
+import numpy as np
+
+
+@attrs.frozen
+class ClientTraffic:
+  """One client's measured cost in one round.
+
+  Attributes:
+    client_id: The client.
+    bytes_down: Bytes the client received from the server.
+    bytes_up: Bytes the client sent to the server.
+    flops: Floating-point operations of the client's local training
+      (multiply-accumulates x 2 conventions are documented in
+      `tff_hetero.models.counting`), from the examples it actually processed.
+    examples: Number of examples the client processed (all local epochs).
+  """
+
+  client_id: str
+  bytes_down: int
+  bytes_up: int
+  flops: int
+  examples: int
+
+
+_COLUMNS = ("round_num", "client_index", "bytes_down", "bytes_up", "flops",
+            "examples")
+
+
+@attrs.frozen
+class RoundTotals:
+  bytes_down: int
+  bytes_up: int
+  flops: int
+  examples: int
+  num_clients: int
+
+
+@attrs.frozen
+class CommLedger:
+  """Per-client, per-round traffic and compute, with totals.
+
+  Stored column-wise as int64 arrays (`round_num`, `client_index`, ...) so it
+  checkpoints as plain arrays; client ids are interned in `client_ids`.
+  """
+
+  client_ids: tuple[str, ...] = ()
+  columns: tuple[np.ndarray, ...] = attrs.field(
+      factory=lambda: tuple(np.zeros([0], np.int64) for _ in _COLUMNS))
+
+  def record(self, round_num: int,
+             traffic: Iterable[ClientTraffic]) -> "CommLedger":
+    """Returns a ledger with `traffic` added for `round_num`."""
+    client_ids = list(self.client_ids)
+    index = {cid: i for i, cid in enumerate(client_ids)}
+    rows = []
+    for item in traffic:
+      if item.client_id not in index:
+        index[item.client_id] = len(client_ids)
+        client_ids.append(item.client_id)
+      rows.append((round_num, index[item.client_id], item.bytes_down,
+                   item.bytes_up, item.flops, item.examples))
+    if not rows:
+      return self
+    new = np.asarray(rows, np.int64).T
+    columns = tuple(
+        np.concatenate([old, new[i]]) for i, old in enumerate(self.columns))
+    return CommLedger(tuple(client_ids), columns)
+
+  def _column(self, name: str) -> np.ndarray:
+    return self.columns[_COLUMNS.index(name)]
+
+  def round_totals(self, round_num: int) -> RoundTotals:
+    selected = self._column("round_num") == round_num
+    return RoundTotals(
+        bytes_down=int(self._column("bytes_down")[selected].sum()),
+        bytes_up=int(self._column("bytes_up")[selected].sum()),
+        flops=int(self._column("flops")[selected].sum()),
+        examples=int(self._column("examples")[selected].sum()),
+        num_clients=int(selected.sum()),
+    )
+
+  def totals(self, up_to_round: int | None = None) -> RoundTotals:
+    selected = np.ones_like(self._column("round_num"), bool)
+    if up_to_round is not None:
+      selected = self._column("round_num") <= up_to_round
+    return RoundTotals(
+        bytes_down=int(self._column("bytes_down")[selected].sum()),
+        bytes_up=int(self._column("bytes_up")[selected].sum()),
+        flops=int(self._column("flops")[selected].sum()),
+        examples=int(self._column("examples")[selected].sum()),
+        num_clients=int(selected.sum()),
+    )
+
+  def per_client_totals(self) -> collections.OrderedDict:
+    """client id -> OrderedDict(bytes_down, bytes_up, flops, examples, rounds)."""
+    out = collections.OrderedDict()
+    client_index = self._column("client_index")
+    for i, cid in enumerate(self.client_ids):
+      selected = client_index == i
+      out[cid] = collections.OrderedDict(
+          bytes_down=int(self._column("bytes_down")[selected].sum()),
+          bytes_up=int(self._column("bytes_up")[selected].sum()),
+          flops=int(self._column("flops")[selected].sum()),
+          examples=int(self._column("examples")[selected].sum()),
+          rounds=int(selected.sum()),
+      )
+    return out
+
+  # Checkpoint form: plain arrays and a list of ids.
+  def to_arrays(self) -> collections.OrderedDict:
+    return collections.OrderedDict(zip(_COLUMNS, self.columns))
+
+  @classmethod
+  def from_arrays(cls, client_ids: Sequence[str],
+                  arrays: "collections.abc.Mapping[str, np.ndarray]") -> "CommLedger":
+    return cls(tuple(client_ids),
+               tuple(np.asarray(arrays[c], np.int64).reshape([-1])
+                     for c in _COLUMNS))

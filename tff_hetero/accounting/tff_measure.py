@@ -1,0 +1,151 @@
+"""TFF parts that measure traffic on the values they move.
+
+Plugged into TFF's own learning-process builders (`model_distributor`,
+`model_aggregator`, `metrics_aggregator`), they count, inside the federated
+computation and on the actual tensors, the bytes each client received or sent:
+
+* `build_measured_broadcast_process(value_type)`: a
+  `tff.learning.templates.DistributionProcess`
+
+      next: (<()@SERVER, V@SERVER> ->
+             <state=()@SERVER, result=V@CLIENTS,
+              measurements=<bytes_down=int64, clients=int64>@SERVER>)
+
+  `bytes_down` is the sum over clients of the dense size of what each received.
+* `MeasuredUploadFactory(inner)`: a `tff.aggregators.WeightedAggregationFactory`
+  (or unweighted, following `inner`) whose process wraps `inner`'s and adds
+  `bytes_up` (sum over clients of the dense size of value and weight) to the
+  measurements as `<inner=..., bytes_up=int64, clients=int64>`. Stateless
+  itself; composes with TFF's clipping, zeroing and DP factories on either side.
+* `measured_metrics_aggregator(inner)`: wraps a metrics aggregator
+  (default `tff.learning.metrics.sum_then_finalize`) and adds
+  `uploaded_bytes` (sum over clients of the unfinalized metrics' size) to the
+  finalized metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import payload
+
+
+def _client_nbytes_fn(value_type: tff.Type) -> tff.Computation:
+
+  @tff.tensorflow.computation(value_type)
+  def client_nbytes(value):
+    if isinstance(value, tff.structure.Struct):
+      value = tff.structure.flatten(value)
+    return payload.tf_dense_nbytes(value)
+
+  return client_nbytes
+
+
+@tff.tensorflow.computation
+def _one():
+  return np.int64(1)
+
+
+def _sum_over_clients(nbytes_at_clients) -> Any:
+  return tff.federated_sum(nbytes_at_clients)
+
+
+def _count_clients(any_at_clients) -> Any:
+  del any_at_clients
+  return tff.federated_sum(tff.federated_value(np.int64(1), tff.CLIENTS))
+
+
+def build_measured_broadcast_process(
+    value_type: tff.Type) -> tff.learning.templates.DistributionProcess:
+  """A broadcast that measures the bytes every client receives."""
+  if isinstance(value_type, tff.FederatedType):
+    raise TypeError(f"value_type must not be federated, got {value_type}")
+  client_nbytes = _client_nbytes_fn(value_type)
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(value_type, tff.SERVER))
+  def next_fn(state, value):
+    received = tff.federated_broadcast(value)
+    nbytes = tff.federated_map(client_nbytes, received)
+    measurements = tff.federated_zip(
+        collections.OrderedDict(
+            bytes_down=_sum_over_clients(nbytes),
+            clients=_count_clients(nbytes)))
+    return tff.templates.MeasuredProcessOutput(state, received, measurements)
+
+  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
+
+
+class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
+  """Wraps a weighted aggregation factory and measures client uploads."""
+
+  def __init__(
+      self, inner: Optional[tff.aggregators.WeightedAggregationFactory] = None):
+    if inner is None:
+      inner = tff.aggregators.MeanFactory()
+    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
+      raise TypeError(
+          "MeasuredUploadFactory wraps a WeightedAggregationFactory, got"
+          f" {type(inner).__name__}")
+    self._inner = inner
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    inner_process = self._inner.create(value_type, weight_type)
+    client_nbytes = _client_nbytes_fn(
+        tff.StructType([value_type, weight_type]))
+
+    @tff.federated_computation()
+    def init_fn():
+      return inner_process.initialize()
+
+    @tff.federated_computation(
+        init_fn.type_signature.result,
+        tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS),
+    )
+    def next_fn(state, value, weight):
+      nbytes = tff.federated_map(client_nbytes,
+                                 tff.federated_zip([value, weight]))
+      inner_output = inner_process.next(state, value, weight)
+      measurements = tff.federated_zip(
+          collections.OrderedDict(
+              inner=inner_output.measurements,
+              bytes_up=_sum_over_clients(nbytes),
+              clients=_count_clients(nbytes)))
+      return tff.templates.MeasuredProcessOutput(inner_output.state,
+                                                 inner_output.result,
+                                                 measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def measured_metrics_aggregator(inner=None):
+  """A `metrics_aggregator` that adds the measured metric upload size."""
+  if inner is None:
+    inner = tff.learning.metrics.sum_then_finalize
+
+  def aggregator(metric_finalizers, local_unfinalized_metrics_type=None):
+    inner_computation = inner(metric_finalizers, local_unfinalized_metrics_type)
+
+    # Polymorphic, like TFF's `sum_then_finalize`: typed at first call.
+    @tff.federated_computation
+    def aggregate(local_unfinalized_metrics):
+      finalized = inner_computation(local_unfinalized_metrics)
+      client_nbytes = _client_nbytes_fn(
+          local_unfinalized_metrics.type_signature.member)
+      nbytes = _sum_over_clients(
+          tff.federated_map(client_nbytes, local_unfinalized_metrics))
+      return tff.federated_zip(
+          collections.OrderedDict(metrics=finalized, uploaded_bytes=nbytes))
+
+    return aggregate
+
+  return aggregator

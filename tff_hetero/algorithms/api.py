@@ -1,0 +1,142 @@
+"""What the training program drives: the `FederatedAlgorithm` interface.
+
+An algorithm is a small object with an `initialize` / `next` pair, like FedJAX's
+`FederatedAlgorithm`, whose `next` runs one round of TFF federated
+computations. The program owns everything around it (sampling, data,
+checkpoints, the client-state store, metrics) and the algorithm owns the
+computations and says what each client received, sent and computed.
+
+State passed in and out is immutable: `next` returns a new state and the new
+states of the clients it touched; nothing is mutated in place, so a checkpoint
+taken between rounds is complete.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import attrs
+import numpy as np
+import tensorflow as tf
+
+from tff_hetero.accounting import ClientTraffic
+
+
+@attrs.frozen
+class Task:
+  """The learning task an algorithm is built for.
+
+  Attributes:
+    model_name: Registry name of the Keras model.
+    model_fn: No-arg callable returning a fresh, seeded (identically
+      initialised) `tf.keras.Model` that outputs logits.
+    input_shape: Shape of one example, without the batch dimension.
+    num_classes: Number of labels.
+    element_spec: Spec of one batch of client data (`OrderedDict(x=, y=)`).
+    training_flops_per_example: FLOPs of one forward+backward pass of the
+      full model on one example (see `tff_hetero.models.counting`).
+  """
+
+  model_name: str
+  model_fn: Callable[[], tf.keras.Model]
+  input_shape: tuple[int, ...]
+  num_classes: int
+  element_spec: Any
+  training_flops_per_example: int
+
+  def tff_model_fn(self):
+    """A no-arg function building a `tff.learning.models.VariableModel`."""
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    def model_fn():
+      return tff.learning.models.from_keras_model(
+          self.model_fn(),
+          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+          input_spec=self.element_spec,
+          metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+      )
+
+    return model_fn
+
+
+@attrs.frozen
+class ClientRound:
+  """One sampled client's inputs to a round.
+
+  Attributes:
+    client_id: The client.
+    dataset: Its local data for this round: batched `OrderedDict(x=, y=)`,
+      already repeated for the local epochs and shuffled with a seed drawn by
+      the program.
+    num_examples: Examples in `dataset` (all epochs): what the client will
+      process if it trains on all of it.
+    capacity: Its device capacity this round (`tff_hetero.devices.Capacity`)
+      or None when the population has no capacities. Algorithms that must not
+      read it (AdaptiveFL's server) only pass it to the client computation.
+    state: Its persistent state from the client-state store (or the
+      algorithm's `initial_client_state()` the first time).
+  """
+
+  client_id: str
+  dataset: tf.data.Dataset
+  num_examples: int
+  capacity: Any = None
+  state: Any = None
+
+
+@attrs.frozen
+class RoundOutput:
+  """What one round produced.
+
+  Attributes:
+    state: The new server state.
+    metrics: Scalar training metrics of the round (floats), e.g. `loss`.
+    traffic: One `ClientTraffic` per participating client, measured.
+    client_states: New persistent states of the clients that changed.
+  """
+
+  state: Any
+  metrics: collections.OrderedDict
+  traffic: tuple[ClientTraffic, ...]
+  client_states: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+class FederatedAlgorithm(abc.ABC):
+  """An algorithm the training program can run round by round."""
+
+  name: str = "algorithm"
+
+  @abc.abstractmethod
+  def initialize(self) -> Any:
+    """Returns the initial server state (a structure of arrays)."""
+
+  @abc.abstractmethod
+  def next(self, state: Any, round_num: int,
+           clients: Sequence[ClientRound]) -> RoundOutput:
+    """Runs one round on `clients` and returns its output."""
+
+  @abc.abstractmethod
+  def model_weights(self, state: Any) -> Any:
+    """The global model's `tff.learning.models.ModelWeights` in `state`."""
+
+  def initial_client_state(self) -> Optional[Any]:
+    """Persistent state of a client never seen before; None if stateless."""
+    return None
+
+  def evaluation_models(self, state: Any) -> "collections.OrderedDict[str, Any]":
+    """Named model weights to evaluate on the test set.
+
+    The program reports the accuracy of the first entry as `accuracy`; more
+    entries (e.g. each sub-model level) are reported with their name as a
+    prefix. Defaults to the global model.
+    """
+    return collections.OrderedDict(global_model=self.model_weights(state))
+
+
+def to_numpy(structure: Any) -> Any:
+  """Structure of tensors -> same structure of numpy arrays."""
+  import tree  # pylint: disable=g-import-not-at-top
+  return tree.map_structure(np.asarray, structure)

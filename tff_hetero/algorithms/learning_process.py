@@ -1,0 +1,114 @@
+"""Runs any measured `tff.learning.templates.LearningProcess` as a `FederatedAlgorithm`.
+
+TFF's own builders (`build_weighted_fed_avg`, `build_weighted_fed_prox`, ...)
+take a distributor, an aggregator and a metrics aggregator; `measured_parts`
+supplies the measuring ones from `tff_hetero.accounting.tff_measure`, so the
+process's metrics carry the bytes that crossed the network:
+
+  metrics['distributor']  = <bytes_down, clients>
+  metrics['aggregator']   = <inner, bytes_up, clients>
+  metrics['client_work']['train'] = <metrics, uploaded_bytes>
+
+`LearningProcessAlgorithm` reads them back into per-client `ClientTraffic`.
+Every payload of these processes is dense and the same type for every client,
+so each client's share of a measured sum is the sum divided by the number of
+clients; the division is checked to be exact.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import ClientTraffic
+from tff_hetero.accounting import tff_measure
+from tff_hetero.algorithms import api
+
+
+@attrs.frozen
+class MeasuredParts:
+  model_distributor: Any
+  model_aggregator: Any
+  metrics_aggregator: Any
+
+
+def measured_parts(task: api.Task, model_aggregator=None) -> MeasuredParts:
+  """Distributor, aggregator and metrics aggregator that measure traffic."""
+  weights_type = tff.learning.models.weights_type_from_model(
+      task.tff_model_fn())
+  return MeasuredParts(
+      model_distributor=tff_measure.build_measured_broadcast_process(
+          weights_type),
+      model_aggregator=tff_measure.MeasuredUploadFactory(model_aggregator),
+      metrics_aggregator=tff_measure.measured_metrics_aggregator(),
+  )
+
+
+def _per_client(total: int, num_clients: int, what: str) -> int:
+  if num_clients <= 0:
+    return 0
+  share, remainder = divmod(int(total), int(num_clients))
+  if remainder:
+    raise ValueError(
+        f"{what}: {total} bytes over {num_clients} clients is not a dense,"
+        " equal-size payload")
+  return share
+
+
+class LearningProcessAlgorithm(api.FederatedAlgorithm):
+  """Adapts a measured TFF `LearningProcess` to the program."""
+
+  def __init__(self, name: str, process: tff.learning.templates.LearningProcess,
+               task: api.Task):
+    self.name = name
+    self.process = process
+    self._task = task
+
+  def initialize(self):
+    return self.process.initialize()
+
+  def next(self, state, round_num: int,
+           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+    del round_num  # The process is stateless across rounds but for `state`.
+    output = self.process.next(state, [c.dataset for c in clients])
+    metrics = output.metrics
+    train = metrics["client_work"]["train"]
+    down = metrics["distributor"]
+    up = metrics["aggregator"]
+    n = len(clients)
+    if int(down["clients"]) != n or int(up["clients"]) != n:
+      raise RuntimeError(
+          f"{self.name}: {n} clients sampled but the computation measured"
+          f" {int(down['clients'])} downloads and {int(up['clients'])} uploads")
+    bytes_down = _per_client(down["bytes_down"], n, "download")
+    bytes_up = _per_client(
+        int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
+    processed = int(train["metrics"]["num_examples"])
+    expected = sum(c.num_examples for c in clients)
+    if processed != expected:
+      raise RuntimeError(
+          f"{self.name}: clients processed {processed} examples, their data"
+          f" holds {expected}")
+    flops_per_example = self._task.training_flops_per_example
+    traffic = tuple(
+        ClientTraffic(
+            client_id=c.client_id,
+            bytes_down=bytes_down,
+            bytes_up=bytes_up,
+            flops=c.num_examples * flops_per_example,
+            examples=c.num_examples,
+        ) for c in clients)
+    round_metrics = collections.OrderedDict(
+        loss=float(train["metrics"]["loss"]),
+        train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+    )
+    return api.RoundOutput(
+        state=output.state, metrics=round_metrics, traffic=traffic)
+
+  def model_weights(self, state):
+    return self.process.get_model_weights(state)

@@ -1,0 +1,158 @@
+"""Checkpoints that hold everything a run needs to continue.
+
+A checkpoint is one `tff.program.FileProgramStateManager` version (a SavedModel
+of a flat list of arrays, written atomically by TFF) plus a JSON sidecar
+written after it, which says how to rebuild the structure:
+
+* the server state, flattened with `tree` (its structure comes back from the
+  algorithm's `initialize()`),
+* the client-state store (one flattened entry per client id, listed in the
+  sidecar; structure from the algorithm's `initial_client_state()`),
+* the communication ledger's columns,
+* the program's own state: round number, the sampling/data RNG's bit-generator
+  state, elapsed wall time, metric history, and the config fingerprint.
+
+A version counts only once its sidecar exists, so a run killed between the two
+writes resumes from the previous complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import attrs
+import numpy as np
+import tensorflow_federated as tff
+import tree
+
+from tff_hetero.accounting import CommLedger
+
+_SIDECAR = "program_state_{version}.json"
+
+
+@attrs.frozen
+class ProgramState:
+  """Everything saved at the end of a round."""
+
+  round_num: int
+  server_state: Any
+  client_states: Mapping[str, Any]
+  ledger: CommLedger
+  rng_state: Mapping[str, Any]
+  elapsed_s: float
+  history: tuple[Mapping[str, Any], ...]
+  fingerprint: str
+
+
+class CheckpointManager:
+  """Saves and restores `ProgramState` under `root_dir`."""
+
+  def __init__(self, root_dir: str, keep_total: int = 2):
+    self._root_dir = root_dir
+    self._manager = tff.program.FileProgramStateManager(
+        root_dir, prefix="program_state_", keep_total=keep_total,
+        keep_first=False)
+
+  @property
+  def root_dir(self) -> str:
+    return self._root_dir
+
+  def _sidecar(self, version: int) -> str:
+    return os.path.join(self._root_dir, _SIDECAR.format(version=version))
+
+  def complete_versions(self) -> list[int]:
+    versions = asyncio.run(self._manager.get_versions()) or []
+    return sorted(v for v in versions if os.path.exists(self._sidecar(v)))
+
+  def latest_round(self) -> Optional[int]:
+    versions = self.complete_versions()
+    return versions[-1] if versions else None
+
+  def save(self, state: ProgramState) -> None:
+    leaves = []
+    server_leaves = tree.flatten(state.server_state)
+    leaves.extend(server_leaves)
+    client_counts = collections.OrderedDict()
+    for client_id, client_state in state.client_states.items():
+      flat = tree.flatten(client_state)
+      client_counts[client_id] = len(flat)
+      leaves.extend(flat)
+    ledger_arrays = state.ledger.to_arrays()
+    leaves.extend(ledger_arrays.values())
+    leaves = [np.asarray(leaf) for leaf in leaves]
+    version = int(state.round_num)
+    # A partial version left by a killed run is replaced.
+    asyncio.run(self._manager._remove(version))  # pylint: disable=protected-access
+    if os.path.exists(self._sidecar(version)):
+      os.remove(self._sidecar(version))
+    asyncio.run(self._manager.save(leaves, version))
+    sidecar = collections.OrderedDict(
+        round_num=version,
+        num_server_leaves=len(server_leaves),
+        client_leaf_counts=client_counts,
+        ledger_client_ids=list(state.ledger.client_ids),
+        ledger_columns=list(ledger_arrays.keys()),
+        rng_state=state.rng_state,
+        elapsed_s=state.elapsed_s,
+        history=list(state.history),
+        fingerprint=state.fingerprint,
+    )
+    _write_json_atomically(self._sidecar(version), sidecar)
+    self._remove_orphan_sidecars()
+
+  def _remove_orphan_sidecars(self) -> None:
+    versions = set(asyncio.run(self._manager.get_versions()) or [])
+    for name in os.listdir(self._root_dir):
+      if name.startswith("program_state_") and name.endswith(".json"):
+        version = int(name[len("program_state_"):-len(".json")])
+        if version not in versions:
+          os.remove(os.path.join(self._root_dir, name))
+
+  def load_latest(self, server_template: Any,
+                  client_template: Any) -> Optional[ProgramState]:
+    """The newest complete checkpoint, or None when there is none."""
+    version = self.latest_round()
+    if version is None:
+      return None
+    with open(self._sidecar(version)) as f:
+      sidecar = json.load(f)
+    num_server = sidecar["num_server_leaves"]
+    client_counts = sidecar["client_leaf_counts"]
+    num_columns = len(sidecar["ledger_columns"])
+    total = num_server + sum(client_counts.values()) + num_columns
+    leaves = asyncio.run(self._manager.load(version, [None] * total))
+    leaves = [np.asarray(leaf) for leaf in leaves]
+    server_state = tree.unflatten_as(server_template, leaves[:num_server])
+    position = num_server
+    client_states = collections.OrderedDict()
+    for client_id, count in client_counts.items():
+      client_states[client_id] = tree.unflatten_as(
+          client_template, leaves[position:position + count])
+      position += count
+    ledger = CommLedger.from_arrays(
+        sidecar["ledger_client_ids"],
+        dict(zip(sidecar["ledger_columns"], leaves[position:])))
+    return ProgramState(
+        round_num=version,
+        server_state=server_state,
+        client_states=client_states,
+        ledger=ledger,
+        rng_state=sidecar["rng_state"],
+        elapsed_s=float(sidecar["elapsed_s"]),
+        history=tuple(sidecar["history"]),
+        fingerprint=sidecar["fingerprint"],
+    )
+
+
+def _write_json_atomically(path: str, value: Any) -> None:
+  temp = f"{path}.tmp"
+  with open(temp, "w") as f:
+    json.dump(value, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(temp, path)

@@ -1,0 +1,157 @@
+"""`ExperimentConfig`: every setting of a run, typed, validated, serialisable.
+
+Built from absl flags by `pipelines/train.py` (or directly by library users);
+`validate()` raises `UsageError` naming the flag and what it accepts. Checks
+that need the data (enough samples for the partition) live with the data.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+
+import attrs
+
+from tff_hetero.program.errors import UsageError
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_HOST_PORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+
+# Settings that may change when a run is resumed: they do not change results.
+RESUMABLE_SETTINGS = frozenset({
+    "rounds", "resume", "executor", "workers", "worker_timeout_s",
+    "root_output_dir", "progress",
+})
+
+
+@attrs.frozen(kw_only=True)
+class ExperimentConfig:
+  """All settings of one experiment (see `pipelines/train.py` for flags)."""
+
+  algorithm: str = "fedavg"
+  dataset: str = "mnist5k"
+  data_dir: str | None = None
+  model: str = "mnist_cnn"
+  partition: str = "dirichlet"
+  alpha: float = 0.5
+  shards_per_client: int = 2
+  min_samples_per_client: int = 8
+  val_fraction: float = 0.0
+  num_clients: int = 20
+  clients_per_round: int = 5
+  rounds: int = 10
+  local_epochs: int = 1
+  batch_size: int = 20
+  client_lr: float = 0.05
+  server_lr: float = 1.0
+  prox_mu: float = 0.01
+  server_adam_epsilon: float = 1e-3
+  seed: int = 0
+  eval_every: int = 1
+  checkpoint_every: int = 5
+  keep_checkpoints: int = 2
+  root_output_dir: str = "runs"
+  experiment_name: str = "experiment"
+  resume: bool = False
+  executor: str = "local"
+  workers: tuple[str, ...] = ()
+  worker_timeout_s: float = 60.0
+  tiers: tuple[str, ...] = ("weak", "medium", "strong")
+  tier_proportions: tuple[float, ...] = (4.0, 3.0, 3.0)
+  tier_capacities: tuple[float, ...] = ()
+  tier_availability: tuple[float, ...] = ()
+  capacity_fluctuation: float = 0.0
+  progress: bool = True
+
+  @property
+  def experiment_dir(self) -> str:
+    return os.path.join(self.root_output_dir, self.experiment_name)
+
+  def to_json_dict(self) -> collections.OrderedDict:
+    out = collections.OrderedDict()
+    for field in attrs.fields(type(self)):
+      value = getattr(self, field.name)
+      out[field.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+  def fingerprint(self) -> str:
+    """The settings that determine results, for checking a resume."""
+    settings = {k: v for k, v in self.to_json_dict().items()
+                if k not in RESUMABLE_SETTINGS}
+    return json.dumps(settings, sort_keys=True)
+
+  def validate(self, *, algorithms, datasets, models, partitions,
+               executors) -> "ExperimentConfig":
+    """Checks every setting; returns self or raises `UsageError`."""
+    _one_of("--algorithm", self.algorithm, algorithms)
+    _one_of("--dataset", self.dataset, datasets)
+    _one_of("--model", self.model, models)
+    _one_of("--partition", self.partition, partitions)
+    _one_of("--executor", self.executor, executors)
+    for flag, value in (("--num_clients", self.num_clients),
+                        ("--clients_per_round", self.clients_per_round),
+                        ("--rounds", self.rounds),
+                        ("--local_epochs", self.local_epochs),
+                        ("--batch_size", self.batch_size),
+                        ("--eval_every", self.eval_every),
+                        ("--checkpoint_every", self.checkpoint_every),
+                        ("--shards_per_client", self.shards_per_client),
+                        ("--min_samples_per_client",
+                         self.min_samples_per_client),
+                        ("--keep_checkpoints", self.keep_checkpoints)):
+      if value < 1:
+        raise UsageError(flag, f"must be a positive integer, got {value}")
+    if self.clients_per_round > self.num_clients:
+      raise UsageError(
+          "--clients_per_round",
+          f"{self.clients_per_round} exceeds --num_clients={self.num_clients}")
+    for flag, value in (("--alpha", self.alpha),
+                        ("--client_lr", self.client_lr),
+                        ("--server_lr", self.server_lr),
+                        ("--worker_timeout_s", self.worker_timeout_s),
+                        ("--server_adam_epsilon", self.server_adam_epsilon)):
+      if not (math.isfinite(value) and value > 0):
+        raise UsageError(flag, f"must be a finite number > 0, got {value}")
+    if not (math.isfinite(self.prox_mu) and self.prox_mu >= 0):
+      raise UsageError("--prox_mu", f"must be >= 0, got {self.prox_mu}")
+    if not 0 <= self.val_fraction < 1:
+      raise UsageError("--val_fraction",
+                       f"must be in [0, 1), got {self.val_fraction}")
+    if not (math.isfinite(self.capacity_fluctuation) and
+            self.capacity_fluctuation >= 0):
+      raise UsageError("--capacity_fluctuation",
+                       f"must be >= 0, got {self.capacity_fluctuation}")
+    if self.seed < 0:
+      raise UsageError("--seed", f"must be >= 0, got {self.seed}")
+    if not _NAME_RE.match(self.experiment_name):
+      raise UsageError(
+          "--experiment_name",
+          f"{self.experiment_name!r} is not a plain name (letters, digits,"
+          " '.', '_', '-'; no path separators)")
+    if not self.root_output_dir:
+      raise UsageError("--root_output_dir", "must not be empty")
+    if self.executor == "remote" and not self.workers:
+      raise UsageError("--workers",
+                       "--executor=remote needs at least one host:port")
+    if self.executor == "local" and self.workers:
+      raise UsageError("--workers",
+                       "only used with --executor=remote")
+    for address in self.workers:
+      if not _HOST_PORT_RE.match(address):
+        raise UsageError("--workers",
+                         f"{address!r} is not host:port")
+      port = int(address.rsplit(":", 1)[1])
+      if not 0 < port < 65536:
+        raise UsageError("--workers", f"port {port} of {address!r} is not in"
+                         " 1..65535")
+    return self
+
+
+def _one_of(flag: str, value: str, accepted) -> None:
+  accepted = list(accepted)
+  if value not in accepted:
+    raise UsageError(flag, f"unknown value {value!r}; accepted: "
+                     + ", ".join(accepted))

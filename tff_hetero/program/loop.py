@@ -1,0 +1,327 @@
+"""The training program: rounds of any `FederatedAlgorithm` with everything around them.
+
+`run_experiment(config)` loads and partitions the data, builds the device
+population, the model task and the algorithm, then for each round: samples a
+cohort among the clients available that round, builds their datasets with
+seeds drawn from the checkpointed RNG, runs the algorithm's round, records
+the measured traffic and compute in the `CommLedger`, stops on non-finite
+loss or weights, evaluates every `--eval_every` rounds, releases the metrics,
+checkpoints every `--checkpoint_every` rounds, and at the end writes the
+report and plots. With `--resume` it continues from the newest checkpoint and
+ends with the same weights and metrics as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+import attrs
+import numpy as np
+import tree
+
+from tff_hetero import data as data_lib
+from tff_hetero import devices as devices_lib
+from tff_hetero import models as models_lib
+from tff_hetero import runtime
+from tff_hetero.accounting import CommLedger
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.program import checkpoint as checkpoint_lib
+from tff_hetero.program import outputs
+from tff_hetero.program.config import ExperimentConfig
+from tff_hetero.program.errors import DivergenceError
+from tff_hetero.program.errors import UsageError
+from tff_hetero.program.evaluation import CentralEvaluator
+from tff_hetero.program.progress import ProgressBar
+from tff_hetero.program.sampling import CohortSampler
+
+MIB = outputs.MIB
+
+# Errors that mean "this input cannot run": the CLI prints them in one line
+# and exits with status 2.
+USER_ERRORS = (UsageError, data_lib.DataError, models_lib.ModelError,
+               devices_lib.DeviceError, runtime.WorkerUnavailableError)
+
+
+def validate_config(config: ExperimentConfig) -> ExperimentConfig:
+  return config.validate(
+      algorithms=ALGORITHMS.keys(),
+      datasets=data_lib.DATASETS.keys(),
+      models=models_lib.MODELS.keys(),
+      partitions=data_lib.PARTITIONERS.keys(),
+      executors=runtime.EXECUTORS.keys(),
+  )
+
+
+@attrs.frozen
+class Experiment:
+  """Everything built from a config before the first round."""
+
+  config: ExperimentConfig
+  splits: Any
+  federated_data: Any
+  population: Any
+  task: api.Task
+  algorithm: api.FederatedAlgorithm
+
+
+def build_task(config: ExperimentConfig, splits) -> api.Task:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def model_fn():
+    return models_lib.build_model(config.model, splits.input_shape,
+                                  splits.num_classes, seed=config.seed)
+
+  probe = model_fn()
+  element_spec = collections.OrderedDict(
+      x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
+      y=tf.TensorSpec([None], tf.int32))
+  return api.Task(
+      model_name=config.model,
+      model_fn=model_fn,
+      input_shape=tuple(splits.input_shape),
+      num_classes=splits.num_classes,
+      element_spec=element_spec,
+      training_flops_per_example=models_lib.training_flops_per_example(probe),
+  )
+
+
+def build_experiment(config: ExperimentConfig) -> Experiment:
+  """Loads data, partitions, builds population, task and algorithm."""
+  config = validate_config(config)
+  splits = data_lib.load_dataset(config.dataset, data_dir=config.data_dir,
+                                 seed=config.seed)
+  federated_data = data_lib.build_federated_data(
+      splits,
+      num_clients=config.num_clients,
+      method=config.partition,
+      seed=config.seed,
+      alpha=config.alpha,
+      shards_per_client=config.shards_per_client,
+      min_samples_per_client=config.min_samples_per_client,
+      val_fraction=config.val_fraction,
+  )
+  task = build_task(config, splits)
+  population = devices_lib.build_population(
+      federated_data.client_ids,
+      tiers=config.tiers,
+      proportions=config.tier_proportions,
+      capacities=config.tier_capacities,
+      availability=config.tier_availability,
+      fluctuation=config.capacity_fluctuation,
+      model=task.model_fn(),
+      seed=config.seed,
+  )
+  algorithm = ALGORITHMS[config.algorithm].builder(config, task)
+  return Experiment(config, splits, federated_data, population, task,
+                    algorithm)
+
+
+def _all_finite(structure) -> bool:
+  return all(np.all(np.isfinite(np.asarray(leaf)))
+             for leaf in tree.flatten(structure)
+             if np.issubdtype(np.asarray(leaf).dtype, np.floating))
+
+
+@attrs.frozen
+class RunResult:
+  report: dict
+  experiment_dir: str
+  final_weights: Any
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    *,
+    on_round: Optional[Callable[[int, dict], None]] = None,
+) -> RunResult:
+  """Runs (or resumes) an experiment; see the module docstring."""
+  experiment = build_experiment(config)
+  config = experiment.config
+  experiment_dir = config.experiment_dir
+  checkpoints = checkpoint_lib.CheckpointManager(
+      os.path.join(experiment_dir, "checkpoints"),
+      keep_total=config.keep_checkpoints)
+  _check_output_dir(config, checkpoints)
+  os.makedirs(experiment_dir, exist_ok=True)
+
+  algorithm = experiment.algorithm
+  fed = experiment.federated_data
+  population = experiment.population
+  sampler = CohortSampler(config.seed)
+  client_template = algorithm.initial_client_state()
+
+  with runtime.execution_context(config.executor, config.workers,
+                                 config.worker_timeout_s):
+    server_state = algorithm.initialize()
+    client_states: dict[str, Any] = collections.OrderedDict()
+    ledger = CommLedger()
+    history: list[dict] = []
+    elapsed_s = 0.0
+    start_round = 1
+    if config.resume:
+      restored = checkpoints.load_latest(server_state, client_template)
+      if restored.fingerprint != config.fingerprint():
+        raise UsageError(
+            "--resume", f"the checkpoint in {checkpoints.root_dir} was"
+            " written with different settings; use the same flags (only"
+            " --rounds and the executor flags may change)")
+      server_state = restored.server_state
+      client_states = collections.OrderedDict(restored.client_states)
+      ledger = restored.ledger
+      sampler.set_state(restored.rng_state)
+      history = [dict(r) for r in restored.history]
+      elapsed_s = restored.elapsed_s
+      start_round = restored.round_num + 1
+
+    evaluator = CentralEvaluator(experiment.task.model_fn,
+                                 experiment.splits.test.x,
+                                 experiment.splits.test.y)
+    releaser = outputs.MetricsReleaser(experiment_dir)
+    progress = ProgressBar(config.rounds, start_round - 1,
+                           enabled=config.progress)
+    last_checkpoint = start_round - 1
+    try:
+      for round_num in range(start_round, config.rounds + 1):
+        round_start = time.monotonic()
+        available = population.available_clients(round_num)
+        cohort = sampler.sample(available, config.clients_per_round)
+        seeds = sampler.shuffle_seeds(len(cohort))
+        clients = []
+        for client_id, shuffle_seed in zip(cohort, seeds):
+          arrays = fed.client_train(client_id)
+          clients.append(api.ClientRound(
+              client_id=client_id,
+              dataset=data_lib.make_client_dataset(
+                  arrays, batch_size=config.batch_size,
+                  local_epochs=config.local_epochs,
+                  shuffle_seed=shuffle_seed),
+              num_examples=len(arrays) * config.local_epochs,
+              capacity=population.capacity_at_round(client_id, round_num),
+              state=client_states.get(client_id, client_template),
+          ))
+        output = algorithm.next(server_state, round_num, clients)
+        loss = float(output.metrics.get("loss", float("nan")))
+        if not math.isfinite(loss) or not _all_finite(
+            algorithm.model_weights(output.state)):
+          where = (f"round {last_checkpoint} in {checkpoints.root_dir}"
+                   if last_checkpoint >= 1 else "none")
+          raise DivergenceError(
+              f"round {round_num}: training diverged (loss={loss}, non-finite"
+              f" loss or weights); last good checkpoint: {where}")
+        server_state = output.state
+        client_states.update(output.client_states)
+        ledger = ledger.record(round_num, output.traffic)
+
+        row = collections.OrderedDict(round=round_num)
+        row.update(output.metrics)
+        if round_num % config.eval_every == 0 or round_num == config.rounds:
+          for index, (name, weights) in enumerate(
+              algorithm.evaluation_models(server_state).items()):
+            result = evaluator(weights)
+            prefix = "" if index == 0 else f"{name}_"
+            row[f"{prefix}accuracy"] = result["accuracy"]
+            row[f"{prefix}test_loss"] = result["loss"]
+        else:
+          row["accuracy"] = float("nan")
+          row["test_loss"] = float("nan")
+        this_round = ledger.round_totals(round_num)
+        cumulative = ledger.totals()
+        elapsed_s += time.monotonic() - round_start
+        row.update(
+            clients=this_round.num_clients,
+            bytes_down=this_round.bytes_down,
+            bytes_up=this_round.bytes_up,
+            bytes_down_cumulative=cumulative.bytes_down,
+            bytes_up_cumulative=cumulative.bytes_up,
+            client_flops=this_round.flops,
+            wall_time_s=round(elapsed_s, 3),
+        )
+        history.append(dict(row))
+        releaser.release(row, round_num)
+        progress.update(round_num, row.get("accuracy"),
+                        cumulative.bytes_up / MIB)
+        if on_round is not None:
+          on_round(round_num, row)
+        if (round_num % config.checkpoint_every == 0 or
+            round_num == config.rounds):
+          checkpoints.save(checkpoint_lib.ProgramState(
+              round_num=round_num,
+              server_state=server_state,
+              client_states=client_states,
+              ledger=ledger,
+              rng_state=sampler.get_state(),
+              elapsed_s=elapsed_s,
+              history=tuple(history),
+              fingerprint=config.fingerprint(),
+          ))
+          last_checkpoint = round_num
+    finally:
+      progress.close()
+    final_weights = algorithm.model_weights(server_state)
+
+  report = _build_report(experiment, ledger, history, elapsed_s)
+  outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
+                       report)
+  report["plots"] = outputs.plot_history(
+      experiment_dir, history,
+      f"{config.algorithm} / {config.dataset} / {config.model}")
+  outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
+                       report)
+  return RunResult(report, experiment_dir, final_weights)
+
+
+def _check_output_dir(config: ExperimentConfig,
+                      checkpoints: checkpoint_lib.CheckpointManager) -> None:
+  has_run = (os.path.isdir(checkpoints.root_dir) and
+             checkpoints.latest_round() is not None)
+  if config.resume and not has_run:
+    raise UsageError(
+        "--resume", f"no checkpoint to resume under {checkpoints.root_dir}")
+  if not config.resume and (has_run or os.path.exists(
+      os.path.join(config.experiment_dir, outputs.METRICS_CSV))):
+    raise UsageError(
+        "--experiment_name",
+        f"{config.experiment_dir} already holds a run; pass --resume to"
+        " continue it or choose another --experiment_name")
+  if config.resume and checkpoints.latest_round() >= config.rounds:
+    pass  # Nothing left to train: the report is rewritten.
+
+
+def _build_report(experiment: Experiment, ledger: CommLedger, history,
+                  elapsed_s: float) -> dict:
+  config = experiment.config
+  totals = ledger.totals()
+  evaluated = [r for r in history if math.isfinite(r.get("accuracy", math.nan))]
+  final = dict(evaluated[-1]) if evaluated else {}
+  final_metrics = collections.OrderedDict(
+      (k, v) for k, v in final.items()
+      if k.endswith("accuracy") or k.endswith("loss"))
+  if history:
+    final_metrics["train_loss"] = history[-1].get("loss")
+  return collections.OrderedDict(
+      config=config.to_json_dict(),
+      partition=collections.OrderedDict(
+          method=config.partition,
+          num_clients=config.num_clients,
+          num_classes=experiment.splits.num_classes,
+          label_counts=experiment.federated_data.label_counts()),
+      devices=experiment.population.summary(),
+      final_metrics=final_metrics,
+      final_round=final.get("round"),
+      best_accuracy=max((r["accuracy"] for r in evaluated), default=None),
+      bytes_up_total=totals.bytes_up,
+      bytes_down_total=totals.bytes_down,
+      client_flops_total=totals.flops,
+      examples_processed_total=totals.examples,
+      rounds_completed=len(history),
+      wall_time_s=round(elapsed_s, 3),
+      per_client=ledger.per_client_totals(),
+      history=history,
+  )

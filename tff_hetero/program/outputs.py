@@ -1,0 +1,96 @@
+"""What a run writes under `<root_output_dir>/<experiment_name>/`.
+
+* `metrics.csv`: one row per round, released through
+  `tff.program.CSVFileReleaseManager` (a resumed run rewrites rows from the
+  resumed round on, so the file matches the checkpointed history);
+* `tensorboard/`: the same values through `tff.program.TensorBoardReleaseManager`;
+* `report.json`: configuration, partition (per-client label counts), device
+  tiers, final metrics and measured totals;
+* `accuracy_vs_round.png`, `accuracy_vs_upload_mib.png`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tensorflow_federated as tff
+
+METRICS_CSV = "metrics.csv"
+REPORT_JSON = "report.json"
+TENSORBOARD_DIR = "tensorboard"
+PLOT_ROUNDS = "accuracy_vs_round.png"
+PLOT_UPLOAD = "accuracy_vs_upload_mib.png"
+MIB = float(1 << 20)
+
+
+class MetricsReleaser:
+  """Releases one round's metrics to CSV, TensorBoard and the log."""
+
+  def __init__(self, experiment_dir: str):
+    self._csv = tff.program.CSVFileReleaseManager(
+        os.path.join(experiment_dir, METRICS_CSV),
+        save_mode=tff.program.CSVSaveMode.WRITE, key_fieldname="round")
+    self._tensorboard = tff.program.TensorBoardReleaseManager(
+        os.path.join(experiment_dir, TENSORBOARD_DIR))
+    self._log = tff.program.LoggingReleaseManager()
+
+  def release(self, row: Mapping[str, Any], round_num: int) -> None:
+    csv_row = collections.OrderedDict(
+        (k, "" if _missing(v) else v) for k, v in row.items() if k != "round")
+    scalars = collections.OrderedDict(
+        (k, v) for k, v in row.items()
+        if k != "round" and not _missing(v))
+
+    async def release_all():
+      await asyncio.gather(
+          self._csv.release(csv_row, key=round_num),
+          self._tensorboard.release(scalars, key=round_num),
+          self._log.release(scalars, key=round_num))
+
+    asyncio.run(release_all())
+
+
+def _missing(value) -> bool:
+  return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def write_report(path: str, report: Mapping[str, Any]) -> None:
+  temp = f"{path}.tmp"
+  with open(temp, "w") as f:
+    json.dump(report, f, indent=1)
+  os.replace(temp, path)
+
+
+def plot_history(experiment_dir: str, history: Sequence[Mapping[str, Any]],
+                 title: str) -> list[str]:
+  """Accuracy against round and against cumulative upload; returns paths."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  evaluated = [r for r in history if not _missing(r.get("accuracy"))]
+  rounds = [r["round"] for r in evaluated]
+  accuracy = [r["accuracy"] for r in evaluated]
+  upload = [r["bytes_up_cumulative"] / MIB for r in evaluated]
+  paths = []
+  for file_name, xs, xlabel in ((PLOT_ROUNDS, rounds, "round"),
+                                (PLOT_UPLOAD, upload,
+                                 "cumulative upload (MiB)")):
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    ax.plot(xs, accuracy, marker="o", markersize=3)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(experiment_dir, file_name)
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+  return paths
