@@ -55,7 +55,7 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
       datasets=data_lib.DATASETS.keys(),
       models=models_lib.MODELS.keys(),
       partitions=data_lib.PARTITIONERS.keys(),
-      executors=runtime.EXECUTORS.keys(),
+      executors=runtime.available_executors(),
   )
 
 

@@ -1,0 +1,50 @@
+"""Known-answer tests of payload sizes, NumPy and TensorFlow versions alike."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_hetero.accounting import payload
+
+
+def test_dense_nbytes_counts_every_element_at_its_itemsize():
+  structure = collections.OrderedDict(
+      kernel=np.zeros([3, 4], np.float32),  # 12 * 4 = 48
+      bias=np.zeros([4], np.float64),  # 4 * 8 = 32
+      steps=np.int32(7),  # 4
+  )
+  assert payload.dense_nbytes(structure) == 84
+  assert int(payload.tf_dense_nbytes(structure)) == 84
+
+
+def test_masked_nbytes_is_kept_values_plus_one_bit_per_element():
+  values = [np.arange(20, dtype=np.float32).reshape(4, 5)]
+  masks = [np.zeros([4, 5], np.bool_)]
+  masks[0][0, :3] = True  # 3 kept values.
+  # 3 values * 4 bytes + ceil(20 / 8) = 12 + 3 bytes of mask.
+  assert payload.masked_nbytes(values, masks) == 15
+  assert int(payload.tf_masked_nbytes(values, masks)) == 15
+
+
+def test_masked_nbytes_with_none_mask_is_dense():
+  values = [np.zeros([10], np.float32), np.zeros([9], np.float32)]
+  masks = [None, np.ones([9], np.bool_)]
+  # 40 dense + 9 * 4 + ceil(9 / 8) = 40 + 36 + 2.
+  assert payload.masked_nbytes(values, masks) == 78
+
+
+def test_masked_nbytes_rejects_mismatched_mask():
+  with pytest.raises(ValueError, match="mask shape"):
+    payload.masked_nbytes([np.zeros([3])], [np.zeros([4])])
+
+
+def test_tf_and_numpy_agree_on_random_masks():
+  rng = np.random.default_rng(0)
+  values = [rng.normal(size=[7, 3]).astype(np.float32),
+            rng.normal(size=[33]).astype(np.float32)]
+  masks = [rng.random([7, 3]) < 0.3, rng.random([33]) < 0.6]
+  expected = payload.masked_nbytes(values, masks)
+  assert int(payload.tf_masked_nbytes(
+      [tf.constant(v) for v in values], [tf.constant(m) for m in masks])) == expected
