@@ -60,8 +60,8 @@ _WORKERS = flags.DEFINE_list("workers", [],
 _WORKER_TIMEOUT = flags.DEFINE_float(
     "worker_timeout_s", 60.0,
     "Seconds to wait for an unreachable or dead worker before failing.")
-_TIERS = flags.DEFINE_list("tiers", ["weak", "medium", "strong"],
-                           "Device tier names.")
+_TIERS = flags.DEFINE_string("tiers", "weak,medium,strong",
+                             "Device tier names, comma-separated.")
 _TIER_PROPORTIONS = flags.DEFINE_string(
     "tier_proportions", "4:3:3", "Tier proportions, colon-separated.")
 _TIER_CAPACITIES = flags.DEFINE_string(
@@ -71,21 +71,11 @@ _TIER_CAPACITIES = flags.DEFINE_string(
 _TIER_AVAILABILITY = flags.DEFINE_string(
     "tier_availability", "",
     "Per-tier probability of being available in a round (default 1).")
-_FLUCTUATION = flags.DEFINE_float(
-    "capacity_fluctuation", 0.0,
-    "Relative std of seeded per-round capacity fluctuation.")
+_FLUCTUATION = flags.DEFINE_string(
+    "tier_fluctuation", "",
+    "Relative std of seeded per-round capacity fluctuation: one value or one"
+    " per tier, colon-separated (default 0).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
-
-
-def _ratios(flag: str, text: str) -> tuple[float, ...]:
-  from tff_hetero.program import UsageError  # pylint: disable=g-import-not-at-top
-  if not text:
-    return ()
-  try:
-    return tuple(float(part) for part in text.split(":"))
-  except ValueError:
-    raise UsageError(flag, f"{text!r} is not colon-separated numbers,"
-                     " e.g. 4:3:3") from None
 
 
 def config_from_flags():
@@ -118,12 +108,11 @@ def config_from_flags():
       executor=_EXECUTOR.value,
       workers=tuple(_WORKERS.value),
       worker_timeout_s=_WORKER_TIMEOUT.value,
-      tiers=tuple(_TIERS.value),
-      tier_proportions=_ratios("--tier_proportions", _TIER_PROPORTIONS.value),
-      tier_capacities=_ratios("--tier_capacities", _TIER_CAPACITIES.value),
-      tier_availability=_ratios("--tier_availability",
-                                _TIER_AVAILABILITY.value),
-      capacity_fluctuation=_FLUCTUATION.value,
+      tiers=_TIERS.value,
+      tier_proportions=_TIER_PROPORTIONS.value,
+      tier_capacities=_TIER_CAPACITIES.value,
+      tier_availability=_TIER_AVAILABILITY.value,
+      tier_fluctuation=_FLUCTUATION.value,
       progress=_PROGRESS.value,
   )
 

@@ -23,9 +23,9 @@ class ClientTraffic:
     client_id: The client.
     bytes_down: Bytes the client received from the server.
     bytes_up: Bytes the client sent to the server.
-    flops: Floating-point operations of the client's local training
-      (multiply-accumulates x 2 conventions are documented in
-      `tff_hetero.models.counting`), from the examples it actually processed.
+    flops: Compute of the client's local training in the unit FL papers call
+      FLOPs, multiply-accumulates (`tff_hetero.models.counting`: forward MACs
+      x 3 per example), times the examples it actually processed.
     examples: Number of examples the client processed (all local epochs).
   """
 

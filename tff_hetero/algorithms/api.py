@@ -36,8 +36,9 @@ class Task:
     input_shape: Shape of one example, without the batch dimension.
     num_classes: Number of labels.
     element_spec: Spec of one batch of client data (`OrderedDict(x=, y=)`).
-    training_flops_per_example: FLOPs of one forward+backward pass of the
-      full model on one example (see `tff_hetero.models.counting`).
+    training_flops_per_example: Compute of one forward+backward pass of the
+      full model on one example, in multiply-accumulates, the unit FL papers
+      report as FLOPs (see `tff_hetero.models.counting`).
   """
 
   model_name: str

@@ -59,11 +59,12 @@ class ExperimentConfig:
   executor: str = "local"
   workers: tuple[str, ...] = ()
   worker_timeout_s: float = 60.0
-  tiers: tuple[str, ...] = ("weak", "medium", "strong")
-  tier_proportions: tuple[float, ...] = (4.0, 3.0, 3.0)
-  tier_capacities: tuple[float, ...] = ()
-  tier_availability: tuple[float, ...] = ()
-  capacity_fluctuation: float = 0.0
+  # Device tiers, as the flag strings `tff_hetero.devices.parse_tiers` reads.
+  tiers: str = "weak,medium,strong"
+  tier_proportions: str = "4:3:3"
+  tier_capacities: str = ""
+  tier_availability: str = ""
+  tier_fluctuation: str = ""
   progress: bool = True
 
   @property
@@ -120,10 +121,6 @@ class ExperimentConfig:
     if not 0 <= self.val_fraction < 1:
       raise UsageError("--val_fraction",
                        f"must be in [0, 1), got {self.val_fraction}")
-    if not (math.isfinite(self.capacity_fluctuation) and
-            self.capacity_fluctuation >= 0):
-      raise UsageError("--capacity_fluctuation",
-                       f"must be >= 0, got {self.capacity_fluctuation}")
     if self.seed < 0:
       raise UsageError("--seed", f"must be >= 0, got {self.seed}")
     if not _NAME_RE.match(self.experiment_name):

@@ -92,6 +92,21 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
   )
 
 
+def build_population(config: ExperimentConfig, client_ids,
+                     task: api.Task) -> devices_lib.DevicePopulation:
+  """Device tiers from the flags, capacities relative to the task's model."""
+  tiers = devices_lib.parse_tiers(
+      config.tiers, config.tier_proportions,
+      capacities=config.tier_capacities or None,
+      availability=config.tier_availability or None,
+      fluctuation=config.tier_fluctuation or None)
+  model = task.model_fn()
+  tiers = devices_lib.resolve_capacities(
+      tiers, models_lib.count_params(model).trainable,
+      models_lib.count_flops(model))
+  return devices_lib.assign_tiers(client_ids, tiers, seed=config.seed)
+
+
 def build_experiment(config: ExperimentConfig) -> Experiment:
   """Loads data, partitions, builds population, task and algorithm."""
   config = validate_config(config)
@@ -108,16 +123,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
       val_fraction=config.val_fraction,
   )
   task = build_task(config, splits)
-  population = devices_lib.build_population(
-      federated_data.client_ids,
-      tiers=config.tiers,
-      proportions=config.tier_proportions,
-      capacities=config.tier_capacities,
-      availability=config.tier_availability,
-      fluctuation=config.capacity_fluctuation,
-      model=task.model_fn(),
-      seed=config.seed,
-  )
+  population = build_population(config, federated_data.client_ids, task)
   algorithm = ALGORITHMS[config.algorithm].builder(config, task)
   return Experiment(config, splits, federated_data, population, task,
                     algorithm)
@@ -302,9 +308,11 @@ def _build_report(experiment: Experiment, ledger: CommLedger, history,
   final = dict(evaluated[-1]) if evaluated else {}
   final_metrics = collections.OrderedDict(
       (k, v) for k, v in final.items()
-      if k.endswith("accuracy") or k.endswith("loss"))
+      if (k.endswith("accuracy") or k.endswith("test_loss")) and
+      k != "train_accuracy")
   if history:
     final_metrics["train_loss"] = history[-1].get("loss")
+    final_metrics["train_accuracy"] = history[-1].get("train_accuracy")
   return collections.OrderedDict(
       config=config.to_json_dict(),
       partition=collections.OrderedDict(
@@ -312,7 +320,9 @@ def _build_report(experiment: Experiment, ledger: CommLedger, history,
           num_clients=config.num_clients,
           num_classes=experiment.splits.num_classes,
           label_counts=experiment.federated_data.label_counts()),
-      devices=experiment.population.summary(),
+      devices=collections.OrderedDict(
+          tier_counts=experiment.population.tier_counts(),
+          tiers=[attrs.asdict(t) for t in experiment.population.tiers]),
       final_metrics=final_metrics,
       final_round=final.get("round"),
       best_accuracy=max((r["accuracy"] for r in evaluated), default=None),
