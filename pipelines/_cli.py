@@ -27,5 +27,15 @@ def parse_flags_or_fail(argv: list[str]) -> list[str]:
 
 
 def run_main(main: Callable[[list[str]], None]) -> None:
+  """`absl.app.run(main)` with one-line flag errors."""
   from absl import app  # pylint: disable=g-import-not-at-top
   app.run(main, flags_parser=parse_flags_or_fail)
+
+
+def run_in_process(main: Callable[[list[str]], None], argv: list[str]) -> None:
+  """Parses `argv` afresh (every flag back to its default) and calls `main`.
+
+  For tests and notebooks; exits through `SystemExit` like the CLI.
+  """
+  flags.FLAGS.unparse_flags()
+  main(parse_flags_or_fail(list(argv)))

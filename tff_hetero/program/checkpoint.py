@@ -54,9 +54,18 @@ class CheckpointManager:
 
   def __init__(self, root_dir: str, keep_total: int = 2):
     self._root_dir = root_dir
-    self._manager = tff.program.FileProgramStateManager(
-        root_dir, prefix="program_state_", keep_total=keep_total,
-        keep_first=False)
+    self._keep_total = keep_total
+    self._tff_manager = None
+
+  @property
+  def _manager(self) -> tff.program.FileProgramStateManager:
+    # Created on first use: TFF's manager makes `root_dir`, and a run that
+    # fails validation must leave nothing behind.
+    if self._tff_manager is None:
+      self._tff_manager = tff.program.FileProgramStateManager(
+          self._root_dir, prefix="program_state_", keep_total=self._keep_total,
+          keep_first=False)
+    return self._tff_manager
 
   @property
   def root_dir(self) -> str:
@@ -66,6 +75,8 @@ class CheckpointManager:
     return os.path.join(self._root_dir, _SIDECAR.format(version=version))
 
   def complete_versions(self) -> list[int]:
+    if not os.path.isdir(self._root_dir):
+      return []
     versions = asyncio.run(self._manager.get_versions()) or []
     return sorted(v for v in versions if os.path.exists(self._sidecar(v)))
 

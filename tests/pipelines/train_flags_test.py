@@ -1,0 +1,123 @@
+"""Every invalid flag value or combination exits 2 with one line naming the flag.
+
+Run in process through the CLI's own entry point (`_cli.run_in_process`), so
+the parsing, validation and error printing under test are the real ones; the
+subprocess tests in `train_run_test.py` check the same path end to end.
+"""
+
+import os
+import socket
+
+import pytest
+
+from pipelines import _cli
+from pipelines import train
+
+_BASE = ["train", "--dataset=synthetic", "--model=mlp", "--num_clients=6",
+         "--clients_per_round=2", "--rounds=1", "--noprogress"]
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+CASES = [
+    # (extra flags, text the one line must contain)
+    (["--algorithm=nope"], "--algorithm"),
+    (["--dataset=nope"], "--dataset"),
+    (["--model=nope"], "--model"),
+    (["--partition=nope"], "--partition"),
+    (["--num_clients=0"], "--num_clients"),
+    (["--clients_per_round=-1"], "--clients_per_round"),
+    (["--rounds=0"], "--rounds"),
+    (["--alpha=0"], "--alpha"),
+    (["--alpha=-1"], "--alpha"),
+    (["--num_clients=4", "--clients_per_round=5"], "--clients_per_round"),
+    (["--batch_size=0"], "--batch_size"),
+    (["--local_epochs=0"], "--local_epochs"),
+    (["--client_lr=0"], "--client_lr"),
+    (["--server_lr=nan"], "--server_lr"),
+    (["--eval_every=0"], "--eval_every"),
+    (["--checkpoint_every=0"], "--checkpoint_every"),
+    (["--seed=-1"], "--seed"),
+    (["--val_fraction=1.5"], "--val_fraction"),
+    (["--prox_mu=-0.1"], "--prox_mu"),
+    (["--executor=gpu"], "--executor"),
+    (["--executor=remote"], "--workers"),
+    (["--workers=127.0.0.1:5000"], "--workers"),
+    (["--executor=remote", "--workers=nohostport"], "--workers"),
+    (["--executor=remote", "--workers=127.0.0.1:70000"], "--workers"),
+    (["--experiment_name=a/b"], "--experiment_name"),
+    (["--rounds=abc"], "rounds"),
+    (["--no_such_flag=1"], "no_such_flag"),
+    (["--tiers=weak,weak"], "--tiers"),
+    (["--tier_proportions=4:3"], "--tier_proportions"),
+    (["--tier_proportions=4:x:3"], "--tier_proportions"),
+    (["--tier_capacities=0:1:2"], "--tier_capacities"),
+    (["--tier_availability=1.5"], "--tier_availability"),
+    (["--tier_fluctuation=-1"], "--tier_fluctuation"),
+    (["--partition=shards", "--shards_per_client=0"], "--shards_per_client"),
+    (["--num_clients=500", "--clients_per_round=5"], "--num_clients"),
+    (["--dataset=cifar10", "--model=cifar_cnn"], "cifar10"),
+    (["--dataset=mnist5k", "--model=mlp", "--num_clients=5000",
+      "--clients_per_round=2", "--min_samples_per_client=1"], "--num_clients"),
+    (["--dataset=digits", "--model=mnist_cnn"], "mnist_cnn"),
+]
+
+
+@pytest.mark.parametrize("extra,expected", CASES,
+                         ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_exits_2_with_one_line(extra, expected, tmp_path, capsys):
+  argv = _BASE + [f"--root_output_dir={tmp_path}",
+                  f"--data_dir={tmp_path / 'no_tfds_here'}"] + extra
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(train.main, argv)
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1, err
+  assert err[0].startswith("error: ")
+  assert expected in err[0]
+
+
+def test_unexpected_positional_argument(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(train.main, _BASE + [f"--root_output_dir={tmp_path}",
+                                             "stray"])
+  assert exit_info.value.code == 2
+  assert "stray" in capsys.readouterr().err
+
+
+def test_unreachable_worker_exits_2_naming_it(tmp_path, capsys):
+  address = f"127.0.0.1:{_free_port()}"
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(train.main, _BASE + [
+        f"--root_output_dir={tmp_path}", "--executor=remote",
+        f"--workers={address}", "--worker_timeout_s=2"])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--workers" in err[0] and address in err[0], err
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(train.main, _BASE + [f"--root_output_dir={tmp_path}",
+                                             "--resume"])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--resume" in err[0], err
+
+
+def test_existing_run_is_not_overwritten(tmp_path, capsys):
+  run_dir = tmp_path / "experiment"
+  run_dir.mkdir()
+  metrics = run_dir / "metrics.csv"
+  metrics.write_text("round,accuracy\n1,0.5\n")
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(train.main, _BASE + [f"--root_output_dir={tmp_path}"])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--experiment_name" in err[0], err
+  assert metrics.read_text() == "round,accuracy\n1,0.5\n"
+  assert sorted(os.listdir(run_dir)) == ["metrics.csv"]
