@@ -134,7 +134,9 @@ def main(argv: list[str]) -> None:
   except DivergenceError as e:
     _cli.fail(str(e), status=3)
   except KeyboardInterrupt:
-    _cli.fail("interrupted; resume with --resume", status=130)
+    _cli.fail("interrupted by SIGINT; continue with --resume", status=130)
+  except runtime.Terminated as e:
+    _cli.fail(f"{e}; continue with --resume", status=e.code)
   report = result.report
   accuracy = report["final_metrics"].get("accuracy")
   print(f"final accuracy: {accuracy:.4f} after {report['rounds_completed']}"

@@ -343,7 +343,9 @@ class TfdsLoader:
     except DataError:
       raise
     except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
-      first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      # TF op errors start with a "{{function_node ...}}" tag; drop it.
+      detail = re.sub(r"\{\{.*?\}\}\s*", "", str(e)).strip()
+      first_line = (detail.splitlines() or [type(e).__name__])[0]
       raise DataError(
           f"could not read data set {self.name!r} from {version_dir}: "
           f"{first_line}"

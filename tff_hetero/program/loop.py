@@ -271,6 +271,8 @@ def run_experiment(
     finally:
       progress.close()
     final_weights = algorithm.model_weights(server_state)
+  save_model_weights(os.path.join(experiment_dir, outputs.FINAL_WEIGHTS),
+                     final_weights)
 
   report = _build_report(experiment, ledger, history, elapsed_s)
   outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
@@ -281,6 +283,18 @@ def run_experiment(
   outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
                        report)
   return RunResult(report, experiment_dir, final_weights)
+
+
+def save_model_weights(path: str, model_weights) -> None:
+  """Writes `ModelWeights` as `trainable_i` / `non_trainable_i` arrays."""
+  arrays = collections.OrderedDict()
+  for i, w in enumerate(model_weights.trainable):
+    arrays[f"trainable_{i}"] = np.asarray(w)
+  for i, w in enumerate(model_weights.non_trainable):
+    arrays[f"non_trainable_{i}"] = np.asarray(w)
+  temp = f"{path}.tmp.npz"
+  np.savez(temp, **arrays)
+  os.replace(temp, path)
 
 
 def _check_output_dir(config: ExperimentConfig,

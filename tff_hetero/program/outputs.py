@@ -6,7 +6,8 @@
 * `tensorboard/`: the same values through `tff.program.TensorBoardReleaseManager`;
 * `report.json`: configuration, partition (per-client label counts), device
   tiers, final metrics and measured totals;
-* `accuracy_vs_round.png`, `accuracy_vs_upload_mib.png`.
+* `accuracy_vs_round.png`, `accuracy_vs_upload_mib.png`;
+* `final_model_weights.npz`: the global model's weights after the last round.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tensorflow_federated as tff
 
 METRICS_CSV = "metrics.csv"
 REPORT_JSON = "report.json"
+FINAL_WEIGHTS = "final_model_weights.npz"
 TENSORBOARD_DIR = "tensorboard"
 PLOT_ROUNDS = "accuracy_vs_round.png"
 PLOT_UPLOAD = "accuracy_vs_upload_mib.png"

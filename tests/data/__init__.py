@@ -1,0 +1,1 @@
+"""Tests for tff_hetero.data."""
