@@ -7,6 +7,11 @@ from collections.abc import Callable
 
 from absl import flags
 
+# TensorFlow must be imported before absl parses the flags: imported after, its
+# Keras runs functional-model construction eagerly and `Flatten` fails on the
+# unknown batch dimension (seen with TF 2.14 + absl).
+import tensorflow  # noqa: F401  pylint: disable=unused-import,g-bad-import-order
+
 USAGE_EXIT = 2
 
 
@@ -18,12 +23,19 @@ def fail(message: str, status: int = USAGE_EXIT) -> None:
 
 
 def parse_flags_or_fail(argv: list[str]) -> list[str]:
-  """absl flags parser for `app.run` that reports bad flags in one line."""
+  """absl flags parser for `app.run` that reports bad flags in one line.
+
+  Log messages below WARNING are hidden unless `--verbosity` is given: the
+  progress bar and the final lines are the pipeline's output.
+  """
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except flags.Error as e:
     fail(str(e).splitlines()[0] if str(e) else repr(e))
-  return []  # Unreachable.
+  if not flags.FLAGS["verbosity"].present:
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.WARNING)
+  return remaining
 
 
 def run_main(main: Callable[[list[str]], None]) -> None:
