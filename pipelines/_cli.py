@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -9,7 +10,9 @@ from absl import flags
 
 # TensorFlow must be imported before absl parses the flags: imported after, its
 # Keras runs functional-model construction eagerly and `Flatten` fails on the
-# unknown batch dimension (seen with TF 2.14 + absl).
+# unknown batch dimension (seen with TF 2.14 + absl). Its C++ start-up chatter
+# is silenced first, so that errors stay one line.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow  # noqa: F401  pylint: disable=unused-import,g-bad-import-order
 
 USAGE_EXIT = 2

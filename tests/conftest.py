@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 @pytest.fixture(scope="session")

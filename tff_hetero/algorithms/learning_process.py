@@ -18,6 +18,7 @@ clients; the division is checked to be exact.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,10 +91,12 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
         int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
+    loss = float(train["metrics"]["loss"])
     if processed != expected:
-      raise RuntimeError(
-          f"{self.name}: clients processed {processed} examples, their data"
-          f" holds {expected}")
+      # TFF's client work zeroes the weight and example count of a client
+      # whose update is not finite: training diverged on that client. The
+      # loss is reported as NaN so that the program stops, naming the round.
+      loss = math.nan
     flops_per_example = self._task.training_flops_per_example
     traffic = tuple(
         ClientTraffic(
@@ -104,7 +107,7 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
             examples=c.num_examples,
         ) for c in clients)
     round_metrics = collections.OrderedDict(
-        loss=float(train["metrics"]["loss"]),
+        loss=loss,
         train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
     )
     return api.RoundOutput(
