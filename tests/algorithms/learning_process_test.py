@@ -119,12 +119,13 @@ def test_fedprox_pulls_towards_global_model(tff_context):
 
 def test_fedadam_state_holds_adam_moments_and_moves_weights(tff_context):
   del tff_context
-  process = fedadam.build_fedadam_process(_TASK, client_lr=0.1, server_lr=0.01)
+  process = fedadam.build_fedadam_process(_TASK, client_lr=0.1, server_lr=0.01,
+                                         epsilon=1e-8)
   state = process.initialize()
   before = process.get_model_weights(state).trainable
   state = process.next(state, _datasets()).state
   after = process.get_model_weights(state).trainable
-  # Adam's first step moves every coordinate with a non-zero update by about
-  # the learning rate.
+  # Adam's first step is lr * |u| / (|u| + eps / sqrt(1 - beta_2)): with a
+  # tiny eps, about the learning rate for every coordinate that moved.
   steps = np.concatenate([np.abs(a - b).ravel() for a, b in zip(after, before)])
   assert np.max(steps) == pytest.approx(0.01, rel=0.05)
