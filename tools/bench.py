@@ -28,6 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Before absl parses flags (see pipelines/_cli.py).
+import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 

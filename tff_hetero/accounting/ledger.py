@@ -83,8 +83,7 @@ class CommLedger:
   def _column(self, name: str) -> np.ndarray:
     return self.columns[_COLUMNS.index(name)]
 
-  def round_totals(self, round_num: int) -> RoundTotals:
-    selected = self._column("round_num") == round_num
+  def _totals(self, selected: np.ndarray) -> RoundTotals:
     return RoundTotals(
         bytes_down=int(self._column("bytes_down")[selected].sum()),
         bytes_up=int(self._column("bytes_up")[selected].sum()),
@@ -93,17 +92,14 @@ class CommLedger:
         num_clients=int(selected.sum()),
     )
 
+  def round_totals(self, round_num: int) -> RoundTotals:
+    return self._totals(self._column("round_num") == round_num)
+
   def totals(self, up_to_round: int | None = None) -> RoundTotals:
-    selected = np.ones_like(self._column("round_num"), bool)
-    if up_to_round is not None:
-      selected = self._column("round_num") <= up_to_round
-    return RoundTotals(
-        bytes_down=int(self._column("bytes_down")[selected].sum()),
-        bytes_up=int(self._column("bytes_up")[selected].sum()),
-        flops=int(self._column("flops")[selected].sum()),
-        examples=int(self._column("examples")[selected].sum()),
-        num_clients=int(selected.sum()),
-    )
+    rounds = self._column("round_num")
+    if up_to_round is None:
+      return self._totals(np.ones_like(rounds, bool))
+    return self._totals(rounds <= up_to_round)
 
   def per_client_totals(self) -> collections.OrderedDict:
     """client id -> OrderedDict(bytes_down, bytes_up, flops, examples, rounds)."""

@@ -152,20 +152,29 @@ _MNIST_CNN_PLAN = (
 )
 
 
-def mnist_cnn(input_shape: tuple[int, ...], num_classes: int,
-              seed: int) -> tf.keras.Model:
-  """The 21,840-parameter MNIST CNN (FedDST/FedSGC description); see module doc."""
-  check_image_input("mnist_cnn", input_shape, _MNIST_CNN_PLAN, _SMALL_INPUT_HINT)
+def _two_conv_mnist_net(name: str, plan: tuple[_Stage, ...],
+                        input_shape: tuple[int, ...], num_classes: int,
+                        seed: int) -> tf.keras.Model:
+  """conv(10) -> pool -> conv(20) -> pool -> fc50 -> fc, shaped by `plan`."""
+  check_image_input(name, input_shape, plan, _SMALL_INPUT_HINT)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="image")
-  x = _conv(10, 5, "valid", seeds, "conv1")(inputs)
-  x = tf.keras.layers.MaxPooling2D(2, 2, padding="valid", name="pool1")(x)
-  x = _conv(20, 5, "valid", seeds, "conv2")(x)
-  x = tf.keras.layers.MaxPooling2D(2, 2, padding="valid", name="pool2")(x)
+  x = inputs
+  for filters, conv, pool in ((10, plan[0], plan[1]), (20, plan[2], plan[3])):
+    x = _conv(filters, conv.window, conv.padding, seeds, conv.name)(x)
+    x = tf.keras.layers.MaxPooling2D(pool.window, pool.stride,
+                                     padding=pool.padding, name=pool.name)(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
   x = _dense(50, seeds, "fc1", "relu")(x)
   logits = _dense(num_classes, seeds, "logits")(x)
-  return tf.keras.Model(inputs, logits, name="mnist_cnn")
+  return tf.keras.Model(inputs, logits, name=name)
+
+
+def mnist_cnn(input_shape: tuple[int, ...], num_classes: int,
+              seed: int) -> tf.keras.Model:
+  """The 21,840-parameter MNIST CNN (FedDST/FedSGC description); see module doc."""
+  return _two_conv_mnist_net("mnist_cnn", _MNIST_CNN_PLAN, input_shape,
+                             num_classes, seed)
 
 
 _FEDDST_PLAN = (
@@ -177,18 +186,8 @@ _FEDDST_PLAN = (
 def mnist_cnn_feddst(input_shape: tuple[int, ...], num_classes: int,
                      seed: int) -> tf.keras.Model:
   """FedDST's reference `MNISTNet` (3x3 stride-1 pools, 261,840 parameters)."""
-  check_image_input("mnist_cnn_feddst", input_shape, _FEDDST_PLAN,
-                    _SMALL_INPUT_HINT)
-  seeds = SeedStream(seed)
-  inputs = tf.keras.Input(shape=input_shape, name="image")
-  x = _conv(10, 5, "valid", seeds, "conv1")(inputs)
-  x = tf.keras.layers.MaxPooling2D(3, 1, padding="valid", name="pool1")(x)
-  x = _conv(20, 5, "valid", seeds, "conv2")(x)
-  x = tf.keras.layers.MaxPooling2D(3, 1, padding="valid", name="pool2")(x)
-  x = tf.keras.layers.Flatten(name="flatten")(x)
-  x = _dense(50, seeds, "fc1", "relu")(x)
-  logits = _dense(num_classes, seeds, "logits")(x)
-  return tf.keras.Model(inputs, logits, name="mnist_cnn_feddst")
+  return _two_conv_mnist_net("mnist_cnn_feddst", _FEDDST_PLAN, input_shape,
+                             num_classes, seed)
 
 
 def cifar_cnn(input_shape: tuple[int, ...], num_classes: int,

@@ -310,8 +310,6 @@ def _check_output_dir(config: ExperimentConfig,
         "--experiment_name",
         f"{config.experiment_dir} already holds a run; pass --resume to"
         " continue it or choose another --experiment_name")
-  if config.resume and checkpoints.latest_round() >= config.rounds:
-    pass  # Nothing left to train: the report is rewritten.
 
 
 def _build_report(experiment: Experiment, ledger: CommLedger, history,
