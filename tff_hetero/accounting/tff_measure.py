@@ -45,11 +45,6 @@ def _client_nbytes_fn(value_type: tff.Type) -> tff.Computation:
   return client_nbytes
 
 
-@tff.tensorflow.computation
-def _one():
-  return np.int64(1)
-
-
 def _sum_over_clients(nbytes_at_clients) -> Any:
   return tff.federated_sum(nbytes_at_clients)
 
