@@ -13,8 +13,12 @@ exception alike):
   stack in a `SyncExecutionContext`. Several: TFF's
   `MergeableCompExecutionContext`, one async remote context per worker; each
   invocation's CLIENTS-placed arguments are split into one subround per
-  worker, whose results are merged on the driver. Every worker is
-  health-checked on entry.
+  worker (contiguous chunks), whose results are merged on the driver. A
+  computation must then compile to TFF's `MergeableCompForm`: no aggregation
+  may depend on the result of another (FedAvg's `next` qualifies; a
+  computation that broadcasts an aggregate and aggregates again fails with
+  TFF's `ValueError: Detected one aggregate dependent on another`). Every
+  worker is health-checked on entry.
 * `execution_context(executor, workers, worker_timeout_s)`: picks one of the
   above by name from a small registry (`register_executor` adds more).
 
@@ -22,9 +26,10 @@ What `worker_timeout_s` bounds
 ------------------------------
 TFF's own stub sets no RPC deadline and its async context retries UNAVAILABLE
 forever, so a dead worker hangs a round. Here every RPC to a worker goes
-through `BoundedExecutorStub`, which never lets TFF retry and bounds how long a
-call waits on a worker that shows no sign of life, *not* how long a
-computation may run:
+through `BoundedExecutorStub`, which never lets TFF retry an unreachable
+worker and bounds how long a call waits on a worker that shows no sign of
+life, *not* how long a computation may run (the C++ worker does a round's
+work inside one `CreateCall` RPC, which can legitimately take minutes):
 
 * Each RPC is sent with `wait_for_ready=True` and no deadline. While it is
   pending the stub tracks the last *proof of life* of the worker: the start of
@@ -34,8 +39,8 @@ computation may run:
   call is pending. A worker that can accept a new gRPC connection is alive,
   however long its computation takes: a round of an hour is never interrupted.
 * If there has been no proof of life for `worker_timeout_s` while a call is
-  pending, the call is cancelled and `WorkerUnavailableError` is raised:
-  `cannot reach TFF worker at host:port within Ns`. This covers a worker that
+  pending, the call is cancelled and `WorkerUnavailableError` is raised
+  (checked every 0.1 s): `cannot reach TFF worker at host:port within Ns`. This covers a worker that
   died between calls (the next call cannot connect), a host that vanished or
   was partitioned (no RST, the old connection looks fine, new ones fail), and
   a stopped/frozen worker process (SIGSTOP: the kernel still accepts TCP but
@@ -46,12 +51,18 @@ computation may run:
   state for this invocation is gone.
 * Errors the worker itself returns (a TensorFlow error in a computation,
   RESOURCE_EXHAUSTED for an oversized message, ...) are re-raised unchanged
-  and are not retried either (TFF would retry FAILED_PRECONDITION forever).
+  and are not retried. One exception: FAILED_PRECONDITION, which the worker
+  returns for an executor id it does not know (it was restarted since the
+  executor was created), is passed to TFF as retryable, at most 3 times in a
+  row, so the invocation is re-run on a fresh executor (TFF itself would
+  retry it forever).
 * Not bounded: a worker that accepts connections but never finishes a call
   (a deadlock inside the worker looks exactly like a long computation), and
   the driver's own Python work (compilation, serialization).
 * Disposal RPCs (freeing remote values, executors) are best effort: at most
-  `min(worker_timeout_s, 2 s)` each, errors ignored; they never block exit.
+  `min(worker_timeout_s, 2 s)` each, errors ignored, skipped while the
+  channel is not connected or after a call gave up on the worker, and
+  skipped altogether when `local_execution` exits (its workers are stopped).
 
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
@@ -60,12 +71,17 @@ in the thread that entered the `with` block only.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
+import functools
+import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
 
 from absl import logging
@@ -90,6 +106,9 @@ __all__ = [
 ]
 
 DEFAULT_WORKER_TIMEOUT_S = 60.0
+# FAILED_PRECONDITION answers (stale executor after a worker restart) that
+# may be retried in a row before the error is raised.
+_MAX_STALE_RETRIES = 3
 _POLL_S = 0.1
 _PROBE_CHANNEL_OPTIONS = [
     # A probe must open its own connection: with the global subchannel pool a
@@ -195,23 +214,21 @@ def check_workers(
 # The bounded stub.
 
 
-def _grpc_modules():
+def _make_bounded_stub_class():
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.proto.v0 import executor_pb2
   from tensorflow_federated.proto.v0 import executor_pb2_grpc
+  from tensorflow_federated.python.core.impl.executors import executors_errors
   from tensorflow_federated.python.core.impl.executors import remote_executor_stub
   # pylint: enable=g-import-not-at-top
-  return executor_pb2, executor_pb2_grpc, remote_executor_stub
-
-
-def _make_bounded_stub_class():
-  executor_pb2, executor_pb2_grpc, remote_executor_stub = _grpc_modules()
 
   class _BoundedExecutorStub(remote_executor_stub.RemoteExecutorStub):
     """`RemoteExecutorStub` whose RPCs cannot hang on a dead worker.
 
-    See the module docstring for exactly what is bounded. Never raises TFF's
-    `RetryableError`, so TFF's async context does not retry.
+    See the module docstring for exactly what is bounded. Raises TFF's
+    `RetryableError` only for a stale executor (FAILED_PRECONDITION, at most
+    `_MAX_STALE_RETRIES` times in a row), so TFF's async context never
+    retries an unreachable worker.
     """
 
     def __init__(
@@ -242,6 +259,8 @@ def _make_bounded_stub_class():
       # Set when a call gave up on the worker; disposal RPCs are skipped
       # until a call succeeds again (they would only add waiting).
       self._given_up = False
+      self._stale_retries = 0
+      self.rpc_counts: collections.Counter[str] = collections.Counter()
       self._state = None
       self._channel.subscribe(self._on_state, try_to_connect=True)
 
@@ -291,15 +310,25 @@ def _make_bounded_stub_class():
         ) from None
       last_alive = time.monotonic()
       next_probe = last_alive + self._probe_interval_s
-      probe: Optional[_Probe] = None
+      # Pending connection attempts. A slow one is kept (on a loaded machine
+      # a handshake may take longer than the probe interval); an additional
+      # fresh one (fresh back-off) is started once it is two intervals old.
+      probes: list[_Probe] = []
       try:
         while True:
           try:
             response = future.result(timeout=_POLL_S)
             self._given_up = False
+            self._stale_retries = 0
+            self.rpc_counts[name] += 1
             return response
           except grpc.FutureTimeoutError:
             pass
+          except grpc.FutureCancelledError:
+            raise WorkerUnavailableError(
+                f'call {name} to TFF worker at {self._address} was cancelled'
+                ' (execution context exited)'
+            ) from None
           except grpc.RpcError as e:
             raise self._translate(name, e) from None
           now = time.monotonic()
@@ -309,22 +338,26 @@ def _make_bounded_stub_class():
                 f'call {name} to TFF worker at {self._address} abandoned: the'
                 ' execution context exited'
             )
-          if probe is not None and probe.succeeded():
+          if any(p.succeeded() for p in probes):
             last_alive = now
-            probe.close()
-            probe = None
+            for p in probes:
+              p.close()
+            probes = []
           if now - last_alive > self._timeout_s:
             future.cancel()
             self._given_up = True
             raise self._unreachable()
           if now >= next_probe:
-            if probe is not None:
-              probe.close()  # Restart a stalled attempt: fresh back-off.
-            probe = _Probe(self._address)
             next_probe = now + self._probe_interval_s
+            if not probes or (
+                now - probes[-1].started >= 2 * self._probe_interval_s
+            ):
+              probes.append(_Probe(self._address))
+              if len(probes) > 2:
+                probes.pop(0).close()
       finally:
-        if probe is not None:
-          probe.close()
+        for p in probes:
+          p.close()
 
     def _translate(self, name: str, e: grpc.RpcError) -> Exception:
       code = e.code() if isinstance(e, grpc.Call) else None
@@ -340,6 +373,15 @@ def _make_bounded_stub_class():
             f' (worker_timeout_s={self._timeout_s:g}):'
             f' {_one_line(details, 160)}'
         )
+      if (
+          code == grpc.StatusCode.FAILED_PRECONDITION
+          and self._stale_retries < _MAX_STALE_RETRIES
+      ):
+        # "No executor found for ID": the worker was restarted since our
+        # executor was created there. TFF's context drops the executor and
+        # retries the invocation, which creates a fresh one.
+        self._stale_retries += 1
+        return executors_errors.RetryableGRPCError(e)
       return e  # An error the worker returned: not retried, unchanged.
 
     def _best_effort(self, name: str, request, response_type):
@@ -399,6 +441,26 @@ def BoundedExecutorStub(address: str, **kwargs):  # pylint: disable=invalid-name
 # Executor stacks and contexts.
 
 
+_RPC_POOL_LOCK = threading.Lock()
+_RPC_POOL: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+async def _in_rpc_thread(fn, *args):
+  """Runs blocking `fn(*args)` in a thread of a pool shared by all stubs
+  (large enough for one blocking call per worker of a big mergeable
+  context), keeping the caller's contextvars (TFF's tracing uses them)."""
+  global _RPC_POOL
+  with _RPC_POOL_LOCK:
+    if _RPC_POOL is None:
+      _RPC_POOL = concurrent.futures.ThreadPoolExecutor(
+          max_workers=64, thread_name_prefix='tff-hetero-rpc'
+      )
+  context = contextvars.copy_context()
+  return await asyncio.get_running_loop().run_in_executor(
+      _RPC_POOL, functools.partial(context.run, fn, *args)
+  )
+
+
 def _make_threaded_remote_executor_class():
   """`RemoteExecutor` whose slow RPCs leave the event loop free.
 
@@ -406,7 +468,7 @@ def _make_threaded_remote_executor_class():
   under the mergeable context (one event loop driving every worker) the
   subrounds would run one after another (the C++ worker does the work of a
   federated computation inside `CreateCall`, which blocks). Sending every
-  value-creating RPC and `Compute` from a thread (`asyncio.to_thread`) lets
+  value-creating RPC and `Compute` from a thread (`_in_rpc_thread`) lets
   the workers compute in parallel. Only `stream_structs=False` (TFF's default)
   is supported.
   """
@@ -429,7 +491,7 @@ def _make_threaded_remote_executor_class():
       request = executor_pb2.CreateValueRequest(
           executor=self._executor_id, value=value_proto
       )
-      response = await asyncio.to_thread(self._stub.create_value, request)
+      response = await _in_rpc_thread(self._stub.create_value, request)
       return remote_executor.RemoteValue(response.value_ref, type_spec, self)
 
     async def create_call(self, comp, arg=None):
@@ -439,7 +501,7 @@ def _make_threaded_remote_executor_class():
           function_ref=comp.reference,
           argument_ref=(arg.reference if arg is not None else None),
       )
-      response = await asyncio.to_thread(self._stub.create_call, request)
+      response = await _in_rpc_thread(self._stub.create_call, request)
       return remote_executor.RemoteValue(
           response.value_ref, comp.type_signature.result, self
       )
@@ -461,7 +523,7 @@ def _make_threaded_remote_executor_class():
       request = executor_pb2.CreateStructRequest(
           executor=self._executor_id, element=proto_elements
       )
-      response = await asyncio.to_thread(self._stub.create_struct, request)
+      response = await _in_rpc_thread(self._stub.create_struct, request)
       return remote_executor.RemoteValue(
           response.value_ref, computation_types.StructType(type_elements), self
       )
@@ -471,7 +533,7 @@ def _make_threaded_remote_executor_class():
       request = executor_pb2.CreateSelectionRequest(
           executor=self._executor_id, source_ref=source.reference, index=index
       )
-      response = await asyncio.to_thread(self._stub.create_selection, request)
+      response = await _in_rpc_thread(self._stub.create_selection, request)
       return remote_executor.RemoteValue(
           response.value_ref, source.type_signature[index], self
       )
@@ -481,7 +543,7 @@ def _make_threaded_remote_executor_class():
       request = executor_pb2.ComputeRequest(
           executor=self._executor_id, value_ref=value_ref
       )
-      response = await asyncio.to_thread(self._stub.compute, request)
+      response = await _in_rpc_thread(self._stub.compute, request)
       value, _ = value_serialization.deserialize_value(response.value, type_spec)
       return value
 
@@ -508,6 +570,7 @@ class _RemoteStack:
     )
     executor_class = _make_threaded_remote_executor_class()
     self._executors: list[weakref.ref] = []
+    self.client_cardinalities: list[int] = []
     clients = placements.CLIENTS
 
     def stack_fn(cardinalities):
@@ -520,18 +583,23 @@ class _RemoteStack:
       executor = executor_class(self.stub)
       executor.set_cardinalities(cardinalities)
       self._executors.append(weakref.ref(executor))
+      self.client_cardinalities.append(int(cardinalities[clients]))
       return executor
 
     self.factory = tff.framework.ResourceManagingExecutorFactory(stack_fn)
 
-  def close(self):
-    for ref in self._executors:
-      executor = ref()
-      if executor is not None:
-        try:
-          executor.close()  # DisposeExecutor, best effort.
-        except Exception:  # pylint: disable=broad-except
-          pass
+  def close(self, dispose: bool = True):
+    """Closes the connection; first frees the worker's executors (best
+    effort, <= 2 s each) when `dispose`: a long-lived remote worker keeps
+    their values in memory otherwise."""
+    if dispose:
+      for ref in self._executors:
+        executor = ref()
+        if executor is not None:
+          try:
+            executor.close()  # DisposeExecutor.
+          except Exception:  # pylint: disable=broad-except
+            pass
     self._executors.clear()
     self.stub.close()
 
@@ -583,23 +651,71 @@ class ExecutionHandle:
   worker_timeout_s: float
   context: Any
   workers: tuple[WorkerProcess, ...] = ()
+  _stacks: tuple[_RemoteStack, ...] = dataclasses.field(
+      default=(), repr=False, compare=False
+  )
 
   @property
   def mergeable(self) -> bool:
-    return len(self.addresses) > 1
+    """True when computations run through TFF's mergeable context."""
+    return not isinstance(self.context, _sync_context_class())
+
+  def rpc_counts(self) -> dict[str, dict[str, int]]:
+    """Successful RPCs so far, by worker address and RPC name (diagnostics)."""
+    return {s.address: dict(s.stub.rpc_counts) for s in self._stacks}
+
+  def client_cardinalities(self) -> dict[str, list[int]]:
+    """CLIENTS cardinality of each executor created on each worker, in order:
+    shows how the mergeable context split the clients (diagnostics)."""
+    return {s.address: list(s.client_cardinalities) for s in self._stacks}
+
+
+def _sync_context_class():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  return tff.framework.SyncExecutionContext
 
 
 @contextlib.contextmanager
-def _installed(stacks: Sequence[_RemoteStack], num_subrounds, make_handle):
+def _run_on(
+    kind: str,
+    addresses: Sequence[str],
+    *,
+    worker_timeout_s: float,
+    default_num_clients: int,
+    max_message_mb: int,
+    num_subrounds: Optional[int],
+    workers: Sequence[WorkerProcess] = (),
+    dispose_on_exit: bool = True,
+) -> Iterator[ExecutionHandle]:
+  """Builds one stack per address, installs the context, closes on exit."""
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
 
+  stacks: list[_RemoteStack] = []
   try:
+    for address in addresses:
+      stacks.append(
+          _RemoteStack(
+              address,
+              worker_timeout_s=worker_timeout_s,
+              default_num_clients=default_num_clients,
+              max_message_mb=max_message_mb,
+          )
+      )
     context = _build_context(stacks, num_subrounds)
+    handle = ExecutionHandle(
+        kind=kind,
+        addresses=tuple(addresses),
+        worker_timeout_s=worker_timeout_s,
+        context=context,
+        workers=tuple(workers),
+        _stacks=tuple(stacks),
+    )
     with context_stack_impl.context_stack.install(context):
-      yield make_handle(context)
+      yield handle
   finally:
     for stack in stacks:
-      stack.close()
+      stack.close(dispose=dispose_on_exit)
 
 
 def _check_timeout(worker_timeout_s: float) -> float:
@@ -624,8 +740,8 @@ def remote_execution(
     addresses: 'host:port' of each worker (`python -m pipelines.worker`).
       One: a sync remote context. Several: TFF's mergeable context, clients
       split in contiguous chunks, one subround per worker (computations must
-      then be compilable to `MergeableCompForm`: at most one logical
-      aggregation, no aggregation depending on another).
+      then be compilable to `MergeableCompForm`: no aggregation may depend
+      on the result of another; FedAvg-style rounds qualify).
     worker_timeout_s: bound on waiting for an unresponsive worker, used for
       the entry health check and every RPC (see module docstring).
     default_num_clients: CLIENTS cardinality sent when a computation has no
@@ -637,7 +753,7 @@ def remote_execution(
   Raises:
     WorkerUnavailableError: on entry if a worker does not accept a connection
       within `worker_timeout_s` (one line, naming the address).
-    ValueError: a malformed address.
+    ValueError: a malformed or duplicate address.
   """
   worker_timeout_s = _check_timeout(worker_timeout_s)
   addresses = tuple(str(a).strip() for a in addresses)
@@ -646,27 +762,44 @@ def remote_execution(
   if len(set(addresses)) != len(addresses):
     raise ValueError(f'--workers: duplicate addresses in {",".join(addresses)}')
   check_workers(addresses, worker_timeout_s)
-  stacks = []
-  try:
-    for address in addresses:
-      stacks.append(
-          _RemoteStack(
-              address,
-              worker_timeout_s=worker_timeout_s,
-              default_num_clients=default_num_clients,
-              max_message_mb=max_message_mb,
-          )
-      )
-  except BaseException:
-    for stack in stacks:
-      stack.close()
-    raise
-  with _installed(
-      stacks,
-      num_subrounds,
-      lambda ctx: ExecutionHandle('remote', addresses, worker_timeout_s, ctx),
+  with _run_on(
+      'remote',
+      addresses,
+      worker_timeout_s=worker_timeout_s,
+      default_num_clients=default_num_clients,
+      max_message_mb=max_message_mb,
+      num_subrounds=num_subrounds,
   ) as handle:
     yield handle
+
+
+def _start_local_worker(
+    *, start_timeout_s, max_message_mb, max_concurrent_computation_calls, log_dir
+) -> WorkerProcess:
+  """Starts a worker on a free port; retries a port clash (see workers.py)."""
+  attempts = 3
+  for attempt in range(attempts):
+    port = workers_lib.find_free_port()
+    worker = WorkerProcess(
+        port,
+        max_message_mb=max_message_mb,
+        max_concurrent_computation_calls=max_concurrent_computation_calls,
+        log_path=(
+            os.path.join(log_dir, f'tff_worker_{port}.log') if log_dir else None
+        ),
+    )
+    try:
+      worker.start()
+      worker.wait_ready(start_timeout_s)
+      return worker
+    except workers_lib.PortInUseError:
+      worker.stop()
+      if attempt == attempts - 1:
+        raise
+    except BaseException:
+      worker.stop()
+      raise
+  raise AssertionError('unreachable')
 
 
 @contextlib.contextmanager
@@ -682,18 +815,18 @@ def local_execution(
 ) -> Iterator[ExecutionHandle]:
   """Runs TFF computations on worker processes we start and stop ourselves.
 
-  Starts `num_workers` `WorkerProcess`es on free ports (loopback use; they
-  listen on all interfaces, see `workers.py`), waits up to `start_timeout_s`
-  for each, and installs the same context `remote_execution` would for their
-  addresses (several workers: the mergeable context). On exit (normal,
-  exception, KeyboardInterrupt, `signals.Terminated`) the previous context is
-  restored and the workers are stopped.
+  Starts `num_workers` `WorkerProcess`es on free ports (reached on
+  127.0.0.1; they listen on all interfaces, see `workers.py`), waits up to
+  `start_timeout_s` for each, and installs the same context `remote_execution`
+  would for their addresses (several workers: the mergeable context). On exit
+  (normal, exception, KeyboardInterrupt, `signals.Terminated`) the previous
+  context is restored and the workers are stopped (SIGTERM, then SIGKILL).
 
   Args:
     worker_timeout_s: see the module docstring.
     default_num_clients: CLIENTS cardinality for computations without a
       CLIENTS-placed argument.
-    num_workers: >1 exercises the mergeable context on one machine.
+    num_workers: >1 runs TFF's mergeable context over local workers.
     start_timeout_s: how long a worker may take to answer after starting.
     max_message_mb: gRPC message limit (worker flag and channel options).
     max_concurrent_computation_calls: passed to the worker.
@@ -703,45 +836,31 @@ def local_execution(
   Raises:
     WorkerStartError: a worker did not start or answer in time.
   """
-  import os  # pylint: disable=g-import-not-at-top
-
   worker_timeout_s = _check_timeout(worker_timeout_s)
   if num_workers < 1:
     raise ValueError(f'num_workers must be >= 1, got {num_workers}')
+  if log_dir:
+    os.makedirs(log_dir, exist_ok=True)
   started: list[WorkerProcess] = []
   try:
     for _ in range(num_workers):
-      port = workers_lib.find_free_port()
-      log_path = None
-      if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
-        log_path = os.path.join(log_dir, f'tff_worker_{port}.log')
-      worker = WorkerProcess(
-          port,
-          max_message_mb=max_message_mb,
-          max_concurrent_computation_calls=max_concurrent_computation_calls,
-          log_path=log_path,
+      started.append(
+          _start_local_worker(
+              start_timeout_s=start_timeout_s,
+              max_message_mb=max_message_mb,
+              max_concurrent_computation_calls=max_concurrent_computation_calls,
+              log_dir=log_dir,
+          )
       )
-      started.append(worker)
-      worker.start()
-    for worker in started:
-      worker.wait_ready(start_timeout_s)
-    addresses = tuple(w.address for w in started)
-    stacks = [
-        _RemoteStack(
-            address,
-            worker_timeout_s=worker_timeout_s,
-            default_num_clients=default_num_clients,
-            max_message_mb=max_message_mb,
-        )
-        for address in addresses
-    ]
-    with _installed(
-        stacks,
-        None,
-        lambda ctx: ExecutionHandle(
-            'local', addresses, worker_timeout_s, ctx, tuple(started)
-        ),
+    with _run_on(
+        'local',
+        [w.address for w in started],
+        worker_timeout_s=worker_timeout_s,
+        default_num_clients=default_num_clients,
+        max_message_mb=max_message_mb,
+        num_subrounds=None,
+        workers=started,
+        dispose_on_exit=False,  # The workers are stopped right after.
     ) as handle:
       yield handle
   finally:

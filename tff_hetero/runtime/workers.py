@@ -37,9 +37,10 @@ only. Run it on trusted networks or behind a firewall.
 Caveat on ports: the worker's gRPC server binds with SO_REUSEPORT, so a second
 worker on a busy port starts "successfully" and shares the port with the first
 (the kernel then splits connections between the two). `WorkerProcess.start()`
-therefore checks that the port is free itself before starting the binary
-(`PortInUseError`); a process grabbing the port between that check and the
-worker's bind is not detected.
+therefore checks that the port is free itself before starting the binary, and
+`wait_ready()` checks that the worker is the port's only listener once it
+answers (another server may have bound it in between); both raise
+`PortInUseError`. `local_execution` retries such a clash on a new port.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ __all__ = [
     'WorkerUnavailableError',
     'find_free_port',
     'grpc_channel_options',
+    'listening_socket_count',
     'live_workers',
     'port_is_free',
     'stop_all_workers',
@@ -164,6 +166,53 @@ def port_is_free(port: int) -> bool:
     finally:
       sock.close()
   raise OSError(f'cannot test whether port {port} is free')
+
+
+def _listening_inodes(port: int) -> Optional[list[int]]:
+  """Inodes of TCP sockets in LISTEN state on `port` (any address) in this
+  network namespace, from /proc/net/tcp{,6}; None if unavailable."""
+  inodes = []
+  found_table = False
+  for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+    try:
+      with open(table) as f:
+        lines = f.readlines()[1:]
+    except OSError:
+      continue
+    found_table = True
+    for line in lines:
+      fields = line.split()
+      if len(fields) > 9 and fields[3] == '0A':  # TCP_LISTEN
+        if int(fields[1].rsplit(':', 1)[1], 16) == port:
+          inodes.append(int(fields[9]))
+  return inodes if found_table else None
+
+
+def listening_socket_count(port: int) -> int:
+  """Number of TCP sockets listening on `port` here; -1 if unknown."""
+  inodes = _listening_inodes(port)
+  return -1 if inodes is None else len(inodes)
+
+
+def _listens_on(pid: int, port: int) -> Optional[bool]:
+  """Whether process `pid` holds a listening socket on `port` (None: unknown)."""
+  inodes = _listening_inodes(port)
+  if inodes is None:
+    return None
+  if not inodes:
+    return False
+  wanted = {f'socket:[{inode}]' for inode in inodes}
+  try:
+    fds = os.listdir(f'/proc/{pid}/fd')
+  except OSError:
+    return None
+  for fd in fds:
+    try:
+      if os.readlink(f'/proc/{pid}/fd/{fd}') in wanted:
+        return True
+    except OSError:
+      continue
+  return False
 
 
 def find_free_port() -> int:
@@ -411,7 +460,13 @@ class WorkerProcess:
       if self._log_path is None:
         log_file = subprocess.DEVNULL
       else:
-        log_file = open(self._log_path, 'ab')  # pylint: disable=consider-using-with
+        try:
+          log_file = open(self._log_path, 'ab')  # pylint: disable=consider-using-with
+        except OSError as e:
+          raise WorkerStartError(
+              f'cannot open TFF worker log file {self._log_path}:'
+              f' {e.strerror or e}'
+          ) from None
       try:
         self._proc = _SPAWNER.popen(
             args,
@@ -469,9 +524,24 @@ class WorkerProcess:
           )
         try:
           ready.result(timeout=min(0.2, remaining))
-          return self
         except grpc.FutureTimeoutError:
           continue
+        # Something answers on the port; make sure it is (also) our process.
+        if _listens_on(self._proc.pid, self._port) is False:
+          time.sleep(min(0.05, max(0.0, remaining)))
+          continue
+        listeners = listening_socket_count(self._port)
+        if listeners > 1:
+          # Another server bound the port between our check and the
+          # worker's bind (SO_REUSEPORT lets both succeed): connections
+          # would be split between the two. Back off.
+          self.stop()
+          raise PortInUseError(
+              f'port {self._port} is shared with another server'
+              f' ({listeners} listening sockets); cannot use it for a TFF'
+              ' worker'
+          )
+        return self
     finally:
       channel.close()
 

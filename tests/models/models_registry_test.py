@@ -1,0 +1,176 @@
+"""Tests of the model registry: names, seeding, logits, input-shape checks."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_hetero import models
+
+# One input shape each model is meant for.
+TYPICAL_SHAPES = {
+    "mnist_cnn": (28, 28, 1),
+    "mnist_cnn_feddst": (28, 28, 1),
+    "cifar_cnn": (32, 32, 3),
+    "small_cnn": (8, 8, 1),
+    "mlp": (8, 8, 1),
+    "mnist_2nn": (28, 28, 1),
+}
+
+
+def _weights_equal(a, b):
+  wa, wb = a.get_weights(), b.get_weights()
+  return len(wa) == len(wb) and all(np.array_equal(x, y) for x, y in zip(wa, wb))
+
+
+def test_every_registered_model_has_a_typical_shape_and_a_complete_spec():
+  assert set(models.MODELS) == set(TYPICAL_SHAPES)
+  assert models.model_names() == tuple(sorted(TYPICAL_SHAPES))
+  for name, spec in models.MODELS.items():
+    assert spec.name == name
+    assert callable(spec.factory)
+    assert spec.description and "\n" not in spec.description
+    assert spec.paper
+
+
+@pytest.mark.parametrize("name", sorted(TYPICAL_SHAPES))
+def test_models_output_logits_of_num_classes(name):
+  shape = TYPICAL_SHAPES[name]
+  model = models.build_model(name, shape, num_classes=7, seed=3)
+  assert isinstance(model, tf.keras.Model)
+  assert model.name == name
+  x = np.random.default_rng(0).normal(size=(5,) + shape).astype(np.float32)
+  y = model(x).numpy()
+  assert y.shape == (5, 7)
+  # Logits, not probabilities: the last layer is linear and the rows do not
+  # sum to 1.
+  last = model.layers[-1]
+  assert last.name == "logits"
+  assert last.get_config()["activation"] == "linear"
+  assert not np.allclose(y.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("name", ["mnist_cnn", "cifar_cnn", "mlp"])
+def test_same_seed_same_weights_other_seed_other_weights(name):
+  shape = TYPICAL_SHAPES[name]
+  first = models.build_model(name, shape, 10, seed=11)
+  # Unrelated TF randomness in between must not matter (no global-seed use).
+  tf.random.set_seed(12345)
+  tf.random.uniform((3,))
+  models.build_model("small_cnn", (8, 8, 1), 10, seed=11)
+  again = models.build_model(name, shape, 10, seed=11)
+  other = models.build_model(name, shape, 10, seed=12)
+  assert _weights_equal(first, again)
+  kernels_first = [w for w in first.get_weights() if w.ndim > 1]
+  kernels_other = [w for w in other.get_weights() if w.ndim > 1]
+  for a, b in zip(kernels_first, kernels_other):
+    assert not np.array_equal(a, b)
+
+
+def test_layers_of_one_model_get_distinct_seeds():
+  model = models.build_model("mnist_2nn", (28, 28, 1), 10, seed=0)
+  fc2 = model.get_layer("fc2").kernel.numpy()  # 200x200
+  fc1 = model.get_layer("fc1").kernel.numpy()[:200, :200]
+  assert not np.allclose(fc1 / np.abs(fc1).max(), fc2 / np.abs(fc2).max())
+
+
+def test_biases_start_at_zero():
+  model = models.build_model("cifar_cnn", (32, 32, 3), 10, seed=0)
+  for layer in model.layers:
+    if getattr(layer, "bias", None) is not None:
+      assert not np.any(layer.bias.numpy())
+
+
+def _one_line_model_error(call, *needles):
+  with pytest.raises(models.ModelError) as info:
+    call()
+  message = str(info.value)
+  assert "\n" not in message
+  for needle in needles:
+    assert needle in message, message
+  return message
+
+
+def test_unknown_name_lists_accepted_names():
+  _one_line_model_error(
+      lambda: models.build_model("resnet9000", (28, 28, 1), 10, 0),
+      "'resnet9000'", "accepted:", "mnist_cnn", "cifar_cnn", "mlp")
+
+
+def test_model_error_is_a_value_error():
+  assert issubclass(models.ModelError, ValueError)
+
+
+def test_mnist_cnn_rejects_8x8_digits_and_points_to_small_models():
+  _one_line_model_error(
+      lambda: models.build_model("mnist_cnn", (8, 8, 1), 10, 0),
+      "'mnist_cnn'", "at least 16x16", "8x8x1", "small_cnn", "mlp")
+  # The smallest size it accepts.
+  model = models.build_model("mnist_cnn", (16, 16, 1), 10, 0)
+  assert model.output_shape == (None, 10)
+  _one_line_model_error(
+      lambda: models.build_model("mnist_cnn", (15, 28, 1), 10, 0), "16x16")
+
+
+def test_feddst_variant_needs_13x13():
+  _one_line_model_error(
+      lambda: models.build_model("mnist_cnn_feddst", (12, 12, 1), 10, 0),
+      "at least 13x13")
+  assert models.build_model("mnist_cnn_feddst", (13, 13, 1), 10, 0)
+
+
+def test_small_models_take_8x8_digits():
+  for name in ("small_cnn", "mlp"):
+    model = models.build_model(name, (8, 8, 1), 10, 0)
+    assert model(np.zeros((2, 8, 8, 1), np.float32)).shape == (2, 10)
+  _one_line_model_error(
+      lambda: models.build_model("small_cnn", (3, 3, 1), 10, 0), "at least 4x4")
+
+
+def test_cifar_cnn_takes_24x24_crops_and_other_sizes():
+  model = models.build_model("cifar_cnn", (24, 24, 3), 10, 0)
+  assert model.get_layer("flatten").output_shape == (None, 6 * 6 * 64)
+  model = models.build_model("cifar_cnn", (32, 32, 3), 10, 0)
+  assert model.get_layer("flatten").output_shape == (None, 8 * 8 * 64)
+
+
+def test_mlp_takes_any_input_rank():
+  model = models.build_model("mlp", (64,), 3, 0)
+  assert model.output_shape == (None, 3)
+
+
+@pytest.mark.parametrize("shape", [(28, 28), (28, 28, 1, 1), (784,)])
+def test_cnns_need_rank_3_images(shape):
+  _one_line_model_error(
+      lambda: models.build_model("mnist_cnn", shape, 10, 0),
+      "(height, width, channels)")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(input_shape=(0, 8, 1)), "input_shape"),
+    (dict(input_shape="28x28"), "input_shape"),
+    (dict(input_shape=()), "input_shape"),
+    (dict(input_shape=(8.0, 8, 1)), "input_shape"),
+    (dict(num_classes=1), "num_classes"),
+    (dict(num_classes=2.5), "num_classes"),
+    (dict(num_classes=True), "num_classes"),
+    (dict(seed=-1), "seed"),
+    (dict(seed=1.5), "seed"),
+    (dict(seed=None), "seed"),
+])
+def test_bad_arguments_are_one_line_model_errors(kwargs, needle):
+  args = dict(name="small_cnn", input_shape=(8, 8, 1), num_classes=10, seed=0)
+  args.update(kwargs)
+  _one_line_model_error(lambda: models.build_model(**args), needle)
+
+
+def test_layer_names_are_stable():
+  model = models.build_model("mnist_cnn", (28, 28, 1), 10, 0)
+  assert [l.name for l in model.layers] == [
+      "image", "conv1", "pool1", "conv2", "pool2", "flatten", "fc1", "logits"]
+
+
+def test_input_shape_may_be_a_list_numpy_shape_or_tensor_shape():
+  for shape in ([8, 8, 1], np.zeros((8, 8, 1)).shape, tf.TensorShape([8, 8, 1]),
+                (np.int64(8), 8, 1)):
+    model = models.build_model("small_cnn", shape, 10, 0)
+    assert model.input_shape == (None, 8, 8, 1)

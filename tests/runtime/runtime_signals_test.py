@@ -1,0 +1,58 @@
+"""handle_termination: SIGTERM/SIGHUP raise `Terminated` once, then restore."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from tff_hetero import runtime
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGHUP])
+def test_signal_raises_terminated_and_handlers_are_restored(sig):
+  before = signal.getsignal(sig)
+  with pytest.raises(runtime.Terminated) as e:
+    with runtime.handle_termination():
+      os.kill(os.getpid(), sig)  # Handled at the next bytecode boundary.
+      for _ in range(1000):
+        pass
+      pytest.fail('no Terminated raised')
+  assert e.value.code == 128 + sig
+  assert e.value.signum == sig
+  assert str(e.value) == f'terminated by {signal.Signals(sig).name}'
+  assert isinstance(e.value, SystemExit)
+  assert not isinstance(e.value, Exception)  # `except Exception` won't eat it.
+  assert signal.getsignal(sig) is before
+
+
+def test_second_signal_does_not_interrupt_cleanup():
+  cleaned = []
+  with pytest.raises(runtime.Terminated):
+    with runtime.handle_termination():
+      try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6):
+          pass
+      finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # Ignored: clean-up goes on.
+        for _ in range(10**5):
+          pass
+        cleaned.append(True)
+  assert cleaned == [True]
+
+
+def test_no_op_outside_main_thread():
+  errors = []
+
+  def body():
+    try:
+      with runtime.handle_termination():
+        pass
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  thread = threading.Thread(target=body)
+  thread.start()
+  thread.join()
+  assert not errors

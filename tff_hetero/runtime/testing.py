@@ -1,0 +1,248 @@
+"""Test helpers: find TFF `worker_binary` processes and prove none outlives a run.
+
+A worker left behind by a run is an orphan: once its parent has died it is
+re-parented (to init or a subreaper), so "children of the run's process" no
+longer finds it. The reliable handle is the environment, which a worker
+inherits from the process that started it (ours or TFF's own `local_cpp`
+context alike) and keeps for life. So:
+
+    tag, env = tagged_env()                     # env = os.environ + a unique tag
+    proc = subprocess.Popen([sys.executable, '-m', 'pipelines.train', ...],
+                            env=env)
+    ...                                         # the run ends, however it ends
+    assert_no_workers_left(tag)                 # waits a little, then fails
+                                                # listing (and killing) leftovers
+
+Linux only (reads /proc). Processes of other users are skipped silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Optional
+
+__all__ = [
+    'TAG_VARIABLE',
+    'WorkerInfo',
+    'assert_all_gone',
+    'assert_no_workers_left',
+    'kill_pids',
+    'pid_alive',
+    'tagged_env',
+    'wait_until_gone',
+    'worker_pids_of',
+    'worker_processes',
+]
+
+TAG_VARIABLE = 'TFF_HETERO_TEST_RUN_TAG'
+_WORKER_NAME = 'worker_binary'
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+  """A live `worker_binary` process as seen in /proc."""
+
+  pid: int
+  ppid: int
+  pgid: int
+  state: str
+  cmdline: tuple[str, ...]
+  tag: Optional[str]
+
+
+def tagged_env(
+    base: Optional[Mapping[str, str]] = None, tag: Optional[str] = None
+) -> tuple[str, dict[str, str]]:
+  """Returns `(tag, env)`: a copy of `base` (default `os.environ`) with a
+  unique `TFF_HETERO_TEST_RUN_TAG`, to start a run whose workers can be found
+  later with `worker_processes(tag=tag)`."""
+  tag = tag or uuid.uuid4().hex
+  env = dict(os.environ if base is None else base)
+  env[TAG_VARIABLE] = tag
+  return tag, env
+
+
+def _read(path: str) -> Optional[bytes]:
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except OSError:  # Gone, or not ours to read.
+    return None
+
+
+def _stat(pid: int) -> Optional[tuple[str, int, int]]:
+  """(state, ppid, pgid) from /proc/PID/stat, or None."""
+  raw = _read(f'/proc/{pid}/stat')
+  if raw is None:
+    return None
+  text = raw.decode('utf-8', 'replace')
+  # The command name is in parentheses and may contain spaces: split after it.
+  fields = text[text.rfind(')') + 2 :].split()
+  if len(fields) < 3:
+    return None
+  return fields[0], int(fields[1]), int(fields[2])
+
+
+def _tag_of(pid: int) -> Optional[str]:
+  raw = _read(f'/proc/{pid}/environ')
+  if not raw:
+    return None
+  prefix = TAG_VARIABLE.encode() + b'='
+  for entry in raw.split(b'\0'):
+    if entry.startswith(prefix):
+      return entry[len(prefix) :].decode('utf-8', 'replace')
+  return None
+
+
+def _is_worker(pid: int) -> Optional[tuple[str, ...]]:
+  comm = _read(f'/proc/{pid}/comm')
+  if comm is None or comm.strip() != _WORKER_NAME.encode():
+    return None
+  cmdline = _read(f'/proc/{pid}/cmdline') or b''
+  return tuple(a.decode('utf-8', 'replace') for a in cmdline.split(b'\0') if a)
+
+
+def worker_processes(
+    *,
+    tag: Optional[str] = None,
+    parent: Optional[int] = None,
+    pgid: Optional[int] = None,
+    include_zombies: bool = False,
+) -> list[WorkerInfo]:
+  """Live `worker_binary` processes, optionally filtered.
+
+  Args:
+    tag: only those whose environment carries this `tagged_env` tag (finds
+      orphans of a dead run).
+    parent: only direct children of this pid (only works while it lives).
+    pgid: only members of this process group (our own workers each lead a
+      group of their own; TFF's `local_cpp` worker shares its parent's).
+    include_zombies: also list exited-but-unreaped ones (state 'Z').
+  """
+  found = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    pid = int(entry)
+    cmdline = _is_worker(pid)
+    if cmdline is None:
+      continue
+    stat = _stat(pid)
+    if stat is None:
+      continue
+    state, ppid, group = stat
+    if state in ('Z', 'X') and not include_zombies:
+      continue
+    if parent is not None and ppid != parent:
+      continue
+    if pgid is not None and group != pgid:
+      continue
+    process_tag = _tag_of(pid)
+    if tag is not None and process_tag != tag:
+      continue
+    found.append(WorkerInfo(pid, ppid, group, state, cmdline, process_tag))
+  return found
+
+
+def worker_pids_of(pid: int) -> list[int]:
+  """PIDs of live `worker_binary` processes whose parent is `pid`."""
+  return [w.pid for w in worker_processes(parent=pid)]
+
+
+def pid_alive(pid: int) -> bool:
+  """True if `pid` exists and is not (entirely) a zombie.
+
+  A multi-threaded process whose main thread has exited shows as a zombie
+  while its other threads are still tearing down (and may still hold its
+  sockets, e.g. a worker's listening port): that counts as alive here.
+  """
+  stat = _stat(pid)
+  if stat is None:
+    return False
+  if stat[0] not in ('Z', 'X'):
+    return True
+  try:
+    tasks = os.listdir(f'/proc/{pid}/task')
+  except OSError:
+    return False
+  for tid in tasks:
+    raw = _read(f'/proc/{pid}/task/{tid}/stat')
+    if raw is None:
+      continue
+    text = raw.decode('utf-8', 'replace')
+    state = text[text.rfind(')') + 2 :].split()[:1]
+    if state and state[0] not in ('Z', 'X'):
+      return True
+  return False
+
+
+def _worker_alive(pid: int) -> bool:
+  # Checking the name too guards against a recycled pid.
+  return pid_alive(pid) and _is_worker(pid) is not None
+
+
+def wait_until_gone(pids: Iterable[int], timeout_s: float = 5.0) -> list[int]:
+  """Waits up to `timeout_s` for `pids` to exit; returns those still alive."""
+  pids = list(pids)
+  deadline = time.monotonic() + timeout_s
+  while True:
+    alive = [p for p in pids if pid_alive(p)]
+    if not alive or time.monotonic() >= deadline:
+      return alive
+    time.sleep(0.05)
+
+
+def kill_pids(pids: Iterable[int]) -> None:
+  """SIGKILLs `pids` (ignoring those already gone). Only pass pids you own."""
+  for pid in pids:
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+
+
+def assert_no_workers_left(
+    tag: Optional[str] = None,
+    *,
+    pids: Iterable[int] = (),
+    timeout_s: float = 5.0,
+    kill: bool = True,
+) -> None:
+  """Fails unless every worker of the run is gone within `timeout_s`.
+
+  The run's workers are those carrying `tag` (see `tagged_env`) plus the
+  explicit `pids` (e.g. printed by the run; a pid counts only while it is
+  still a `worker_binary`, so a recycled pid is never blamed or killed).
+  Leftovers are SIGKILLed (when `kill`) so that one failing test does not
+  leak into the next, and an AssertionError lists them.
+  """
+  deadline = time.monotonic() + timeout_s
+  explicit = list(pids)
+  while True:
+    leftovers = {p for p in explicit if _worker_alive(p)}
+    if tag is not None:
+      leftovers.update(w.pid for w in worker_processes(tag=tag))
+    if not leftovers or time.monotonic() >= deadline:
+      break
+    time.sleep(0.05)
+  if leftovers:
+    if kill:
+      kill_pids(leftovers)
+    raise AssertionError(
+        f'TFF worker process(es) still alive {timeout_s:g}s after the run'
+        f' ended: {sorted(leftovers)}'
+    )
+
+
+def assert_all_gone(
+    pids: Iterable[int], timeout_s: float = 5.0, *, kill: bool = True
+) -> None:
+  """Fails unless every pid in `pids` (e.g. from `worker_pids_of` while the
+  run was alive) has exited within `timeout_s`; leftovers are SIGKILLed when
+  `kill`. Same as `assert_no_workers_left(pids=pids)`."""
+  assert_no_workers_left(None, pids=pids, timeout_s=timeout_s, kill=kill)

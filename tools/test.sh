@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The project's test command: bootstraps .venv (tools/bootstrap.sh), then runs pytest on
+# tests/ (files *_test.py) from the repo root. Arguments go to pytest:
+#
+#   tools/test.sh                         # everything under tests/
+#   tools/test.sh -k partition -x         # options apply to tests/
+#   tools/test.sh tests/data              # a path given: only that path
+#
+# Exit code: pytest's (0 all passed, 1 failures, 5 no tests collected, ...).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$REPO_ROOT/tools/bootstrap.sh"
+cd "$REPO_ROOT"
+
+# Run tests/ unless the arguments already name a test path (file, dir or node id).
+targets=(tests)
+for arg in "$@"; do
+  if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+    targets=()
+    break
+  fi
+done
+
+exec .venv/bin/python -m pytest "${targets[@]}" "$@"
