@@ -7,8 +7,10 @@ exits (its clean-up lives in a `__del__` that fails at interpreter shutdown).
 
 * stdin, stdout and stderr are never inherited (a log file or `/dev/null`), so
   an orphan could not hold a pipe open even if one survived;
-* the child calls `prctl(PR_SET_PDEATHSIG, SIGTERM)` before `exec`, so the
-  kernel sends it SIGTERM when its parent dies, SIGKILL of the parent included;
+* the child is started through `_pdeathsig_exec.py`, which calls
+  `prctl(PR_SET_PDEATHSIG, SIGTERM)` and then execs the binary (same pid), so
+  the kernel sends it SIGTERM when its parent dies, SIGKILL of the parent
+  included (not a `preexec_fn`: see `_with_pdeathsig` for why);
 * it runs in its own process group (see "Process group" below);
 * every live worker is kept in a module registry and an `atexit` hook stops
   whatever is still running at interpreter exit;
@@ -46,13 +48,13 @@ answers (another server may have bound it in between); both raise
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import os
 import queue
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -80,7 +82,6 @@ __all__ = [
 DEFAULT_MAX_MESSAGE_MB = 2000
 _MAX_MESSAGE_MB_LIMIT = 2047
 
-_PR_SET_PDEATHSIG = 1
 
 
 class WorkerUnavailableError(RuntimeError):
@@ -235,38 +236,27 @@ def find_free_port() -> int:
 # ---------------------------------------------------------------------------
 # Spawning with PR_SET_PDEATHSIG from a thread that lives as long as we do.
 
-try:
-  _LIBC = ctypes.CDLL(None, use_errno=True)
-  _PRCTL = _LIBC.prctl
-  _PRCTL.restype = ctypes.c_int
-  _PRCTL.argtypes = [
-      ctypes.c_int,
-      ctypes.c_ulong,
-      ctypes.c_ulong,
-      ctypes.c_ulong,
-      ctypes.c_ulong,
-  ]
-except (OSError, AttributeError):  # Not Linux.
-  _PRCTL = None
+_PDEATHSIG_EXEC = os.path.join(os.path.dirname(__file__), '_pdeathsig_exec.py')
 
 
-def _make_preexec_fn(parent_pid: int):
-  """Returns a `preexec_fn` for the child: die with the parent.
+def _with_pdeathsig(args: Sequence[str]) -> list[str]:
+  """`args` run through `_pdeathsig_exec.py`: the program gets SIGTERM when
+  the thread that spawns it (see `_Spawner`) dies.
 
-  Everything it touches is prepared before the fork (ctypes function loaded at
-  import), as recommended for `preexec_fn`.
+  Not `preexec_fn`: that makes `subprocess` use `fork()`, whose gRPC
+  `pthread_atfork` handlers were seen to deadlock this process inside
+  `fork()` (gRPC channels open, TFF 0.87 / grpcio 1.74). Without it,
+  `subprocess` uses `vfork()`, which runs no fork handlers.
   """
-  prctl = _PRCTL
-
-  def preexec():
-    if prctl is not None:
-      prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    # The parent may have died between fork() and prctl(): then nobody would
-    # ever send us the death signal.
-    if os.getppid() != parent_pid:
-      os._exit(1)  # pylint: disable=protected-access
-
-  return preexec
+  return [
+      sys.executable,
+      '-I',
+      '-S',
+      _PDEATHSIG_EXEC,
+      str(os.getpid()),
+      str(int(signal.SIGTERM)),
+      *args,
+  ]
 
 
 class _Spawner:
@@ -469,13 +459,12 @@ class WorkerProcess:
           ) from None
       try:
         self._proc = _SPAWNER.popen(
-            args,
+            _with_pdeathsig(args),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT if self._log_path else subprocess.DEVNULL,
             close_fds=True,
             process_group=0,
-            preexec_fn=_make_preexec_fn(os.getpid()),
         )
       except OSError as e:
         raise WorkerStartError(
