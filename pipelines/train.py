@@ -76,45 +76,38 @@ _FLUCTUATION = flags.DEFINE_string(
     "Relative std of seeded per-round capacity fluctuation: one value or one"
     " per tier, colon-separated (default 0).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_CLIENT_MOMENTUM = flags.DEFINE_float(
+    "client_momentum", 0.0, "Client SGD momentum, in [0, 1).")
+_POOL_RATIOS = flags.DEFINE_string(
+    "pool_ratios", "0.66:0.4",
+    "AdaptiveFL/Decoupled pool: width ratios of the M and S levels, M:S.")
+_POOL_STARTS = flags.DEFINE_string(
+    "pool_start_indices", "",
+    "AdaptiveFL pool: start indices I_1:I_2:...:I_p, decreasing (default:"
+    " the model's, e.g. 8:6:4 for vgg16); one index is the coarse pool.")
+_SELECTION = flags.DEFINE_string(
+    "adaptivefl_selection", "rl",
+    "AdaptiveFL client selection: rl (the paper's), greedy, random,"
+    " curiosity, resource.")
+_MIN_START = flags.DEFINE_integer(
+    "prune_min_start_index", 0,
+    "AdaptiveFL: a device prunes only to pool members with I >= this (tau).")
+_HETEROFL_RATES = flags.DEFINE_string(
+    "heterofl_rates", "",
+    "HeteroFL width rate per tier of --tiers, colon-separated (default"
+    " 0.25:0.5:1 for weak:medium:strong).")
 
 
 def config_from_flags():
+  """An `ExperimentConfig` from the flags: every field of the same name."""
+  import attrs  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
-  return ExperimentConfig(
-      algorithm=_A.value,
-      dataset=_DATASET.value,
-      data_dir=_DATA_DIR.value,
-      model=_MODEL.value,
-      partition=_PARTITION.value,
-      alpha=_ALPHA.value,
-      shards_per_client=_SHARDS.value,
-      min_samples_per_client=_MIN_SAMPLES.value,
-      val_fraction=_VAL_FRACTION.value,
-      num_clients=_NUM_CLIENTS.value,
-      clients_per_round=_CPR.value,
-      rounds=_ROUNDS.value,
-      local_epochs=_EPOCHS.value,
-      batch_size=_BATCH.value,
-      client_lr=_CLIENT_LR.value,
-      server_lr=_SERVER_LR.value,
-      prox_mu=_PROX_MU.value,
-      server_adam_epsilon=_ADAM_EPS.value,
-      seed=_SEED.value,
-      eval_every=_EVAL_EVERY.value,
-      checkpoint_every=_CKPT_EVERY.value,
-      root_output_dir=_ROOT.value,
-      experiment_name=_NAME.value,
-      resume=_RESUME.value,
-      executor=_EXECUTOR.value,
-      workers=tuple(_WORKERS.value),
-      worker_timeout_s=_WORKER_TIMEOUT.value,
-      tiers=_TIERS.value,
-      tier_proportions=_TIER_PROPORTIONS.value,
-      tier_capacities=_TIER_CAPACITIES.value,
-      tier_availability=_TIER_AVAILABILITY.value,
-      tier_fluctuation=_FLUCTUATION.value,
-      progress=_PROGRESS.value,
-  )
+  values = {}
+  for field in attrs.fields(ExperimentConfig):
+    if field.name in flags.FLAGS:
+      value = flags.FLAGS[field.name].value
+      values[field.name] = tuple(value) if isinstance(value, list) else value
+  return ExperimentConfig(**values)
 
 
 def main(argv: list[str]) -> None:

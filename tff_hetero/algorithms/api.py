@@ -39,6 +39,10 @@ class Task:
     training_flops_per_example: Compute of one forward+backward pass of the
       full model on one example, in multiply-accumulates, the unit FL papers
       report as FLOPs (see `tff_hetero.models.counting`).
+    width_model_fn: `widths -> tf.keras.Model`: the model narrowed to one
+      output width per width unit (`tff_hetero.models.width`), seeded like
+      `model_fn`; None when the model has no width knobs.
+    width_units: The model's width units (empty without width knobs).
   """
 
   model_name: str
@@ -47,14 +51,20 @@ class Task:
   num_classes: int
   element_spec: Any
   training_flops_per_example: int
+  width_model_fn: Optional[Callable[[Sequence[int]], tf.keras.Model]] = None
+  width_units: tuple[Any, ...] = ()
 
-  def tff_model_fn(self):
-    """A no-arg function building a `tff.learning.models.VariableModel`."""
+  def tff_model_fn(self, keras_model_fn=None):
+    """A no-arg function building a `tff.learning.models.VariableModel`.
+
+    Of the task's model, or of `keras_model_fn`'s (e.g. a sub-model).
+    """
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    keras_model_fn = keras_model_fn or self.model_fn
 
     def model_fn():
       return tff.learning.models.from_keras_model(
-          self.model_fn(),
+          keras_model_fn(),
           loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
           input_spec=self.element_spec,
           metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
@@ -79,6 +89,10 @@ class ClientRound:
       read it (AdaptiveFL's server) only pass it to the client computation.
     state: Its persistent state from the client-state store (or the
       algorithm's `initial_client_state()` the first time).
+    tier: Its device tier name. Only algorithms whose paper assumes the
+      server knows each device's class (HeteroFL, Decoupled) may read it.
+    assignment: What the algorithm's `plan_round` decided for this client
+      (e.g. the sub-model it is sent), or None.
   """
 
   client_id: str
@@ -86,6 +100,38 @@ class ClientRound:
   num_examples: int
   capacity: Any = None
   state: Any = None
+  tier: Optional[str] = None
+  assignment: Any = None
+
+
+@attrs.frozen
+class Assignment:
+  """A client chosen for a round and what the server decided to send it."""
+
+  client_id: str
+  payload: Any = None
+
+
+@attrs.frozen
+class EvaluationModel:
+  """Weights to evaluate and the Keras model they belong to.
+
+  Attributes:
+    weights: `tff.learning.models.ModelWeights`.
+    model_fn: No-arg builder of the Keras model of these weights; None means
+      the task's model.
+  """
+
+  weights: Any
+  model_fn: Optional[Callable[[], tf.keras.Model]] = None
+
+
+class EvaluationData(abc.ABC):
+  """Client data the program lends to `evaluation_models` (e.g. for sBN)."""
+
+  @abc.abstractmethod
+  def client_datasets(self) -> list[tf.data.Dataset]:
+    """Every client's training data, batched, unshuffled, one epoch."""
 
 
 @attrs.frozen
@@ -114,6 +160,18 @@ class FederatedAlgorithm(abc.ABC):
   def initialize(self) -> Any:
     """Returns the initial server state (a structure of arrays)."""
 
+  def plan_round(self, state: Any, round_num: int, available: Sequence[str],
+                 size: int, sampler: Any) -> list[Assignment]:
+    """Chooses the round's clients among `available` (ids).
+
+    `sampler` is the program's checkpointed `CohortSampler`: its `sample`
+    draws uniformly without replacement and its `rng` (a NumPy Generator) is
+    the only randomness an algorithm may use here, so that resumed runs
+    choose what uninterrupted runs choose. Default: `size` clients uniformly.
+    """
+    del state, round_num
+    return [Assignment(c) for c in sampler.sample(available, size)]
+
   @abc.abstractmethod
   def next(self, state: Any, round_num: int,
            clients: Sequence[ClientRound]) -> RoundOutput:
@@ -127,14 +185,21 @@ class FederatedAlgorithm(abc.ABC):
     """Persistent state of a client never seen before; None if stateless."""
     return None
 
-  def evaluation_models(self, state: Any) -> "collections.OrderedDict[str, Any]":
-    """Named model weights to evaluate on the test set.
+  def evaluation_models(
+      self, state: Any, data: Optional[EvaluationData] = None
+  ) -> "collections.OrderedDict[str, EvaluationModel]":
+    """Named models to evaluate on the test set.
 
     The program reports the accuracy of the first entry as `accuracy`; more
     entries (e.g. each sub-model level) are reported with their name as a
-    prefix. Defaults to the global model.
+    prefix, and their mean as `avg_accuracy`. The first entry is also the
+    model the run saves at the end. `data` gives access to the clients'
+    training data for algorithms that calibrate models before evaluation
+    (static batch norm). Defaults to the global model.
     """
-    return collections.OrderedDict(global_model=self.model_weights(state))
+    del data
+    return collections.OrderedDict(
+        global_model=EvaluationModel(self.model_weights(state)))
 
 
 def to_numpy(structure: Any) -> Any:

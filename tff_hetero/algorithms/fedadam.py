@@ -18,17 +18,19 @@ from tff_hetero.algorithms import learning_process
 
 
 def build_fedadam_process(task: api.Task, *, client_lr: float,
-                          server_lr: float, beta_1: float = 0.9,
+                          server_lr: float, client_momentum: float = 0.0, beta_1: float = 0.9,
                           beta_2: float = 0.99, epsilon: float = 1e-3):
   return fedavg.build_fedavg_process(
-      task, client_lr=client_lr,
+      task, client_lr=client_lr, client_momentum=client_momentum,
       server_optimizer=tff.learning.optimizers.build_adam(
           learning_rate=server_lr, beta_1=beta_1, beta_2=beta_2,
           epsilon=epsilon))
 
 
-def build_fedadam(config, task: api.Task) -> api.FederatedAlgorithm:
+def build_fedadam(config, task: api.Task,
+                  client_ids=()) -> api.FederatedAlgorithm:
+  del client_ids  # Every client is alike to fedadam.
   process = build_fedadam_process(
       task, client_lr=config.client_lr, server_lr=config.server_lr,
-      epsilon=config.server_adam_epsilon)
+      client_momentum=config.client_momentum, epsilon=config.server_adam_epsilon)
   return learning_process.LearningProcessAlgorithm("fedadam", process, task)

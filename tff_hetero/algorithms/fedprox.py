@@ -255,7 +255,8 @@ def build_proximal_client_work(
 
 
 def build_fedprox_process(task: api.Task, *, client_lr: float,
-                          server_lr: float, prox_mu: float):
+                          server_lr: float, prox_mu: float,
+                          client_momentum: float = 0.0):
   """FedProx as a measured `tff.learning.templates.LearningProcess`."""
   model_fn = task.tff_model_fn()
   parts = learning_process.measured_parts(task)
@@ -267,7 +268,7 @@ def build_fedprox_process(task: api.Task, *, client_lr: float,
   weights_type = initial_model_weights_fn.type_signature.result
   client_work = build_proximal_client_work(
       model_fn,
-      tff.learning.optimizers.build_sgdm(learning_rate=client_lr),
+      learning_process.client_sgd(client_lr, client_momentum),
       prox_mu,
       metrics_aggregator=parts.metrics_aggregator)
   aggregator = parts.model_aggregator.create(
@@ -280,8 +281,10 @@ def build_fedprox_process(task: api.Task, *, client_lr: float,
       aggregator, finalizer)
 
 
-def build_fedprox(config, task: api.Task) -> api.FederatedAlgorithm:
+def build_fedprox(config, task: api.Task,
+                  client_ids=()) -> api.FederatedAlgorithm:
+  del client_ids  # Every client is alike to fedprox.
   process = build_fedprox_process(
       task, client_lr=config.client_lr, server_lr=config.server_lr,
-      prox_mu=config.prox_mu)
+      prox_mu=config.prox_mu, client_momentum=config.client_momentum)
   return learning_process.LearningProcessAlgorithm("fedprox", process, task)

@@ -50,7 +50,17 @@ def measured_parts(task: api.Task, model_aggregator=None) -> MeasuredParts:
   )
 
 
-def _per_client(total: int, num_clients: int, what: str) -> int:
+def client_sgd(learning_rate: float, momentum: float = 0.0):
+  """The clients' optimizer: SGD, with heavy-ball momentum if `momentum` > 0.
+
+  Each client starts every round with fresh optimizer state (TFF's client
+  work initialises it per call), as in FedAvg and AdaptiveFL.
+  """
+  return tff.learning.optimizers.build_sgdm(
+      learning_rate=learning_rate, momentum=float(momentum) or None)
+
+
+def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   if num_clients <= 0:
     return 0
   share, remainder = divmod(int(total), int(num_clients))
@@ -86,8 +96,8 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
       raise RuntimeError(
           f"{self.name}: {n} clients sampled but the computation measured"
           f" {int(down['clients'])} downloads and {int(up['clients'])} uploads")
-    bytes_down = _per_client(down["bytes_down"], n, "download")
-    bytes_up = _per_client(
+    bytes_down = per_client_bytes(down["bytes_down"], n, "download")
+    bytes_up = per_client_bytes(
         int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)

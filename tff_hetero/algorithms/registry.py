@@ -1,6 +1,6 @@
 """Registry of algorithms the program and CLI can run.
 
-Each entry names a builder `(config, task) -> FederatedAlgorithm`; a new
+Each entry names a builder `(config, task, client_ids) -> FederatedAlgorithm`; a new
 algorithm registers itself here instead of growing an if/elif chain.
 """
 
@@ -11,9 +11,13 @@ from collections.abc import Callable
 
 import attrs
 
+from tff_hetero.algorithms import adaptivefl
+from tff_hetero.algorithms import all_large
+from tff_hetero.algorithms import decoupled
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms import heterofl
 
 
 @attrs.frozen
@@ -35,3 +39,9 @@ def register(name: str, builder: Callable, paper: str) -> None:
 register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017")
 register("fedprox", fedprox.build_fedprox, "Li et al. 2020")
 register("fedadam", fedadam.build_fedadam, "Reddi et al. 2021")
+register("adaptivefl", adaptivefl.build_adaptivefl, "Jia et al. 2024")
+register("heterofl", heterofl.build_heterofl, "Diao et al. 2021")
+register("all_large", all_large.build_all_large,
+         "McMahan et al. 2017, as AdaptiveFL's All-Large baseline")
+register("decoupled", decoupled.build_decoupled,
+         "AdaptiveFL's Decoupled baseline (Jia et al. 2024)")

@@ -46,6 +46,7 @@ class ExperimentConfig:
   local_epochs: int = 1
   batch_size: int = 20
   client_lr: float = 0.05
+  client_momentum: float = 0.0
   server_lr: float = 1.0
   prox_mu: float = 0.01
   server_adam_epsilon: float = 1e-3
@@ -65,6 +66,12 @@ class ExperimentConfig:
   tier_capacities: str = ""
   tier_availability: str = ""
   tier_fluctuation: str = ""
+  # Width-heterogeneous algorithms (AdaptiveFL, HeteroFL, Decoupled).
+  pool_ratios: str = "0.66:0.4"
+  pool_start_indices: str = ""
+  adaptivefl_selection: str = "rl"
+  prune_min_start_index: int = 0
+  heterofl_rates: str = ""
   progress: bool = True
 
   @property
@@ -116,6 +123,13 @@ class ExperimentConfig:
                         ("--server_adam_epsilon", self.server_adam_epsilon)):
       if not (math.isfinite(value) and value > 0):
         raise UsageError(flag, f"must be a finite number > 0, got {value}")
+    if not (math.isfinite(self.client_momentum) and
+            0 <= self.client_momentum < 1):
+      raise UsageError("--client_momentum",
+                       f"must be in [0, 1), got {self.client_momentum}")
+    if self.prune_min_start_index < 0:
+      raise UsageError("--prune_min_start_index",
+                       f"must be >= 0, got {self.prune_min_start_index}")
     if not (math.isfinite(self.prox_mu) and self.prox_mu >= 0):
       raise UsageError("--prox_mu", f"must be >= 0, got {self.prox_mu}")
     if not 0 <= self.val_fraction < 1:
@@ -152,3 +166,17 @@ def _one_of(flag: str, value: str, accepted) -> None:
   if value not in accepted:
     raise UsageError(flag, f"unknown value {value!r}; accepted: "
                      + ", ".join(accepted))
+
+
+def parse_number_list(flag: str, text: str, kind: type = float) -> list:
+  """`"0.66:0.4"` -> [0.66, 0.4]; `UsageError` naming `flag` if malformed."""
+  parts = [p.strip() for p in str(text).split(":")]
+  try:
+    values = [kind(p) for p in parts]
+  except ValueError:
+    raise UsageError(
+        flag, f"{text!r} is not a ':'-separated list of"
+        f" {'integers' if kind is int else 'numbers'}") from None
+  if kind is float and not all(math.isfinite(v) for v in values):
+    raise UsageError(flag, f"{text!r} holds a non-finite number")
+  return values

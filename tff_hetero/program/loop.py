@@ -78,6 +78,11 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
     return models_lib.build_model(config.model, splits.input_shape,
                                   splits.num_classes, seed=config.seed)
 
+  def width_model_fn(widths):
+    return models_lib.build_model(config.model, splits.input_shape,
+                                  splits.num_classes, seed=config.seed,
+                                  widths=tuple(widths))
+
   probe = model_fn()
   element_spec = collections.OrderedDict(
       x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
@@ -89,6 +94,9 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
       num_classes=splits.num_classes,
       element_spec=element_spec,
       training_flops_per_example=models_lib.training_flops_per_example(probe),
+      width_model_fn=width_model_fn,
+      width_units=models_lib.width_units(config.model, splits.input_shape,
+                                         splits.num_classes),
   )
 
 
@@ -124,7 +132,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   )
   task = build_task(config, splits)
   population = build_population(config, federated_data.client_ids, task)
-  algorithm = ALGORITHMS[config.algorithm].builder(config, task)
+  algorithm = ALGORITHMS[config.algorithm].builder(
+      config, task, federated_data.client_ids)
   return Experiment(config, splits, federated_data, population, task,
                     algorithm)
 
@@ -133,6 +142,20 @@ def _all_finite(structure) -> bool:
   return all(np.all(np.isfinite(np.asarray(leaf)))
              for leaf in tree.flatten(structure)
              if np.issubdtype(np.asarray(leaf).dtype, np.floating))
+
+
+class ClientTrainingData(api.EvaluationData):
+  """Every client's training data, one unshuffled epoch, for evaluation."""
+
+  def __init__(self, federated_data, batch_size: int):
+    self._fed = federated_data
+    self._batch_size = batch_size
+
+  def client_datasets(self):
+    return [data_lib.make_client_dataset(
+        self._fed.client_train(client_id), batch_size=self._batch_size,
+        local_epochs=1, shuffle_seed=None)
+            for client_id in self._fed.client_ids]
 
 
 @attrs.frozen
@@ -189,6 +212,8 @@ def run_experiment(
     evaluator = CentralEvaluator(experiment.task.model_fn,
                                  experiment.splits.test.x,
                                  experiment.splits.test.y)
+    evaluation_data = ClientTrainingData(fed, config.batch_size)
+    evaluated_first = None  # (round, weights) of the last evaluation's first model
     releaser = outputs.MetricsReleaser(experiment_dir)
     progress = ProgressBar(config.rounds, start_round - 1,
                            enabled=config.progress)
@@ -197,10 +222,12 @@ def run_experiment(
       for round_num in range(start_round, config.rounds + 1):
         round_start = time.monotonic()
         available = population.available_clients(round_num)
-        cohort = sampler.sample(available, config.clients_per_round)
-        seeds = sampler.shuffle_seeds(len(cohort))
+        assignments = algorithm.plan_round(server_state, round_num, available,
+                                           config.clients_per_round, sampler)
+        seeds = sampler.shuffle_seeds(len(assignments))
         clients = []
-        for client_id, shuffle_seed in zip(cohort, seeds):
+        for assignment, shuffle_seed in zip(assignments, seeds):
+          client_id = assignment.client_id
           arrays = fed.client_train(client_id)
           clients.append(api.ClientRound(
               client_id=client_id,
@@ -211,6 +238,8 @@ def run_experiment(
               num_examples=len(arrays) * config.local_epochs,
               capacity=population.capacity_at_round(client_id, round_num),
               state=client_states.get(client_id, client_template),
+              tier=population.tier_of(client_id),
+              assignment=assignment.payload,
           ))
         output = algorithm.next(server_state, round_num, clients)
         loss = float(output.metrics.get("loss", float("nan")))
@@ -228,12 +257,19 @@ def run_experiment(
         row = collections.OrderedDict(round=round_num)
         row.update(output.metrics)
         if round_num % config.eval_every == 0 or round_num == config.rounds:
-          for index, (name, weights) in enumerate(
-              algorithm.evaluation_models(server_state).items()):
-            result = evaluator(weights)
+          evaluated = algorithm.evaluation_models(server_state,
+                                                  evaluation_data)
+          accuracies = []
+          for index, (name, model) in enumerate(evaluated.items()):
+            result = evaluator(model.weights, model.model_fn)
             prefix = "" if index == 0 else f"{name}_"
             row[f"{prefix}accuracy"] = result["accuracy"]
             row[f"{prefix}test_loss"] = result["loss"]
+            accuracies.append(result["accuracy"])
+            if index == 0:
+              evaluated_first = (round_num, model.weights)
+          if len(accuracies) > 1:
+            row["avg_accuracy"] = float(np.mean(accuracies))
         else:
           row["accuracy"] = float("nan")
           row["test_loss"] = float("nan")
@@ -270,7 +306,11 @@ def run_experiment(
           last_checkpoint = round_num
     finally:
       progress.close()
-    final_weights = algorithm.model_weights(server_state)
+    if evaluated_first is not None and evaluated_first[0] == config.rounds:
+      final_weights = evaluated_first[1]
+    else:  # Resumed after the last round: nothing was evaluated here.
+      final_weights = next(iter(algorithm.evaluation_models(
+          server_state, evaluation_data).values())).weights
   save_model_weights(os.path.join(experiment_dir, outputs.FINAL_WEIGHTS),
                      final_weights)
 

@@ -20,6 +20,11 @@ class CohortSampler:
   def __init__(self, seed: int):
     self._rng = np.random.Generator(np.random.PCG64(seed))
 
+  @property
+  def rng(self) -> np.random.Generator:
+    """The generator itself, for algorithms that choose clients their way."""
+    return self._rng
+
   def get_state(self) -> Mapping[str, Any]:
     return self._rng.bit_generator.state
 

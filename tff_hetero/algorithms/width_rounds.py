@@ -1,0 +1,449 @@
+"""Heterogeneous rounds over width sub-models: one federated computation per group.
+
+The shared mechanics of HeteroFL, AdaptiveFL, All-Large and Decoupled
+(`heterofl.py`, `adaptivefl.py`, `all_large.py`, `decoupled.py`).
+
+A TFF value `{T}@CLIENTS` gives every client the same type, but a weak device
+must receive, and may only train, a narrower model than a strong one. A round
+therefore groups its cohort by (sub-model sent, sub-model trained) and runs
+one federated computation per group; the groups' aggregates are folded into
+running per-element sums on the server, and one server step applies them.
+
+Per group (sent level `s`, trained level `t`, both width sub-models of the
+server model `O`, `t` part of `s`), `group_round` is
+
+    (<O@SERVER, Sums@SERVER, {D*}@CLIENTS> -> <Sums@SERVER, M@SERVER>)
+
+built from typed parts, each a `tff.tensorflow.computation` or a TFF process:
+
+1. `extract_sent` (server):  (O -> S)  slices the server model's trainable
+   weights to level `s` (`tff_hetero.submodels.SubModelMap`);
+2. the measured broadcast of `tff_measure` sends S to each client and counts
+   the bytes each received;
+3. `prune` (client):  (S -> W_t)  slices what the client received to the
+   level it trains (the same level unless the device prunes further) and
+   adds the level's initial non-trainable values: with static batch norm
+   (`static_batch_norm.py`) running statistics are never sent or trained;
+4. local training: FedProx's client work (`fedprox.py`; with `prox_mu = 0`
+   exactly TFF FedAvg's) on the level-`t` model, giving the update
+   `w_received - w_trained` (T = W_t.trainable) weighted by the number of
+   examples processed;
+5. the upload: `tff_measure.MeasuredUploadFactory` around
+   `tff_hetero.aggregators.MaskedSumFactory` sums n_c x update and n_c;
+6. `fold` (server):  (<MaskedSums<T, float32>, Sums> -> Sums)  scatters the
+   group's sums into the server model's shapes (the weight sum times the
+   level's coverage mask) and adds them to the running sums.
+
+`Sums = MaskedSums<weighted_sum=O.trainable, weight_sum=O.trainable>`. After
+the last group, `apply_sums`
+
+    (<O.trainable, Sums, float32> -> O.trainable)
+
+computes `w - server_lr * masked_mean_or_zero(Sums)`: with `server_lr = 1`
+every element some client trained becomes the example-weighted mean of the
+trained values, every other element keeps its value (AdaptiveFL's Algorithm 2,
+HeteroFL's aggregation of overlapping sub-matrices weighted by data size).
+Computations are built once per group kind and cached.
+
+Accounting is measured inside the computations on the tensors sent: each
+client's download is the sent sub-model's trainable weights, its upload the
+update of the level it trained, its weight and its metric sums; its compute is
+the examples it processed times the trained level's training MACs per example.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import attrs
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero import models as models_lib
+from tff_hetero.accounting import ClientTraffic
+from tff_hetero.accounting import payload
+from tff_hetero.accounting import tff_measure
+from tff_hetero.aggregators import MaskedSumFactory
+from tff_hetero.aggregators import MaskedSums
+from tff_hetero.aggregators import add_masked_sums
+from tff_hetero.aggregators import masked_mean_or_zero
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import static_batch_norm
+from tff_hetero.models import width as width_lib
+from tff_hetero.submodels.maps import SubModelMap
+
+
+@attrs.frozen
+class Level:
+  """One model width of a catalog.
+
+  Attributes:
+    index: Position in the catalog.
+    name: e.g. `L1`, `M2`, `x0.5`.
+    widths: Output width of every width unit.
+    keras_fn: No-arg builder of this level's Keras model.
+    params: Trainable parameters.
+    training_flops_per_example: Forward + backward MACs per example.
+  """
+
+  index: int
+  name: str
+  widths: tuple[int, ...]
+  keras_fn: Callable[[], tf.keras.Model] = attrs.field(eq=False)
+  params: int
+  training_flops_per_example: int
+
+
+def _numpy_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  return tff.learning.models.ModelWeights(
+      trainable=[np.asarray(v.numpy()) for v in model.trainable_weights],
+      non_trainable=[np.asarray(v.numpy()) for v in model.non_trainable_weights])
+
+
+class LevelCatalog:
+  """The widths a heterogeneous algorithm trains, with models, costs and maps.
+
+  `levels` are (name, widths) pairs; `outer` names the server model's level
+  (by default the last); every level must be part of it.
+  """
+
+  def __init__(self, task: api.Task, levels: Sequence[tuple[str, Sequence[int]]],
+               outer: Optional[str] = None):
+    if task.width_model_fn is None:
+      raise models_lib.ModelError(
+          f"model {task.model_name!r} has no width knobs")
+    self.task = task
+    built = []
+    for index, (name, widths) in enumerate(levels):
+      widths = tuple(int(w) for w in widths)
+      model = task.width_model_fn(widths)
+      keras_fn = _level_builder(task, widths)
+      built.append((Level(
+          index=index, name=name, widths=widths, keras_fn=keras_fn,
+          params=models_lib.count_params(model).trainable,
+          training_flops_per_example=models_lib.training_flops_per_example(
+              model)), model))
+    self.levels: tuple[Level, ...] = tuple(level for level, _ in built)
+    self._models = [model for _, model in built]
+    names = [level.name for level in self.levels]
+    if len(set(names)) != len(names):
+      raise ValueError(f"level names must be unique, got {names}")
+    self.outer = self.by_name(outer) if outer else self.levels[-1]
+    for level in self.levels:
+      if not width_lib.contains(self.outer.widths, level.widths):
+        raise ValueError(f"level {level.name} is not part of {self.outer.name}")
+    self._maps: dict[tuple[int, int], SubModelMap] = {}
+
+  def by_name(self, name: str) -> Level:
+    for level in self.levels:
+      if level.name == name:
+        return level
+    raise KeyError(name)
+
+  def map(self, outer: Level, inner: Level) -> SubModelMap:
+    """The map from level `outer` to its part `inner` (cached)."""
+    key = (outer.index, inner.index)
+    if key not in self._maps:
+      if not width_lib.contains(outer.widths, inner.widths):
+        raise ValueError(f"level {inner.name} is not part of {outer.name}")
+      self._maps[key] = SubModelMap.between(self._models[outer.index],
+                                            self._models[inner.index])
+    return self._maps[key]
+
+  def initial_weights(self, level: Level) -> tff.learning.models.ModelWeights:
+    """The seeded initial weights of `level`'s model, as NumPy arrays."""
+    return _numpy_weights(self._models[level.index])
+
+
+def _level_builder(task: api.Task, widths: tuple[int, ...]):
+  def build():
+    return task.width_model_fn(widths)
+  return build
+
+
+@attrs.frozen
+class Group:
+  """Clients of one round that receive level `sent` and train level `trained`."""
+
+  sent: Level
+  trained: Level
+  clients: tuple[api.ClientRound, ...]
+
+
+@attrs.frozen
+class GroupedRoundResult:
+  """What a heterogeneous round produced (see `HeterogeneousRounds.run`).
+
+  Attributes:
+    model: The new server model (`ModelWeights`; non-trainable unchanged).
+    metrics: `loss`, `train_accuracy` (example-weighted over all groups).
+    traffic: One measured `ClientTraffic` per client, in `groups` order.
+    sent_model_bytes: Sum over clients of the sub-model bytes received.
+    returned_model_bytes: Sum over clients of the update bytes returned
+      (model values only: weight and metrics excluded).
+    examples_expected / examples_processed: For divergence detection: TFF's
+      client work zeroes a client whose update is not finite.
+  """
+
+  model: Any
+  metrics: collections.OrderedDict
+  traffic: tuple[ClientTraffic, ...]
+  sent_model_bytes: int
+  returned_model_bytes: int
+  examples_expected: int
+  examples_processed: int
+
+
+class HeterogeneousRounds:
+  """Builds, caches and runs the group computations of one server model."""
+
+  def __init__(self, catalog: LevelCatalog, *, client_lr: float,
+               client_momentum: float = 0.0, prox_mu: float = 0.0,
+               server_lr: float = 1.0):
+    self.catalog = catalog
+    self._client_lr = float(client_lr)
+    self._client_momentum = float(client_momentum)
+    self._prox_mu = float(prox_mu)
+    self._server_lr = float(server_lr)
+    outer = catalog.outer
+    self._outer_trainable_type = tff.types.tensorflow_to_type(
+        [tf.TensorSpec(w.shape, tf.float32)
+         for w in catalog.initial_weights(outer).trainable])
+    self._sums_type = tff.types.to_type(MaskedSums(
+        self._outer_trainable_type, self._outer_trainable_type))
+    self._groups: dict[tuple[int, int], tff.Computation] = {}
+    self._deliveries: dict[int, tff.Computation] = {}
+    self._stats_queries: dict[int, Any] = {}
+    self._apply = self._build_apply()
+
+  # -- computations ------------------------------------------------------
+
+  def _trainable_type(self, level: Level):
+    return tff.types.tensorflow_to_type(
+        [tf.TensorSpec(w.shape, tf.float32)
+         for w in self.catalog.initial_weights(level).trainable])
+
+  def _build_apply(self) -> tff.Computation:
+    outer_type = self._outer_trainable_type
+
+    @tff.tensorflow.computation(outer_type, self._sums_type, np.float32)
+    def apply_sums(trainable, sums, server_lr):
+      update = masked_mean_or_zero(MaskedSums(*sums))
+      return [w - server_lr * u for w, u in zip(trainable, update)]
+
+    return apply_sums
+
+  def group_computation(self, sent: Level, trained: Level) -> tff.Computation:
+    """`group_round` of the module docstring for (sent, trained), cached."""
+    key = (sent.index, trained.index)
+    if key in self._groups:
+      return self._groups[key]
+    catalog = self.catalog
+    outer = catalog.outer
+    sent_map = catalog.map(outer, sent)
+    prune_map = catalog.map(sent, trained)
+    scatter_map = catalog.map(outer, trained)
+    coverage = scatter_map.coverage()
+    trained_non_trainable = catalog.initial_weights(trained).non_trainable
+    sent_type = self._trainable_type(sent)
+    trained_type = self._trainable_type(trained)
+    data_type = tff.SequenceType(
+        tff.types.tensorflow_to_type(catalog.task.element_spec))
+
+    @tff.tensorflow.computation(self._outer_trainable_type)
+    def extract_sent(trainable):
+      return sent_map.extract(trainable)
+
+    @tff.tensorflow.computation(sent_type)
+    def prune(received):
+      return tff.learning.models.ModelWeights(
+          trainable=prune_map.extract(received),
+          non_trainable=[tf.constant(v) for v in trained_non_trainable])
+
+    @tff.tensorflow.computation(trained_type)
+    def update_nbytes(update):
+      return payload.tf_dense_nbytes(update)
+
+    distributor = tff_measure.build_measured_broadcast_process(sent_type)
+    client_work = fedprox.build_proximal_client_work(
+        catalog.task.tff_model_fn(trained.keras_fn),
+        learning_process.client_sgd(self._client_lr, self._client_momentum),
+        self._prox_mu,
+        metrics_aggregator=tff_measure.measured_metrics_aggregator())
+    aggregator = tff_measure.MeasuredUploadFactory(MaskedSumFactory()).create(
+        trained_type, tff.TensorType(np.float32))
+    group_sums_type = aggregator.next.type_signature.result.result.member
+
+    @tff.tensorflow.computation(group_sums_type, self._sums_type)
+    def fold(group_sums, running):
+      weighted_sum, weight_sum = group_sums
+      scattered = MaskedSums(
+          scatter_map.scatter(list(weighted_sum)),
+          [tf.constant(c) * weight_sum for c in coverage])
+      return add_masked_sums(MaskedSums(*running), scattered)
+
+    @tff.federated_computation(
+        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+        tff.FederatedType(self._sums_type, tff.SERVER),
+        tff.FederatedType(data_type, tff.CLIENTS))
+    def group_round(server_trainable, running_sums, client_data):
+      sent_weights = tff.federated_map(extract_sent, server_trainable)
+      delivered = distributor.next(distributor.initialize(), sent_weights)
+      start = tff.federated_map(prune, delivered.result)
+      work = client_work.next(client_work.initialize(), start, client_data)
+      returned = tff.federated_sum(
+          tff.federated_map(update_nbytes, work.result.update))
+      uploaded = aggregator.next(aggregator.initialize(), work.result.update,
+                                 work.result.update_weight)
+      new_sums = tff.federated_map(fold, (uploaded.result, running_sums))
+      measurements = tff.federated_zip(collections.OrderedDict(
+          distributor=delivered.measurements,
+          train=work.measurements.train,
+          aggregator=uploaded.measurements,
+          returned_model_bytes=returned))
+      return new_sums, measurements
+
+    self._groups[key] = group_round
+    return group_round
+
+  def delivery_computation(self, sent: Level) -> tff.Computation:
+    """Sends level `sent` to clients that then train nothing (measured).
+
+        (<O@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
+    """
+    if sent.index in self._deliveries:
+      return self._deliveries[sent.index]
+    sent_map = self.catalog.map(self.catalog.outer, sent)
+    distributor = tff_measure.build_measured_broadcast_process(
+        self._trainable_type(sent))
+    data_type = tff.SequenceType(
+        tff.types.tensorflow_to_type(self.catalog.task.element_spec))
+
+    @tff.tensorflow.computation(self._outer_trainable_type)
+    def extract_sent(trainable):
+      return sent_map.extract(trainable)
+
+    @tff.federated_computation(
+        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+        tff.FederatedType(data_type, tff.CLIENTS))
+    def deliver(server_trainable, client_data):
+      del client_data  # Only sets the number of clients.
+      delivered = distributor.next(
+          distributor.initialize(),
+          tff.federated_map(extract_sent, server_trainable))
+      return delivered.measurements
+
+    self._deliveries[sent.index] = deliver
+    return deliver
+
+  # -- running -----------------------------------------------------------
+
+  def zero_sums(self) -> MaskedSums:
+    shapes = [w.shape for w in
+              self.catalog.initial_weights(self.catalog.outer).trainable]
+    return MaskedSums([np.zeros(s, np.float32) for s in shapes],
+                      [np.zeros(s, np.float32) for s in shapes])
+
+  def run(self, weights: tff.learning.models.ModelWeights,
+          groups: Sequence[Group],
+          unserved: Sequence[tuple[Level, api.ClientRound]] = ()
+          ) -> GroupedRoundResult:
+    """Runs every group on the server model `weights`, then the server step.
+
+    `unserved` clients received a sub-model but could train nothing of it:
+    their download is measured, they upload nothing.
+    """
+    trainable = [np.asarray(w) for w in weights.trainable]
+    sums = self.zero_sums()
+    traffic = []
+    loss_sum = accuracy_sum = 0.0
+    processed = expected = 0
+    sent_bytes = returned_bytes = 0
+    for group in groups:
+      clients = list(group.clients)
+      if not clients:
+        continue
+      computation = self.group_computation(group.sent, group.trained)
+      sums, measured = computation(trainable, sums,
+                                   [c.dataset for c in clients])
+      n = len(clients)
+      down, up = measured["distributor"], measured["aggregator"]
+      train = measured["train"]
+      if int(down["clients"]) != n or int(up["clients"]) != n:
+        raise RuntimeError(
+            f"group {group.sent.name}->{group.trained.name}: {n} clients but"
+            f" {int(down['clients'])} downloads, {int(up['clients'])} uploads"
+            " measured")
+      bytes_down = learning_process.per_client_bytes(down["bytes_down"], n,
+                                                     "download")
+      bytes_up = learning_process.per_client_bytes(
+          int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
+      sent_bytes += int(down["bytes_down"])
+      returned_bytes += int(measured["returned_model_bytes"])
+      group_examples = int(train["metrics"]["num_examples"])
+      processed += group_examples
+      expected += sum(c.num_examples for c in clients)
+      loss_sum += float(train["metrics"]["loss"]) * group_examples
+      accuracy_sum += float(
+          train["metrics"]["sparse_categorical_accuracy"]) * group_examples
+      flops = group.trained.training_flops_per_example
+      traffic.extend(
+          ClientTraffic(client_id=c.client_id, bytes_down=bytes_down,
+                        bytes_up=bytes_up, flops=c.num_examples * flops,
+                        examples=c.num_examples) for c in clients)
+    for sent, client in unserved:
+      measured = self.delivery_computation(sent)(trainable, [client.dataset])
+      traffic.append(ClientTraffic(
+          client_id=client.client_id, bytes_down=int(measured["bytes_down"]),
+          bytes_up=0, flops=0, examples=0))
+      sent_bytes += int(measured["bytes_down"])
+    new_trainable = self._apply(trainable, sums, np.float32(self._server_lr))
+    loss = loss_sum / processed if processed else math.nan
+    if processed != expected:
+      loss = math.nan  # A client diverged: TFF zeroed its update.
+    metrics = collections.OrderedDict(
+        loss=loss,
+        train_accuracy=accuracy_sum / processed if processed else math.nan)
+    return GroupedRoundResult(
+        model=tff.learning.models.ModelWeights(
+            trainable=[np.asarray(w) for w in new_trainable],
+            non_trainable=list(weights.non_trainable)),
+        metrics=metrics, traffic=tuple(traffic),
+        sent_model_bytes=sent_bytes, returned_model_bytes=returned_bytes,
+        examples_expected=expected, examples_processed=processed)
+
+  # -- evaluation --------------------------------------------------------
+
+  def evaluation_model(self, weights: tff.learning.models.ModelWeights,
+                       level: Level,
+                       data: Optional[api.EvaluationData]) -> api.EvaluationModel:
+    """Level `level` of the server model, with static BN statistics."""
+    level_map = self.catalog.map(self.catalog.outer, level)
+    extracted = tff.learning.models.ModelWeights(
+        trainable=[np.asarray(w) for w in level_map.extract(
+            list(weights.trainable))],
+        non_trainable=list(self.catalog.initial_weights(level).non_trainable))
+    if level.index not in self._stats_queries:
+      self._stats_queries[level.index] = (
+          static_batch_norm.build_statistics_query(
+              level.keras_fn, self.catalog.task.element_spec))
+    query = self._stats_queries[level.index]
+    if query is not None and data is not None:
+      calibrated = query(extracted, data.client_datasets())
+      extracted = tff.learning.models.ModelWeights(
+          trainable=[np.asarray(w) for w in calibrated.trainable],
+          non_trainable=[np.asarray(w) for w in calibrated.non_trainable])
+    return api.EvaluationModel(weights=extracted, model_fn=level.keras_fn)
+
+
+@attrs.frozen
+class WidthState:
+  """Server state of a width-heterogeneous algorithm: the server model."""
+
+  model: Any  # tff.learning.models.ModelWeights of the catalog's outer level
