@@ -5,8 +5,13 @@
     models.count_params(model).trainable   # 21840
     models.count_flops(model)              # 480500 forward MACs per example
 
-See `registry.py` for the names, `cnn.py` / `mlp.py` for the exact variants
-and their papers, and `counting.py` for the counting conventions.
+    units = models.width_units("vgg16", (32, 32, 3), 10)    # 15 WidthUnits
+    narrow = models.widths_for(units, 0.66, start_index=8)  # AdaptiveFL M1
+    models.build_model("vgg16", (32, 32, 3), 10, seed=0, widths=narrow)
+
+See `registry.py` for the names, `cnn.py` / `mlp.py` / `vgg.py` /
+`resnet.py` for the exact variants and their papers, `width.py` for width
+units, and `counting.py` for the counting conventions.
 """
 
 from tff_hetero.models.counting import LayerCost
@@ -21,6 +26,12 @@ from tff_hetero.models.registry import MODELS
 from tff_hetero.models.registry import ModelSpec
 from tff_hetero.models.registry import build_model
 from tff_hetero.models.registry import model_names
+from tff_hetero.models.registry import width_units
+from tff_hetero.models.width import WidthUnit
+from tff_hetero.models.width import check_widths
+from tff_hetero.models.width import contains
+from tff_hetero.models.width import full_widths
+from tff_hetero.models.width import widths_for
 
 __all__ = [
     "LayerCost",
@@ -29,10 +40,16 @@ __all__ = [
     "ModelSpec",
     "ParamCount",
     "TRAINING_MACS_MULTIPLIER",
+    "WidthUnit",
     "build_model",
+    "check_widths",
+    "contains",
     "count_flops",
     "count_params",
+    "full_widths",
     "layer_costs",
     "model_names",
     "training_flops_per_example",
+    "width_units",
+    "widths_for",
 ]

@@ -1,11 +1,21 @@
 """Convolutional networks of the papers, as seeded functional `tf.keras` models.
 
-Every factory has the signature `(input_shape, num_classes, seed) -> Model`,
-takes images shaped `(height, width, channels)` (channels last), outputs
-LOGITS (no softmax: train with `from_logits=True`) and initialises every
-kernel with Glorot-uniform under its own seed derived from `seed` (see
-`seeding.py`); biases start at zero. Layers have stable names (`conv1`,
-`pool1`, ..., `fc1`, `logits`) that the sub-model maps rely on.
+Every factory has the signature
+`(input_shape, num_classes, seed, widths=None) -> Model`, takes images shaped
+`(height, width, channels)` (channels last), outputs LOGITS (no softmax: train
+with `from_logits=True`) and initialises every kernel with Glorot-uniform
+under its own seed derived from `seed` (see `seeding.py`); biases start at
+zero. Layers have stable names (`conv1`, `pool1`, ..., `fc1`, `logits`) that
+the sub-model maps rely on.
+
+Widths (`width.py`): every convolution and every hidden dense layer is a width
+unit, convolutions first (`mnist_cnn`: conv1, conv2, fc1; `cifar_cnn`: conv1,
+conv2, fc1, fc2; `small_cnn`: conv1, conv2). `widths` narrows them: the same
+layers, names and variable order, each kernel narrowed on its output axis and
+on the input axis that reads a narrowed unit; the dense layer after `flatten`
+reads H*W*C' features (channels-last flatten of the narrowed feature map).
+`*_units(input_shape, num_classes)` lists a model's units (and raises
+`ModelError` for shapes the model cannot take).
 
 Parameter and MAC figures below are exact and asserted in
 `tests/models/models_counting_test.py` (MACs as defined in `counting.py`:
@@ -69,11 +79,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tff_hetero.models import width as width_lib
+from tff_hetero.models.blocks import numbered_units
 from tff_hetero.models.errors import ModelError
 from tff_hetero.models.seeding import SeedStream
 
 
-class _Stage(NamedTuple):
+class Stage(NamedTuple):
   """One spatial stage of a CNN: a convolution or a pooling window."""
 
   name: str
@@ -82,7 +94,7 @@ class _Stage(NamedTuple):
   padding: str  # "valid" or "same"
 
 
-def _stage_out(n: int, stage: _Stage) -> int | None:
+def _stage_out(n: int, stage: Stage) -> int | None:
   """Output length of `stage` on an input of length n, None if it cannot run."""
   if stage.padding == "same":
     return math.ceil(n / stage.stride)
@@ -91,7 +103,7 @@ def _stage_out(n: int, stage: _Stage) -> int | None:
   return (n - stage.window) // stage.stride + 1
 
 
-def _plan_out(n: int, plan: Sequence[_Stage]) -> tuple[int | None, str]:
+def _plan_out(n: int, plan: Sequence[Stage]) -> tuple[int | None, str]:
   """Runs the plan along one axis; returns (final length or None, failing stage)."""
   for stage in plan:
     out = _stage_out(n, stage)
@@ -101,7 +113,7 @@ def _plan_out(n: int, plan: Sequence[_Stage]) -> tuple[int | None, str]:
   return n, ""
 
 
-def _min_side(plan: Sequence[_Stage]) -> int:
+def _min_side(plan: Sequence[Stage]) -> int:
   n = 1
   while _plan_out(n, plan)[0] is None:
     n += 1
@@ -113,7 +125,7 @@ def _shape_text(shape: Sequence[int]) -> str:
 
 
 def check_image_input(model_name: str, input_shape: tuple[int, ...],
-                      plan: Sequence[_Stage] = (), hint: str = "") -> None:
+                      plan: Sequence[Stage] = (), hint: str = "") -> None:
   """Raises ModelError unless `input_shape` is (H, W, C) and `plan` fits it."""
   if len(input_shape) != 3:
     raise ModelError(
@@ -147,81 +159,129 @@ def _dense(units: int, seeds: SeedStream, name: str,
 _SMALL_INPUT_HINT = "for small images use small_cnn or mlp"
 
 _MNIST_CNN_PLAN = (
-    _Stage("conv1", 5, 1, "valid"), _Stage("pool1", 2, 2, "valid"),
-    _Stage("conv2", 5, 1, "valid"), _Stage("pool2", 2, 2, "valid"),
+    Stage("conv1", 5, 1, "valid"), Stage("pool1", 2, 2, "valid"),
+    Stage("conv2", 5, 1, "valid"), Stage("pool2", 2, 2, "valid"),
 )
 
 
-def _two_conv_mnist_net(name: str, plan: tuple[_Stage, ...],
-                        input_shape: tuple[int, ...], num_classes: int,
-                        seed: int) -> tf.keras.Model:
-  """conv(10) -> pool -> conv(20) -> pool -> fc50 -> fc, shaped by `plan`."""
+def _plain_units(*named_widths: tuple[str, int]) -> tuple[
+    width_lib.WidthUnit, ...]:
+  """One unit per layer (conv or hidden dense), named after the layer."""
+  return numbered_units(*((name, w, (name,)) for name, w in named_widths))
+
+
+def _two_conv_mnist_units(name: str, plan: tuple[Stage, ...],
+                          input_shape: tuple[int, ...]) -> tuple[
+                              width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape, plan, _SMALL_INPUT_HINT)
+  return _plain_units(("conv1", 10), ("conv2", 20), ("fc1", 50))
+
+
+def _two_conv_mnist_net(name: str, plan: tuple[Stage, ...],
+                        input_shape: tuple[int, ...], num_classes: int,
+                        seed: int,
+                        widths: Sequence[int] | None) -> tf.keras.Model:
+  """conv(10) -> pool -> conv(20) -> pool -> fc50 -> fc, shaped by `plan`."""
+  units = _two_conv_mnist_units(name, plan, input_shape)
+  conv1, conv2, fc1 = width_lib.check_widths(name, units, widths)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="image")
   x = inputs
-  for filters, conv, pool in ((10, plan[0], plan[1]), (20, plan[2], plan[3])):
+  for filters, conv, pool in ((conv1, plan[0], plan[1]),
+                              (conv2, plan[2], plan[3])):
     x = _conv(filters, conv.window, conv.padding, seeds, conv.name)(x)
     x = tf.keras.layers.MaxPooling2D(pool.window, pool.stride,
                                      padding=pool.padding, name=pool.name)(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
-  x = _dense(50, seeds, "fc1", "relu")(x)
+  x = _dense(fc1, seeds, "fc1", "relu")(x)
   logits = _dense(num_classes, seeds, "logits")(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def mnist_cnn(input_shape: tuple[int, ...], num_classes: int,
-              seed: int) -> tf.keras.Model:
+def mnist_cnn_units(input_shape: tuple[int, ...],
+                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  """conv1 (10), conv2 (20), fc1 (50)."""
+  del num_classes
+  return _two_conv_mnist_units("mnist_cnn", _MNIST_CNN_PLAN, input_shape)
+
+
+def mnist_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
+              widths: Sequence[int] | None = None) -> tf.keras.Model:
   """The 21,840-parameter MNIST CNN (FedDST/FedSGC description); see module doc."""
   return _two_conv_mnist_net("mnist_cnn", _MNIST_CNN_PLAN, input_shape,
-                             num_classes, seed)
+                             num_classes, seed, widths)
 
 
 _FEDDST_PLAN = (
-    _Stage("conv1", 5, 1, "valid"), _Stage("pool1", 3, 1, "valid"),
-    _Stage("conv2", 5, 1, "valid"), _Stage("pool2", 3, 1, "valid"),
+    Stage("conv1", 5, 1, "valid"), Stage("pool1", 3, 1, "valid"),
+    Stage("conv2", 5, 1, "valid"), Stage("pool2", 3, 1, "valid"),
 )
 
 
-def mnist_cnn_feddst(input_shape: tuple[int, ...], num_classes: int,
-                     seed: int) -> tf.keras.Model:
+def mnist_cnn_feddst_units(input_shape: tuple[int, ...],
+                           num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  """conv1 (10), conv2 (20), fc1 (50)."""
+  del num_classes
+  return _two_conv_mnist_units("mnist_cnn_feddst", _FEDDST_PLAN, input_shape)
+
+
+def mnist_cnn_feddst(input_shape: tuple[int, ...], num_classes: int, seed: int,
+                     widths: Sequence[int] | None = None) -> tf.keras.Model:
   """FedDST's reference `MNISTNet` (3x3 stride-1 pools, 261,840 parameters)."""
   return _two_conv_mnist_net("mnist_cnn_feddst", _FEDDST_PLAN, input_shape,
-                             num_classes, seed)
+                             num_classes, seed, widths)
 
 
-def cifar_cnn(input_shape: tuple[int, ...], num_classes: int,
-              seed: int) -> tf.keras.Model:
-  """FedAvg's CIFAR-10 CNN (TensorFlow tutorial, without LRN); see module doc."""
+def cifar_cnn_units(input_shape: tuple[int, ...],
+                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  """conv1 (64), conv2 (64), fc1 (384), fc2 (192)."""
+  del num_classes
   check_image_input("cifar_cnn", input_shape)
+  return _plain_units(("conv1", 64), ("conv2", 64), ("fc1", 384), ("fc2", 192))
+
+
+def cifar_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
+              widths: Sequence[int] | None = None) -> tf.keras.Model:
+  """FedAvg's CIFAR-10 CNN (TensorFlow tutorial, without LRN); see module doc."""
+  units = cifar_cnn_units(input_shape, num_classes)
+  conv1, conv2, fc1, fc2 = width_lib.check_widths("cifar_cnn", units, widths)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="image")
-  x = _conv(64, 5, "same", seeds, "conv1")(inputs)
+  x = _conv(conv1, 5, "same", seeds, "conv1")(inputs)
   x = tf.keras.layers.MaxPooling2D(3, 2, padding="same", name="pool1")(x)
-  x = _conv(64, 5, "same", seeds, "conv2")(x)
+  x = _conv(conv2, 5, "same", seeds, "conv2")(x)
   x = tf.keras.layers.MaxPooling2D(3, 2, padding="same", name="pool2")(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
-  x = _dense(384, seeds, "fc1", "relu")(x)
-  x = _dense(192, seeds, "fc2", "relu")(x)
+  x = _dense(fc1, seeds, "fc1", "relu")(x)
+  x = _dense(fc2, seeds, "fc2", "relu")(x)
   logits = _dense(num_classes, seeds, "logits")(x)
   return tf.keras.Model(inputs, logits, name="cifar_cnn")
 
 
 _SMALL_CNN_PLAN = (
-    _Stage("conv1", 3, 1, "same"), _Stage("pool1", 2, 2, "valid"),
-    _Stage("conv2", 3, 1, "same"), _Stage("pool2", 2, 2, "valid"),
+    Stage("conv1", 3, 1, "same"), Stage("pool1", 2, 2, "valid"),
+    Stage("conv2", 3, 1, "same"), Stage("pool2", 2, 2, "valid"),
 )
 
 
-def small_cnn(input_shape: tuple[int, ...], num_classes: int,
-              seed: int) -> tf.keras.Model:
-  """A small two-convolution CNN for 8x8 digits and test data; see module doc."""
+def small_cnn_units(input_shape: tuple[int, ...],
+                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  """conv1 (16), conv2 (32)."""
+  del num_classes
   check_image_input("small_cnn", input_shape, _SMALL_CNN_PLAN, "use mlp")
+  return _plain_units(("conv1", 16), ("conv2", 32))
+
+
+def small_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
+              widths: Sequence[int] | None = None) -> tf.keras.Model:
+  """A small two-convolution CNN for 8x8 digits and test data; see module doc."""
+  units = small_cnn_units(input_shape, num_classes)
+  conv1, conv2 = width_lib.check_widths("small_cnn", units, widths)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="image")
-  x = _conv(16, 3, "same", seeds, "conv1")(inputs)
+  x = _conv(conv1, 3, "same", seeds, "conv1")(inputs)
   x = tf.keras.layers.MaxPooling2D(2, 2, padding="valid", name="pool1")(x)
-  x = _conv(32, 3, "same", seeds, "conv2")(x)
+  x = _conv(conv2, 3, "same", seeds, "conv2")(x)
   x = tf.keras.layers.MaxPooling2D(2, 2, padding="valid", name="pool2")(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
   logits = _dense(num_classes, seeds, "logits")(x)

@@ -35,7 +35,9 @@ Compute (`count_flops`, `layer_costs`)
     Add/Concatenate/Multiply and other merges, Flatten/Reshape/padding/
     cropping/upsampling, dropout and noise, Lambda layers and TensorFlow ops
     called directly in a functional model (except matrix products and
-    convolutions, which raise). Embedding lookups count 0 (no arithmetic).
+    convolutions, which raise), and this package's own `ChannelShortcut`
+    (subsampling and zero-padding, `blocks.py`). Embedding lookups count 0
+    (no arithmetic).
   * Any other layer type raises `ModelError` naming it: a parametrised layer
     never silently costs 0. Each rule also predicts the layer's parameter
     count and raises if the layer holds a different number (a subclass with
@@ -66,6 +68,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from tff_hetero.models.blocks import ChannelShortcut
 from tff_hetero.models.errors import ModelError
 
 TRAINING_MACS_MULTIPLIER = 3
@@ -327,6 +330,8 @@ _FREE_LAYERS = (
 _RULES_BY_CLASS: dict[type, _Rule] = {}
 for _cls in _classes(*_FREE_LAYERS):
   _RULES_BY_CLASS[_cls] = _free
+# This package's parameter-free layers (the rule checks they hold no weights).
+_RULES_BY_CLASS[ChannelShortcut] = _free
 for _names, _rule in (
     (("Conv1D", "Conv2D", "Conv3D"), _conv),
     (("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), _conv_transpose),

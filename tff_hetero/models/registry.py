@@ -1,11 +1,20 @@
 """The model registry: names the CLI accepts, mapped to seeded Keras factories.
 
-`build_model(name, input_shape, num_classes, seed)` validates its arguments,
-looks the name up in `MODELS` and calls the factory. Every model outputs
-logits, and two builds with the same arguments have identical initial weights
-(each layer's initialiser carries an explicit seed derived from `seed`; the
-TensorFlow global seed plays no part). The variants, their papers and their
-exact parameter and MAC counts are documented in `cnn.py` and `mlp.py`.
+`build_model(name, input_shape, num_classes, seed, widths=None)` validates
+its arguments, looks the name up in `MODELS` and calls the factory. Every
+model outputs logits, and two builds with the same arguments have identical
+initial weights (each layer's initialiser carries an explicit seed derived
+from `seed`; the TensorFlow global seed plays no part). The variants, their
+papers and their exact parameter and MAC counts are documented in `cnn.py`,
+`mlp.py`, `vgg.py` and `resnet.py`.
+
+Every model is width-capable (`width.py`): `width_units(name, input_shape,
+num_classes)` lists its width units, and `build_model(..., widths=...)`
+builds the sub-model keeping the first `widths[k]` channels of unit k (same
+layers, names and variable order as the full model, narrower variables).
+`ModelSpec.default_start_indices` are the start indices I of AdaptiveFL's
+pool for the model (decreasing): the paper's (8, 6, 4) for VGG-16, and for the
+small models one, two or three indices down to 0 (I = 0 narrows every unit).
 
 A new model is added by appending its `ModelSpec` to `_SPECS`.
 """
@@ -21,9 +30,14 @@ import tensorflow as tf
 
 from tff_hetero.models import cnn
 from tff_hetero.models import mlp
+from tff_hetero.models import resnet
+from tff_hetero.models import vgg
+from tff_hetero.models import width as width_lib
 from tff_hetero.models.errors import ModelError
 
-ModelFactory = Callable[[tuple[int, ...], int, int], tf.keras.Model]
+ModelFactory = Callable[..., tf.keras.Model]
+WidthUnitsFn = Callable[[tuple[int, ...], int],
+                        tuple[width_lib.WidthUnit, ...]]
 
 
 @attrs.frozen
@@ -32,15 +46,22 @@ class ModelSpec:
 
   Attributes:
     name: Registry name (the `--model` flag value).
-    factory: `(input_shape, num_classes, seed) -> tf.keras.Model` (logits).
+    factory: `(input_shape, num_classes, seed, widths=None) ->
+      tf.keras.Model` (logits); `widths=None` builds the full model.
     description: One line: the variant, as precisely as it matters.
     paper: Where the architecture comes from.
+    width_units: `(input_shape, num_classes) -> tuple[WidthUnit, ...]`; may
+      raise `ModelError` for shapes the model cannot take.
+    default_start_indices: AdaptiveFL's start indices I for this model's pool,
+      decreasing, each below the number of units.
   """
 
   name: str
   factory: ModelFactory
   description: str
   paper: str
+  width_units: WidthUnitsFn
+  default_start_indices: tuple[int, ...]
 
 
 _SPECS = (
@@ -50,6 +71,8 @@ _SPECS = (
         description=("conv5x5(10,valid)-pool2-conv5x5(20,valid)-pool2-fc50-fc; "
                      "21,840 params on 28x28x1/10 classes; needs >= 16x16"),
         paper="Bibikar et al. 2022 (FedDST), as used by FedSGC",
+        width_units=cnn.mnist_cnn_units,
+        default_start_indices=(2, 1, 0),
     ),
     ModelSpec(
         name="mnist_cnn_feddst",
@@ -57,6 +80,8 @@ _SPECS = (
         description=("FedDST reference MNISTNet: conv5x5(10)-pool3/1-conv5x5(20)"
                      "-pool3/1-fc50-fc; 261,840 params on 28x28x1/10 classes"),
         paper="Bibikar et al. 2022 (FedDST), code bibikar/feddst models.py",
+        width_units=cnn.mnist_cnn_feddst_units,
+        default_start_indices=(2, 1, 0),
     ),
     ModelSpec(
         name="cifar_cnn",
@@ -65,6 +90,8 @@ _SPECS = (
                      "conv5x5(64)-pool3/2-fc384-fc192-fc; 1,756,426 params on "
                      "32x32x3/10 classes"),
         paper="McMahan et al. 2017 (FedAvg), from the TensorFlow CIFAR-10 tutorial",
+        width_units=cnn.cifar_cnn_units,
+        default_start_indices=(3, 2, 1),
     ),
     ModelSpec(
         name="small_cnn",
@@ -72,18 +99,83 @@ _SPECS = (
         description=("conv3x3(16,same)-pool2-conv3x3(32,same)-pool2-fc; 6,090 "
                      "params on 8x8x1/10 classes; for tiny images"),
         paper="none (this project's test model)",
+        width_units=cnn.small_cnn_units,
+        default_start_indices=(1, 0),
     ),
     ModelSpec(
         name="mlp",
         factory=mlp.mlp,
         description="flatten-fc64-fc; 4,810 params on 8x8x1/10 classes",
         paper="none (this project's test model)",
+        width_units=mlp.mlp_units,
+        default_start_indices=(0,),
     ),
     ModelSpec(
         name="mnist_2nn",
         factory=mlp.mnist_2nn,
         description="flatten-fc200-fc200-fc; 199,210 params on 28x28x1/10 classes",
         paper="McMahan et al. 2017 (FedAvg), the 2NN",
+        width_units=mlp.mnist_2nn_units,
+        default_start_indices=(1, 0),
+    ),
+    *(ModelSpec(
+        name=name,
+        factory=resnet.cifar_resnet(name),
+        description=(
+            f"CIFAR ResNet-{6 * n + 2}: conv3x3(16)-BN-ReLU, 3 stages x {n}"
+            f" BasicBlock(16/32/64), option-A shortcuts zero-padded at the end,"
+            f" GAP-fc; {params} params on 32x32x3/10 classes"),
+        paper="He et al. 2016 (ResNet), Section 4.2 (CIFAR-10)",
+        width_units=resnet.cifar_resnet_units(name),
+        default_start_indices=(3, 2, 1),
+    ) for name, n, params in (
+        ("resnet8", 1, "75,290"), ("resnet20", 3, "269,722"),
+        ("resnet32", 5, "464,154"), ("resnet56", 9, "853,018"),
+        ("resnet110", 18, "1,727,962"))),
+    ModelSpec(
+        name="resnet18",
+        factory=resnet.resnet18,
+        description=("CIFAR ResNet-18 (kuangliu): conv3x3(64)-BN-ReLU, 4 stages"
+                     " x 2 BasicBlock(64/128/256/512), 1x1 projection shortcuts,"
+                     " GAP-fc; 11,173,962 params on 32x32x3/10 classes"),
+        paper=("He et al. 2016 (ResNet); CIFAR form of kuangliu/pytorch-cifar,"
+               " as used by AdaptiveFL (whose code has 96 channels in stage 1)"),
+        width_units=resnet.resnet18_units,
+        default_start_indices=(3, 2, 1),
+    ),
+    ModelSpec(
+        name="vgg11",
+        factory=vgg.vgg11,
+        description=("VGG-11-BN (cfg A, conv3x3 with bias-BN-ReLU), 5th pool"
+                     " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
+                     " 256-256), dropout 0.5; 28,149,514 params on 32x32x3/10"
+                     " classes"),
+        paper=("Simonyan & Zisserman 2015 (VGG), as AdaptiveFL's code"
+               " mastlab-T3S/AdaptiveFL models/vgg.py"),
+        width_units=vgg.vgg11_units,
+        default_start_indices=(6, 4, 2),
+    ),
+    ModelSpec(
+        name="vgg16",
+        factory=vgg.vgg16,
+        description=("VGG-16-BN (cfg D, conv3x3 with bias-BN-ReLU), 5th pool"
+                     " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
+                     " 256-256), dropout 0.5; 33,646,666 params on 32x32x3/10"
+                     " classes (AdaptiveFL Table 1: 33.65M)"),
+        paper=("Simonyan & Zisserman 2015 (VGG), as AdaptiveFL (Jia et al."
+               " 2024) Table 1 and its code mastlab-T3S/AdaptiveFL models/vgg.py"),
+        width_units=vgg.vgg16_units,
+        default_start_indices=(8, 6, 4),
+    ),
+    ModelSpec(
+        name="vgg16_eighth",
+        factory=vgg.vgg16_eighth,
+        description=("vgg16 at 1/8 width (convs 8..64, fc 512-512 for 3-channel"
+                     " input, else 32-32); 234,946 params on 28x28x1/10"
+                     " classes; for fast offline runs"),
+        paper="none (this project's scaled-down AdaptiveFL VGG-16)",
+        width_units=vgg.vgg16_eighth_units,
+        default_start_indices=(8, 6, 4),
     ),
 )
 
@@ -116,8 +208,39 @@ def _check_input_shape(input_shape: object) -> tuple[int, ...]:
   return tuple(int(d) for d in dims)
 
 
+def get_spec(name: str) -> ModelSpec:
+  """The spec of registered model `name`; `ModelError` listing names if none."""
+  spec = MODELS.get(name) if isinstance(name, str) else None
+  if spec is None:
+    raise ModelError(
+        f"unknown model {name!r}; accepted: {', '.join(model_names())}")
+  return spec
+
+
+def _check_shape_and_classes(input_shape: object,
+                             num_classes: object) -> tuple[tuple[int, ...], int]:
+  shape = _check_input_shape(input_shape)
+  if not _is_int(num_classes) or num_classes < 2:
+    raise ModelError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+  return shape, int(num_classes)
+
+
+def width_units(name: str, input_shape: Sequence[int],
+                num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  """The width units of model `name` on this input (see `width.py`).
+
+  Raises:
+    ModelError: unknown name, malformed arguments, or an input shape the model
+      cannot take.
+  """
+  spec = get_spec(name)
+  shape, classes = _check_shape_and_classes(input_shape, num_classes)
+  return spec.width_units(shape, classes)
+
+
 def build_model(name: str, input_shape: Sequence[int], num_classes: int,
-                seed: int) -> tf.keras.Model:
+                seed: int,
+                widths: Sequence[int] | None = None) -> tf.keras.Model:
   """Builds registered model `name` (logits out, seeded initial weights).
 
   Args:
@@ -126,18 +249,27 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
       `(28, 28, 1)`.
     num_classes: Number of labels (>= 2): the width of the logits.
     seed: Non-negative integer; every layer's initialiser seed derives from it.
+    widths: One output width per width unit (`width_units`), each in
+      1..full width; None (or the full widths) builds the full model.
 
   Raises:
-    ModelError: unknown name, malformed arguments, or an input shape the model
-      cannot take (e.g. `mnist_cnn` on 8x8 images).
+    ModelError: unknown name, malformed arguments, widths that do not fit the
+      model's units, or an input shape the model cannot take (e.g.
+      `mnist_cnn` on 8x8 images).
   """
-  spec = MODELS.get(name) if isinstance(name, str) else None
-  if spec is None:
-    raise ModelError(
-        f"unknown model {name!r}; accepted: {', '.join(model_names())}")
-  shape = _check_input_shape(input_shape)
-  if not _is_int(num_classes) or num_classes < 2:
-    raise ModelError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+  spec = get_spec(name)
+  shape, classes = _check_shape_and_classes(input_shape, num_classes)
   if not _is_int(seed) or seed < 0:
     raise ModelError(f"seed must be a non-negative integer, got {seed!r}")
-  return spec.factory(shape, int(num_classes), int(seed))
+  units = spec.width_units(shape, classes)
+  if widths is not None:
+    if isinstance(widths, (str, bytes)):
+      raise ModelError(
+          f"widths must be a sequence of integers, got {widths!r}")
+    try:
+      widths = tuple(int(w) if _is_int(w) else w for w in widths)
+    except TypeError:
+      raise ModelError(
+          f"widths must be a sequence of integers, got {widths!r}") from None
+  checked = width_lib.check_widths(name, units, widths)
+  return spec.factory(shape, classes, int(seed), checked)
