@@ -14,6 +14,15 @@ TYPICAL_SHAPES = {
     "small_cnn": (8, 8, 1),
     "mlp": (8, 8, 1),
     "mnist_2nn": (28, 28, 1),
+    "resnet8": (32, 32, 3),
+    "resnet20": (32, 32, 3),
+    "resnet32": (32, 32, 3),
+    "resnet56": (32, 32, 3),
+    "resnet110": (32, 32, 3),
+    "resnet18": (32, 32, 3),
+    "vgg11": (32, 32, 3),
+    "vgg16": (32, 32, 3),
+    "vgg16_eighth": (28, 28, 1),
 }
 
 
@@ -30,6 +39,8 @@ def test_every_registered_model_has_a_typical_shape_and_a_complete_spec():
     assert callable(spec.factory)
     assert spec.description and "\n" not in spec.description
     assert spec.paper
+    assert callable(spec.width_units)
+    assert spec.default_start_indices
 
 
 @pytest.mark.parametrize("name", sorted(TYPICAL_SHAPES))
