@@ -74,7 +74,8 @@ def test_measured_fedavg_equals_tff_fedavg(tff_context):
 
 def test_round_reports_measured_traffic_per_client(tff_context):
   del tff_context
-  config = collections.namedtuple("C", "client_lr server_lr")(0.1, 1.0)
+  config = collections.namedtuple(
+      "C", "client_lr client_momentum server_lr")(0.1, 0.0, 1.0)
   algorithm = fedavg.build_fedavg(config, _TASK)
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   assert [t.client_id for t in output.traffic] == ["c0", "c1"]

@@ -68,7 +68,9 @@ def build_client_statistics_fn(model: tf.keras.Model):
     tf.nest.map_structure(lambda v, t: v.assign(t),
                           tff.learning.models.ModelWeights.from_model(model),
                           weights, check_types=False)
-    zeros = [tf.zeros([layer.input.shape[-1]], tf.float32) for layer in layers]
+    # Tuples, not lists: tf.data would stack a list into one tensor.
+    zeros = tuple(tf.zeros([layer.input.shape[-1]], tf.float32)
+                  for layer in layers)
 
     def accumulate(state, batch):
       count, mean_sums, var_sums = state
@@ -82,12 +84,12 @@ def build_client_statistics_fn(model: tf.keras.Model):
         mean, variance = tf.nn.moments(a, axes=axes)
         new_means.append(m_sum + n * mean)
         new_vars.append(v_sum + n * variance)
-      return count + n, new_means, new_vars
+      return count + n, tuple(new_means), tuple(new_vars)
 
     count, mean_sums, var_sums = dataset.reduce(
-        (tf.constant(0.0), zeros, list(zeros)), accumulate)
-    return collections.OrderedDict(count=count, mean_sums=mean_sums,
-                                   var_sums=var_sums)
+        (tf.constant(0.0), zeros, zeros), accumulate)
+    return collections.OrderedDict(count=count, mean_sums=list(mean_sums),
+                                   var_sums=list(var_sums))
 
   return client_statistics
 
@@ -115,8 +117,9 @@ def build_statistics_query(
       return None
     indices = _moving_indices(probe_model, layers)
     weights_type = tff.types.tensorflow_to_type(
-        tff.learning.models.ModelWeights.from_model(probe_model))
-  # `tensorflow_to_type` gives a StructWithPythonType of lists; keep it.
+        tf.nest.map_structure(
+            lambda v: tf.TensorSpec(v.shape, v.dtype),
+            tff.learning.models.ModelWeights.from_model(probe_model)))
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
 
   @tff.tensorflow.computation(weights_type, data_type)

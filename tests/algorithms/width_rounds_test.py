@@ -1,0 +1,291 @@
+"""Width-heterogeneous rounds against TFF itself and against hand computations.
+
+A toy width-capable CNN (conv 3x3 -> flatten -> dense -> logits, two width
+units) exercises every slicing case, the flatten->dense view included:
+
+* with one level, AdaptiveFL, HeteroFL and All-Large rounds equal TFF's
+  `build_weighted_fed_avg` (the issue's correctness check);
+* a round mixing three levels equals an oracle built from TFF: each client
+  trained alone by `build_weighted_fed_avg` on its level's model from the
+  slice of the global model it trains, then AdaptiveFL's Algorithm 2 in NumPy;
+* the traffic each client is charged is the size of its sub-models;
+* static batch norm sets each BN layer's statistics to the example-weighted
+  average of batch moments, by hand.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.algorithms import adaptivefl
+from tff_hetero.algorithms import all_large
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import decoupled
+from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms import static_batch_norm
+from tff_hetero.algorithms import width_rounds
+from tff_hetero.devices import Capacity
+from tff_hetero.models.width import WidthUnit
+from tff_hetero.submodels import pools
+
+_LR = 0.1
+_SHAPE = (5, 5, 1)
+_FULL = (4, 6)
+_UNITS = (WidthUnit(1, "conv1", 4, ("conv1",)), WidthUnit(2, "fc1", 6, ("fc1",)))
+_SPEC = collections.OrderedDict(
+    x=tf.TensorSpec([None, *_SHAPE], tf.float32),
+    y=tf.TensorSpec([None], tf.int32))
+
+
+def _toy(widths=_FULL):
+  inputs = tf.keras.Input(_SHAPE)
+  x = tf.keras.layers.Conv2D(
+      widths[0], 3, activation="relu", name="conv1",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+      bias_initializer=tf.keras.initializers.RandomNormal(seed=2))(inputs)
+  x = tf.keras.layers.Flatten()(x)
+  x = tf.keras.layers.Dense(
+      widths[1], activation="relu", name="fc1",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(3),
+      bias_initializer=tf.keras.initializers.RandomNormal(seed=4))(x)
+  logits = tf.keras.layers.Dense(
+      3, name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(5))(x)
+  return tf.keras.Model(inputs, logits)
+
+
+_TASK = api.Task("toy", _toy, _SHAPE, 3, _SPEC, training_flops_per_example=1,
+                 width_model_fn=lambda w: _toy(tuple(w)), width_units=_UNITS)
+
+
+def _dataset(seed, n):
+  rng = np.random.default_rng(seed)
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=rng.normal(size=[n, *_SHAPE]).astype(np.float32),
+      y=rng.integers(0, 3, size=[n]).astype(np.int32))).batch(3)
+
+
+_SIZES = (7, 4, 5)
+
+
+def _clients(assignments=(0, 0, 0), capacities=(None, None, None),
+             tiers=("strong",) * 3):
+  return [api.ClientRound(
+      client_id=f"c{i}", dataset=_dataset(i, n), num_examples=n,
+      capacity=None if c is None else Capacity(c, None), tier=t,
+      assignment=a)
+          for i, (n, a, c, t) in enumerate(zip(_SIZES, assignments,
+                                               capacities, tiers))]
+
+
+def _tff_fedavg(keras_fn, initial_trainable, datasets):
+  """One round of TFF's own FedAvg from `initial_trainable`."""
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      _TASK.tff_model_fn(keras_fn),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR))
+  state = process.initialize()
+  weights = process.get_model_weights(state)
+  state = process.set_model_weights(state, tff.learning.models.ModelWeights(
+      trainable=[np.asarray(w) for w in initial_trainable],
+      non_trainable=list(weights.non_trainable)))
+  state = process.next(state, datasets).state
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+def _assert_close(actual, expected, atol=1e-5):
+  assert len(actual) == len(expected)
+  for a, e in zip(actual, expected):
+    np.testing.assert_allclose(a, e, rtol=0, atol=atol)
+
+
+_FULL_ONLY = pools.SubModelPool(_UNITS, (pools.PoolMember(
+    0, "L1", "L", 1.0, len(_UNITS), _FULL),))
+
+
+@pytest.fixture(scope="module")
+def reference_round(tff_context):
+  del tff_context
+  initial = _toy().get_weights()
+  trainable = [initial[i] for i in range(len(initial))]
+  return trainable, _tff_fedavg(_toy, trainable,
+                                [c.dataset for c in _clients()])
+
+
+def test_adaptivefl_with_full_pool_equals_tff_fedavg(reference_round):
+  initial, expected = reference_round
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _FULL_ONLY, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  state = algorithm.initialize()
+  _assert_close(state.model.trainable, initial, atol=0)
+  output = algorithm.next(state, 1, _clients())
+  _assert_close(output.state.model.trainable, expected)
+  assert output.metrics["waste_rate"] == 0.0
+
+
+def test_heterofl_with_full_rates_equals_tff_fedavg(reference_round):
+  _, expected = reference_round
+  algorithm = heterofl.HeteroFL(_TASK, {"strong": 1.0}, client_lr=_LR)
+  output = algorithm.next(algorithm.initialize(), 1, _clients())
+  _assert_close(output.state.model.trainable, expected)
+
+
+def test_all_large_equals_tff_fedavg(reference_round):
+  _, expected = reference_round
+  algorithm = all_large.AllLarge(_TASK, client_lr=_LR)
+  output = algorithm.next(algorithm.initialize(), 1, _clients())
+  _assert_close(output.state.model.trainable, expected)
+
+
+# AdaptiveFL's pool over the toy, every unit narrowed (I = 0), so that the
+# dense layer reading the flattened convolution is sliced through its view.
+_POOL = pools.adaptivefl_pool(_UNITS, 0.5, 0.25, (0,))
+
+
+def test_pool_of_the_toy():
+  assert [(m.level, m.widths) for m in _POOL.members] == [
+      ("S1", (1, 1)), ("M1", (2, 3)), ("L1", (4, 6))]
+
+
+def test_mixed_round_equals_per_client_oracle(tff_context):
+  del tff_context
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  catalog = algorithm.catalog
+  params = [level.params for level in catalog.levels]
+  state = algorithm.initialize()
+  # c0: sent L1, keeps it; c1: sent L1 but holds only M1 -> prunes to M1;
+  # c2: sent M1, holds only S1 -> prunes to S1.
+  clients = _clients(assignments=(2, 2, 1),
+                     capacities=(None, params[1], params[0]))
+  output = algorithm.next(state, 1, clients)
+  trained_levels = (2, 1, 0)
+
+  full = catalog.outer
+  global_trainable = [np.asarray(w) for w in state.model.trainable]
+  weighted = [np.zeros_like(w) for w in global_trainable]
+  counts = [np.zeros_like(w) for w in global_trainable]
+  for client, level_index in zip(clients, trained_levels):
+    level = catalog.levels[level_index]
+    level_map = catalog.map(full, level)
+    start = [np.asarray(w) for w in level_map.extract(global_trainable)]
+    trained = _tff_fedavg(level.keras_fn, start, [client.dataset])
+    scattered = level_map.scatter(trained)
+    for i, (values, mask) in enumerate(zip(scattered, level_map.coverage())):
+      weighted[i] += client.num_examples * np.asarray(values)
+      counts[i] += client.num_examples * mask
+  expected = [np.where(c > 0, w / np.maximum(c, 1e-12), g)
+              for w, c, g in zip(weighted, counts, global_trainable)]
+  _assert_close(output.state.model.trainable, expected)
+  # Elements only the full model has (fc1 units 3..5 of c0) were trained by
+  # c0 alone; nothing is left untrained in this round.
+  assert output.metrics["pruned"] == 2.0
+  assert output.metrics["failed"] == 0.0
+
+  # Traffic: what each client received and returned, 4 bytes per float.
+  by_id = {t.client_id: t for t in output.traffic}
+  sent_levels = (2, 2, 1)
+  for client, sent, trained in zip(clients, sent_levels, trained_levels):
+    traffic = by_id[client.client_id]
+    assert traffic.bytes_down == 4 * params[sent]
+    metric_bytes = traffic.bytes_up - 4 * params[trained] - 4
+    assert metric_bytes == by_id["c0"].bytes_up - 4 * params[2] - 4 > 0
+    assert traffic.examples == client.num_examples
+    assert traffic.flops == (client.num_examples *
+                             catalog.levels[trained].training_flops_per_example)
+  sent_total = sum(params[s] for s in sent_levels)
+  returned_total = sum(params[t] for t in trained_levels)
+  assert output.metrics["waste_rate"] == pytest.approx(
+      1 - returned_total / sent_total)
+  # The tables learnt c1's and c2's limits.
+  np.testing.assert_array_equal(output.state.tables.resource[:, 1],
+                                [1, 2, 0])
+
+
+def test_client_that_holds_nothing_downloads_only(tff_context):
+  del tff_context
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  state = algorithm.initialize()
+  clients = _clients(assignments=(2, 0, 1), capacities=(None, None, 1))
+  output = algorithm.next(state, 1, clients)
+  c2 = [t for t in output.traffic if t.client_id == "c2"][0]
+  assert c2.bytes_up == 0 and c2.examples == 0 and c2.flops == 0
+  assert c2.bytes_down == 4 * algorithm.catalog.levels[1].params
+  assert output.metrics["failed"] == 1.0
+
+
+def test_decoupled_trains_each_level_separately(tff_context):
+  del tff_context
+  algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+  state = algorithm.initialize()
+  params = [r.catalog.outer.params for r in algorithm.runners]  # L1, M1, S1
+  clients = _clients(capacities=(params[1], params[2], params[2] - 1))
+  output = algorithm.next(state, 1, clients)
+  # c0 trains M1, c1 trains S1, c2 holds nothing and takes no part.
+  assert [t.client_id for t in output.traffic] == ["c0", "c1"]
+  _assert_close(output.state.models[0].trainable, state.models[0].trainable,
+                atol=0)
+  for i, client in ((1, clients[0]), (2, clients[1])):
+    expected = _tff_fedavg(algorithm.runners[i].catalog.outer.keras_fn,
+                           state.models[i].trainable, [client.dataset])
+    _assert_close(output.state.models[i].trainable, expected)
+  assert output.metrics["M1_clients"] == 1.0
+
+
+def test_group_computation_signature():
+  catalog = width_rounds.LevelCatalog(
+      _TASK, [(m.level, m.widths) for m in _POOL.members])
+  rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
+  computation = rounds.group_computation(catalog.levels[2], catalog.levels[0])
+  signature = computation.type_signature
+  assert signature.parameter[0].placement == tff.SERVER
+  assert signature.parameter[2].placement == tff.CLIENTS
+  assert signature.result[0].member == rounds._sums_type  # pylint: disable=protected-access
+  measurements = str(signature.result[1].member)
+  assert "bytes_down=int64" in measurements
+  assert "returned_model_bytes=int64" in measurements
+
+
+# -- static batch norm --------------------------------------------------------
+
+
+def _bn_model():
+  inputs = tf.keras.Input((2,))
+  x = tf.keras.layers.Dense(2, use_bias=False, name="fc1",
+                            kernel_initializer="identity")(inputs)
+  x = tf.keras.layers.BatchNormalization(name="bn1")(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(3, name="logits")(x))
+
+
+def test_static_batch_norm_statistics_by_hand(tff_context):
+  del tff_context
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  query = static_batch_norm.build_statistics_query(_bn_model, spec)
+  model = _bn_model()
+  weights = tff.learning.models.ModelWeights.from_model(model)
+  weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
+
+  def data(rows):
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        x=np.asarray(rows, np.float32),
+        y=np.zeros([len(rows)], np.int32))).batch(2)
+
+  # Client A: one batch {(1,2), (3,4)}: mean (2,3), variance (1,1).
+  # Client B: one batch {(5,6)}: mean (5,6), variance 0.
+  result = query(weights, [data([[1, 2], [3, 4]]), data([[5, 6]])])
+  positions = {id(v): i for i, v in enumerate(model.non_trainable_weights)}
+  bn = model.get_layer("bn1")
+  np.testing.assert_allclose(
+      result.non_trainable[positions[id(bn.moving_mean)]], [3, 4], atol=1e-6)
+  np.testing.assert_allclose(
+      result.non_trainable[positions[id(bn.moving_variance)]], [2 / 3, 2 / 3],
+      atol=1e-6)
+  _assert_close(result.trainable, weights.trainable, atol=0)
+
+
+def test_no_query_without_batch_norm():
+  assert static_batch_norm.build_statistics_query(_toy, _SPEC) is None
