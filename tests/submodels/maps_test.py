@@ -1,0 +1,134 @@
+"""Sub-model maps for every model of the zoo: round trips, coverage, views.
+
+For each registered model, the full model F, AdaptiveFL's M and S members of
+its default pool (the smallest start index, so that most units narrow) and
+random weights:
+
+* `extract` gives exactly the narrowed model's variable shapes;
+* `scatter(extract(w)) == w * coverage` and `extract(scatter(s)) == s`;
+* coverage counts the narrowed model's parameters;
+* maps compose: full -> M -> S equals full -> S;
+* the narrowed model computes what the full model computes with every
+  weight outside the coverage set to zero (checked on the models whose
+  slicing differs: a flatten view, residual stages, batch norm), at
+  HeteroFL's uniform width. (At an AdaptiveFL width where a CIFAR ResNet
+  stage is narrower than the one before it, the parameter-free shortcut
+  drops input channels that the zeroed full model would carry on: the
+  weights still map by prefix, the functions differ; see `resnet.py`.)
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_hetero import models
+from tff_hetero.models import width as width_lib
+from tff_hetero.submodels import pools
+from tff_hetero.submodels.maps import SubModelMap
+
+_SHAPES = {
+    "mlp": (8, 8, 1), "small_cnn": (8, 8, 1), "mnist_2nn": (28, 28, 1),
+    "mnist_cnn": (28, 28, 1), "mnist_cnn_feddst": (28, 28, 1),
+    "cifar_cnn": (32, 32, 3), "resnet8": (8, 8, 3), "resnet20": (8, 8, 3),
+    "resnet32": (8, 8, 3), "resnet56": (8, 8, 3), "resnet110": (8, 8, 3),
+    "resnet18": (8, 8, 3), "vgg11": (28, 28, 1), "vgg16": (28, 28, 1),
+    "vgg16_eighth": (28, 28, 1),
+}
+_CHECK_FUNCTION = ("mnist_cnn", "resnet8", "resnet18", "vgg16_eighth",
+                   "cifar_cnn")
+
+
+def test_every_model_is_covered():
+  assert sorted(_SHAPES) == sorted(models.model_names())
+
+
+def _build(name, widths=None):
+  return models.build_model(name, _SHAPES[name], 10, seed=0, widths=widths)
+
+
+def _levels(name):
+  units = models.width_units(name, _SHAPES[name], 10)
+  start = models.MODELS[name].default_start_indices[-1]
+  pool = pools.adaptivefl_pool(units, 0.66, 0.4, (start,))
+  return pool.member("M1").widths, pool.member("S1").widths
+
+
+def _random_weights(model, seed, scale=1.0):
+  rng = np.random.default_rng(seed)
+  return [scale * rng.normal(size=v.shape).astype(np.float32)
+          for v in model.trainable_weights]
+
+
+@pytest.mark.parametrize("name", sorted(_SHAPES))
+def test_round_trip_coverage_and_composition(name):
+  medium_widths, small_widths = _levels(name)
+  full, medium, small = (_build(name), _build(name, medium_widths),
+                         _build(name, small_widths))
+  to_small = SubModelMap.between(full, small)
+  weights = _random_weights(full, 0)
+
+  extracted = to_small.extract(weights)
+  assert [tuple(e.shape) for e in extracted] == [
+      tuple(v.shape) for v in small.trainable_weights]
+  coverage = to_small.coverage()
+  for back, w, mask in zip(to_small.scatter(extracted), weights, coverage):
+    np.testing.assert_array_equal(back, w * mask)
+  small_values = _random_weights(small, 1)
+  for again, s in zip(to_small.extract(to_small.scatter(small_values)),
+                      small_values):
+    np.testing.assert_array_equal(again, s)
+  small_params = models.count_params(small).trainable
+  assert sum(m.sum() for m in coverage) == small_params
+  assert to_small.num_elements() == small_params
+  assert to_small.num_elements(trainable_only=False) == (
+      models.count_params(small).total)
+
+  if width_lib.contains(medium_widths, small_widths):
+    composed = SubModelMap.between(medium, small).extract(
+        SubModelMap.between(full, medium).extract(weights))
+    for a, b in zip(composed, extracted):
+      np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", _CHECK_FUNCTION)
+def test_narrowed_model_equals_zeroed_full_model(name):
+  small_widths = width_lib.widths_for(
+      models.width_units(name, _SHAPES[name], 10), 0.5, 0, "ceil")
+  full, small = _build(name), _build(name, small_widths)
+  to_small = SubModelMap.between(full, small)
+  weights = tf.nest.map_structure(
+      lambda v: v.numpy(),
+      [list(full.trainable_weights), list(full.non_trainable_weights)])
+  rng = np.random.default_rng(2)
+  # Positive running variances; random everything else.
+  non_trainable = [np.abs(rng.normal(size=w.shape)).astype(np.float32) + 0.5
+                   for w in weights[1]]
+  trainable = _random_weights(full, 3, scale=0.2)  # Keeps logits O(1).
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  full_weights = tff.learning.models.ModelWeights(trainable, non_trainable)
+  small_weights = to_small.extract(full_weights)
+  zeroed = to_small.scatter(small_weights)
+  # Running statistics outside the coverage: anything positive will do.
+  zeroed = tff.learning.models.ModelWeights(
+      trainable=list(zeroed.trainable),
+      non_trainable=[np.where(m > 0, z, 1.0) for z, m in zip(
+          zeroed.non_trainable, to_small.coverage(False).non_trainable)])
+  zeroed.assign_weights_to(full)
+  small_weights.assign_weights_to(small)
+  x = rng.normal(size=(4, *_SHAPES[name])).astype(np.float32)
+  has_dropout = any(isinstance(layer, tf.keras.layers.Dropout)
+                    for layer in full.layers)
+  # Training mode: batch statistics; dropout masks would differ in shape.
+  for training in (False,) if has_dropout else (False, True):
+    np.testing.assert_allclose(small(x, training=training),
+                               full(x, training=training), atol=2e-4,
+                               rtol=1e-4)
+
+
+def test_not_a_sub_model_is_refused():
+  medium_widths, small_widths = _levels("mnist_cnn")
+  with pytest.raises(models.ModelError, match="not a prefix slice"):
+    SubModelMap.between(_build("mnist_cnn", small_widths), _build("mnist_cnn"))
+  with pytest.raises(models.ModelError, match="same factory"):
+    SubModelMap.between(_build("mnist_cnn"), _build("mlp"))
+  del medium_widths
