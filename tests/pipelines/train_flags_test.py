@@ -64,6 +64,22 @@ CASES = [
     (["--dataset=mnist5k", "--model=mlp", "--num_clients=5000",
       "--clients_per_round=2", "--min_samples_per_client=1"], "--num_clients"),
     (["--dataset=digits", "--model=mnist_cnn"], "mnist_cnn"),
+    (["--client_momentum=1"], "--client_momentum"),
+    (["--prune_min_start_index=-1"], "--prune_min_start_index"),
+    (["--algorithm=adaptivefl", "--pool_ratios=0.4:0.66"], "--pool_ratios"),
+    (["--algorithm=adaptivefl", "--pool_ratios=0.5"], "--pool_ratios"),
+    (["--algorithm=adaptivefl", "--pool_ratios=a:b"], "--pool_ratios"),
+    (["--algorithm=decoupled", "--pool_ratios=0.9:1.5"], "--pool_ratios"),
+    (["--algorithm=adaptivefl", "--pool_start_indices=5"],
+     "--pool_start_indices"),
+    (["--algorithm=adaptivefl", "--model=small_cnn",
+      "--pool_start_indices=0:1"], "--pool_start_indices"),
+    (["--algorithm=adaptivefl", "--adaptivefl_selection=best"],
+     "--adaptivefl_selection"),
+    (["--algorithm=heterofl", "--heterofl_rates=0.5:1"], "--heterofl_rates"),
+    (["--algorithm=heterofl", "--heterofl_rates=0:0.5:1"], "--heterofl_rates"),
+    (["--algorithm=heterofl", "--tiers=a,b", "--tier_proportions=1:1",
+      "--tier_capacities=0.5:1"], "--heterofl_rates"),
 ]
 
 
