@@ -14,6 +14,13 @@ from absl import flags
 # is silenced first, so that errors stay one line.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow  # noqa: F401  pylint: disable=unused-import,g-bad-import-order
+import warnings  # pylint: disable=g-bad-import-order
+
+# TFF warns that batch-norm statistics are not trained by federated rounds;
+# the width-heterogeneous algorithms compute them on purpose before each
+# evaluation (static batch norm), so the warning is noise in their output.
+warnings.filterwarnings(
+    "ignore", message="Batch Normalization contains non-trainable variables")
 
 USAGE_EXIT = 2
 

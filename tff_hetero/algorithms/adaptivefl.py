@@ -55,8 +55,10 @@ to hand ties to curiosity). A pool with one start index (p = 1) is the
 coarse-grained ablation of Table 4.
 
 Metrics each round: `waste_rate` = 1 - sum(bytes of returned models) /
-sum(bytes of sent models), both measured on the tensors sent, `pruned`
-(clients that pruned) and `failed` (clients that could train nothing).
+sum(bytes of sent models), both measured on the tensors sent (and the two
+sums, `sent_model_bytes` and `returned_model_bytes`, so that a run's rate can
+be summed over rounds), `pruned` (clients that pruned) and `failed` (clients
+that could train nothing).
 Evaluation: the full model (L1) and M1 and S1, each with static BN
 statistics, and their mean (`avg_accuracy`), the paper's "full" and "avg".
 """
@@ -292,6 +294,8 @@ class AdaptiveFL(api.FederatedAlgorithm):
     metrics["waste_rate"] = (
         1.0 - result.returned_model_bytes / result.sent_model_bytes
         if result.sent_model_bytes else 0.0)
+    metrics["sent_model_bytes"] = float(result.sent_model_bytes)
+    metrics["returned_model_bytes"] = float(result.returned_model_bytes)
     metrics["pruned"] = float(sum(1 for _, s, t in outcomes
                                   if t is not None and t != s))
     metrics["failed"] = float(len(unserved))

@@ -218,7 +218,7 @@ class HeterogeneousRounds:
     self._sums_type = tff.types.to_type(MaskedSums(
         self._outer_trainable_type, self._outer_trainable_type))
     self._groups: dict[tuple[int, int], tff.Computation] = {}
-    self._deliveries: dict[int, tff.Computation] = {}
+    self._parts: dict[tuple[str, int], Any] = {}
     self._stats_queries: dict[int, Any] = {}
     self._apply = self._build_apply()
 
@@ -239,59 +239,87 @@ class HeterogeneousRounds:
 
     return apply_sums
 
+  def _cached(self, kind: str, level: Level, build):
+    key = (kind, level.index)
+    if key not in self._parts:
+      self._parts[key] = build()
+    return self._parts[key]
+
+  def _data_type(self):
+    return tff.SequenceType(
+        tff.types.tensorflow_to_type(self.catalog.task.element_spec))
+
+  def _sender(self, sent: Level):
+    """Server slice to `sent` and the measured broadcast of it (per level)."""
+
+    def build():
+      sent_map = self.catalog.map(self.catalog.outer, sent)
+
+      @tff.tensorflow.computation(self._outer_trainable_type)
+      def extract_sent(trainable):
+        return sent_map.extract(trainable)
+
+      return extract_sent, tff_measure.build_measured_broadcast_process(
+          self._trainable_type(sent))
+
+    return self._cached("sender", sent, build)
+
+  def _trainer(self, trained: Level):
+    """Client work, measured upload and server fold for `trained` (per level)."""
+
+    def build():
+      trained_type = self._trainable_type(trained)
+      scatter_map = self.catalog.map(self.catalog.outer, trained)
+      coverage = scatter_map.coverage()
+      client_work = fedprox.build_proximal_client_work(
+          self.catalog.task.tff_model_fn(trained.keras_fn),
+          learning_process.client_sgd(self._client_lr, self._client_momentum),
+          self._prox_mu,
+          metrics_aggregator=tff_measure.measured_metrics_aggregator())
+      aggregator = tff_measure.MeasuredUploadFactory(
+          MaskedSumFactory()).create(trained_type, tff.TensorType(np.float32))
+      group_sums_type = aggregator.next.type_signature.result.result.member
+
+      @tff.tensorflow.computation(trained_type)
+      def update_nbytes(update):
+        return payload.tf_dense_nbytes(update)
+
+      @tff.tensorflow.computation(group_sums_type, self._sums_type)
+      def fold(group_sums, running):
+        weighted_sum, weight_sum = group_sums
+        scattered = MaskedSums(
+            scatter_map.scatter(list(weighted_sum)),
+            [tf.constant(c) * weight_sum for c in coverage])
+        return add_masked_sums(MaskedSums(*running), scattered)
+
+      return client_work, aggregator, update_nbytes, fold
+
+    return self._cached("trainer", trained, build)
+
   def group_computation(self, sent: Level, trained: Level) -> tff.Computation:
-    """`group_round` of the module docstring for (sent, trained), cached."""
+    """`group_round` of the module docstring for (sent, trained), cached.
+
+    Its parts are built once per level; only `prune` and the composition are
+    per (sent, trained) pair.
+    """
     key = (sent.index, trained.index)
     if key in self._groups:
       return self._groups[key]
-    catalog = self.catalog
-    outer = catalog.outer
-    sent_map = catalog.map(outer, sent)
-    prune_map = catalog.map(sent, trained)
-    scatter_map = catalog.map(outer, trained)
-    coverage = scatter_map.coverage()
-    trained_non_trainable = catalog.initial_weights(trained).non_trainable
-    sent_type = self._trainable_type(sent)
-    trained_type = self._trainable_type(trained)
-    data_type = tff.SequenceType(
-        tff.types.tensorflow_to_type(catalog.task.element_spec))
+    extract_sent, distributor = self._sender(sent)
+    client_work, aggregator, update_nbytes, fold = self._trainer(trained)
+    prune_map = self.catalog.map(sent, trained)
+    trained_non_trainable = self.catalog.initial_weights(trained).non_trainable
 
-    @tff.tensorflow.computation(self._outer_trainable_type)
-    def extract_sent(trainable):
-      return sent_map.extract(trainable)
-
-    @tff.tensorflow.computation(sent_type)
+    @tff.tensorflow.computation(self._trainable_type(sent))
     def prune(received):
       return tff.learning.models.ModelWeights(
           trainable=prune_map.extract(received),
           non_trainable=[tf.constant(v) for v in trained_non_trainable])
 
-    @tff.tensorflow.computation(trained_type)
-    def update_nbytes(update):
-      return payload.tf_dense_nbytes(update)
-
-    distributor = tff_measure.build_measured_broadcast_process(sent_type)
-    client_work = fedprox.build_proximal_client_work(
-        catalog.task.tff_model_fn(trained.keras_fn),
-        learning_process.client_sgd(self._client_lr, self._client_momentum),
-        self._prox_mu,
-        metrics_aggregator=tff_measure.measured_metrics_aggregator())
-    aggregator = tff_measure.MeasuredUploadFactory(MaskedSumFactory()).create(
-        trained_type, tff.TensorType(np.float32))
-    group_sums_type = aggregator.next.type_signature.result.result.member
-
-    @tff.tensorflow.computation(group_sums_type, self._sums_type)
-    def fold(group_sums, running):
-      weighted_sum, weight_sum = group_sums
-      scattered = MaskedSums(
-          scatter_map.scatter(list(weighted_sum)),
-          [tf.constant(c) * weight_sum for c in coverage])
-      return add_masked_sums(MaskedSums(*running), scattered)
-
     @tff.federated_computation(
         tff.FederatedType(self._outer_trainable_type, tff.SERVER),
         tff.FederatedType(self._sums_type, tff.SERVER),
-        tff.FederatedType(data_type, tff.CLIENTS))
+        tff.FederatedType(self._data_type(), tff.CLIENTS))
     def group_round(server_trainable, running_sums, client_data):
       sent_weights = tff.federated_map(extract_sent, server_trainable)
       delivered = distributor.next(distributor.initialize(), sent_weights)
@@ -317,30 +345,23 @@ class HeterogeneousRounds:
 
         (<O@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
     """
-    if sent.index in self._deliveries:
-      return self._deliveries[sent.index]
-    sent_map = self.catalog.map(self.catalog.outer, sent)
-    distributor = tff_measure.build_measured_broadcast_process(
-        self._trainable_type(sent))
-    data_type = tff.SequenceType(
-        tff.types.tensorflow_to_type(self.catalog.task.element_spec))
 
-    @tff.tensorflow.computation(self._outer_trainable_type)
-    def extract_sent(trainable):
-      return sent_map.extract(trainable)
+    def build():
+      extract_sent, distributor = self._sender(sent)
 
-    @tff.federated_computation(
-        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
-        tff.FederatedType(data_type, tff.CLIENTS))
-    def deliver(server_trainable, client_data):
-      del client_data  # Only sets the number of clients.
-      delivered = distributor.next(
-          distributor.initialize(),
-          tff.federated_map(extract_sent, server_trainable))
-      return delivered.measurements
+      @tff.federated_computation(
+          tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+          tff.FederatedType(self._data_type(), tff.CLIENTS))
+      def deliver(server_trainable, client_data):
+        del client_data  # Only sets the number of clients.
+        delivered = distributor.next(
+            distributor.initialize(),
+            tff.federated_map(extract_sent, server_trainable))
+        return delivered.measurements
 
-    self._deliveries[sent.index] = deliver
-    return deliver
+      return deliver
+
+    return self._cached("delivery", sent, build)
 
   # -- running -----------------------------------------------------------
 

@@ -506,6 +506,11 @@ def make_client_dataset(
   by the seed (the same on every call); with ``None`` they are not shuffled
   (index order, e.g. for evaluation).
 
+  The epoch orders are drawn with NumPy from `shuffle_seed` alone, not with
+  `tf.data`'s shuffle, whose order also depends on TensorFlow's global seed
+  (`tf.random.set_seed` anywhere in the process would change a run). The
+  arrays are embedded once; the dataset gathers each batch by index.
+
   Raises:
     DataError: `batch_size` or `local_epochs` below 1, or a bad seed.
   """
@@ -513,15 +518,26 @@ def make_client_dataset(
 
   batch_size = _checks.check_int("--batch_size", batch_size, minimum=1)
   local_epochs = _checks.check_int("--local_epochs", local_epochs, minimum=1)
-  dataset = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=arrays.x, y=arrays.y)
-  )
-  if shuffle_seed is not None:
+  n = len(arrays)
+  if shuffle_seed is None:
+    order = np.tile(np.arange(n, dtype=np.int64), local_epochs)
+  else:
     shuffle_seed = _checks.check_seed(shuffle_seed, flag="shuffle_seed")
-    dataset = dataset.shuffle(
-        max(len(arrays), 1), seed=shuffle_seed, reshuffle_each_iteration=True
-    )
-  return dataset.repeat(local_epochs).batch(batch_size)
+    rng = np.random.default_rng(shuffle_seed)
+    order = np.concatenate(
+        [rng.permutation(n) for _ in range(local_epochs)]
+    ).astype(np.int64)
+  x = tf.constant(arrays.x)
+  y = tf.constant(arrays.y)
+  return (
+      tf.data.Dataset.from_tensor_slices(order)
+      .batch(batch_size)
+      .map(
+          lambda index: collections.OrderedDict(
+              x=tf.gather(x, index), y=tf.gather(y, index)
+          )
+      )
+  )
 
 
 def build_federated_data(
