@@ -131,9 +131,12 @@ def main(argv: list[str]) -> None:
   except runtime.Terminated as e:
     _cli.fail(f"{e}; continue with --resume", status=e.code)
   report = result.report
-  accuracy = report["final_metrics"].get("accuracy")
-  print(f"final accuracy: {accuracy:.4f} after {report['rounds_completed']}"
-        f" rounds; uploaded {report['bytes_up_total'] / 2**20:.2f} MiB")
+  final = report["final_metrics"]
+  average = (f" (mean over the evaluated sub-models"
+             f" {final['avg_accuracy']:.4f})" if "avg_accuracy" in final else "")
+  print(f"final accuracy: {final.get('accuracy'):.4f}{average} after"
+        f" {report['rounds_completed']} rounds; uploaded"
+        f" {report['bytes_up_total'] / 2**20:.2f} MiB")
   print(f"report: {result.experiment_dir}/report.json")
   for path in report.get("plots", []):
     print(f"plot: {path}")

