@@ -35,8 +35,9 @@ def fail(message: str, status: int = USAGE_EXIT) -> None:
 def parse_flags_or_fail(argv: list[str]) -> list[str]:
   """absl flags parser for `app.run` that reports bad flags in one line.
 
-  Log messages below WARNING are hidden unless `--verbosity` is given: the
-  progress bar and the final lines are the pipeline's output.
+  Log messages below ERROR (TensorFlow's deprecation notices among them) are
+  hidden unless `--verbosity` is given: the progress bar and the final lines
+  are the pipeline's output.
   """
   try:
     remaining = flags.FLAGS(argv)
@@ -44,7 +45,7 @@ def parse_flags_or_fail(argv: list[str]) -> list[str]:
     fail(str(e).splitlines()[0] if str(e) else repr(e))
   if not flags.FLAGS["verbosity"].present:
     from absl import logging  # pylint: disable=g-import-not-at-top
-    logging.set_verbosity(logging.WARNING)
+    logging.set_verbosity(logging.ERROR)
   return remaining
 
 

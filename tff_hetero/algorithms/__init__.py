@@ -1,10 +1,26 @@
-"""Federated algorithms: one module per algorithm, each with a `build_<name>_process`."""
+"""Federated algorithms: one module per algorithm.
 
+Homogeneous algorithms are TFF `LearningProcess`es (`build_<name>_process`).
+Width-heterogeneous ones run one federated computation per sub-model group
+(`width_rounds.HeterogeneousRounds.group_computation`) and are driven as
+`FederatedAlgorithm`s (`AdaptiveFL`, `HeteroFL`, `AllLarge`, `Decoupled`).
+"""
+
+from tff_hetero.algorithms.adaptivefl import AdaptiveFL
+from tff_hetero.algorithms.all_large import AllLarge
+from tff_hetero.algorithms.api import Assignment
 from tff_hetero.algorithms.api import ClientRound
+from tff_hetero.algorithms.api import EvaluationData
+from tff_hetero.algorithms.api import EvaluationModel
 from tff_hetero.algorithms.api import FederatedAlgorithm
 from tff_hetero.algorithms.api import RoundOutput
 from tff_hetero.algorithms.api import Task
+from tff_hetero.algorithms.decoupled import Decoupled
 from tff_hetero.algorithms.fedadam import build_fedadam_process
 from tff_hetero.algorithms.fedavg import build_fedavg_process
 from tff_hetero.algorithms.fedprox import build_fedprox_process
+from tff_hetero.algorithms.heterofl import HeteroFL
 from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.algorithms.static_batch_norm import build_statistics_query
+from tff_hetero.algorithms.width_rounds import HeterogeneousRounds
+from tff_hetero.algorithms.width_rounds import LevelCatalog
