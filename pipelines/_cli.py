@@ -62,3 +62,29 @@ def run_in_process(main: Callable[[list[str]], None], argv: list[str]) -> None:
   """
   flags.FLAGS.unparse_flags()
   main(parse_flags_or_fail(list(argv)))
+
+
+def run_guarded(fn: Callable[[], object], *, resume_hint: str) -> object:
+  """Runs `fn()` with SIGTERM handled; what stops it becomes one line.
+
+  Invalid input exits 2, divergence 3, SIGINT 130 and SIGTERM 143, each
+  with one line; `resume_hint` (e.g. "continue with --resume") says how to
+  pick up an interrupted run.
+  """
+  # Imported here so that flag errors are reported before TF starts up.
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import DivergenceError  # pylint: disable=g-import-not-at-top
+
+  try:
+    with runtime.handle_termination():
+      return fn()
+  except loop.USER_ERRORS as e:
+    fail(str(e))
+  except DivergenceError as e:
+    fail(str(e), status=3)
+  except KeyboardInterrupt:
+    fail(f"interrupted by SIGINT; {resume_hint}", status=130)
+  except runtime.Terminated as e:
+    fail(f"{e}; {resume_hint}", status=e.code)
+

@@ -113,23 +113,10 @@ def config_from_flags():
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  # Imported here so that flag errors are reported before TF starts up.
-  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import DivergenceError  # pylint: disable=g-import-not-at-top
 
-  try:
-    with runtime.handle_termination():
-      config = config_from_flags()
-      result = loop.run_experiment(config)
-  except loop.USER_ERRORS as e:
-    _cli.fail(str(e))
-  except DivergenceError as e:
-    _cli.fail(str(e), status=3)
-  except KeyboardInterrupt:
-    _cli.fail("interrupted by SIGINT; continue with --resume", status=130)
-  except runtime.Terminated as e:
-    _cli.fail(f"{e}; continue with --resume", status=e.code)
+  result = _cli.run_guarded(lambda: loop.run_experiment(config_from_flags()),
+                            resume_hint="continue with --resume")
   report = result.report
   final = report["final_metrics"]
   average = (f" (mean over the evaluated sub-models"

@@ -317,26 +317,18 @@ def main(argv):
   if unknown or not tables:
     _cli.fail(f"--tables: unknown value(s) {', '.join(unknown) or '(none)'};"
               " accepted: 2, 3, 4, 5")
-  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import DivergenceError  # pylint: disable=g-import-not-at-top
 
   base = _common.base_config(OFFLINE_DEFAULTS)
   out_dir = os.path.join(base.root_output_dir, base.experiment_name)
-  try:
-    with runtime.handle_termination():
-      loop.validate_config(base)
-      runs = plan_runs(base, tables)
-      print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
-      reports = _common.run_all(runs, log=lambda m: print(m, flush=True))
-  except loop.USER_ERRORS as e:
-    _cli.fail(str(e))
-  except DivergenceError as e:
-    _cli.fail(str(e), status=3)
-  except KeyboardInterrupt:
-    _cli.fail("interrupted by SIGINT; run again to continue", status=130)
-  except runtime.Terminated as e:
-    _cli.fail(f"{e}; run again to continue", status=e.code)
+
+  def run():
+    loop.validate_config(base)
+    runs = plan_runs(base, tables)
+    print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
+    return _common.run_all(runs, log=lambda m: print(m, flush=True))
+
+  reports = _cli.run_guarded(run, resume_hint="run again to continue")
   text, results = build_tables(base, reports, tables)
   _common.write_text(os.path.join(out_dir, "tables.md"), text)
   _common.write_text(os.path.join(out_dir, "results.json"),
