@@ -217,6 +217,20 @@ def test_client_that_holds_nothing_downloads_only(tff_context):
   assert output.metrics["failed"] == 1.0
 
 
+def test_round_where_nobody_can_train(tff_context):
+  del tff_context
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  state = algorithm.initialize()
+  output = algorithm.next(state, 1, _clients(assignments=(2, 1, 0),
+                                             capacities=(1, 1, 1)))
+  assert output.metrics["failed"] == 3.0
+  assert all(t.examples == 0 and t.bytes_up == 0 for t in output.traffic)
+  assert sum(t.bytes_down for t in output.traffic) == 4 * sum(
+      algorithm.params)  # L1, M1 and S1 were sent.
+  _assert_close(output.state.model.trainable, state.model.trainable, atol=0)
+
+
 def test_decoupled_trains_each_level_separately(tff_context):
   del tff_context
   algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)

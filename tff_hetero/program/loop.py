@@ -243,7 +243,10 @@ def run_experiment(
           ))
         output = algorithm.next(server_state, round_num, clients)
         loss = float(output.metrics.get("loss", float("nan")))
-        if not math.isfinite(loss) or not _all_finite(
+        # A round where no client could train anything (e.g. every sampled
+        # device too small for any sub-model) has no loss, and is no failure.
+        trained = any(t.examples > 0 for t in output.traffic)
+        if (trained and not math.isfinite(loss)) or not _all_finite(
             algorithm.model_weights(output.state)):
           where = (f"round {last_checkpoint} in {checkpoints.root_dir}"
                    if last_checkpoint >= 1 else "none")
