@@ -18,8 +18,9 @@ Runs (every flag of `pipelines.train` is accepted and applies to all runs):
 * Table 3: HeteroFL and AdaptiveFL with weak:medium:strong = 8:1:1, 1:8:1,
   1:1:8 (and 4:3:3 from Table 2), IID; All-Large ignores devices, so its
   Table 2 IID run stands for every proportion;
-* Table 4: AdaptiveFL with a coarse pool (one start index, p = 1) against the
-  fine pool (p = 3) of Table 2;
+* Table 4: AdaptiveFL with a coarse pool (one start index, p = 1: the fine
+  pool's largest, I_1, e.g. 8 for VGG-16) against the fine pool (p = 3) of
+  Table 2;
 * Figure 5: AdaptiveFL's selection variants (greedy, random, curiosity only,
   resource only, and the paper's curiosity x resource) on IID data: accuracy
   and communication waste rate, 1 - sum(returned bytes) / sum(sent bytes),
@@ -124,8 +125,10 @@ def plan_runs(base, tables) -> list[_common.Run]:
     return name
 
   def main_run(label, dist):
+    # The paper's 4:3:3 whatever --tier_proportions says: Table 3's 4:3:3
+    # column and Table 4's fine row are these runs.
     return add(f"{_slug(label)}_{_slug(dist)}", algorithm=ALGORITHMS[label],
-               **DISTRIBUTIONS[dist])
+               tier_proportions="4:3:3", **DISTRIBUTIONS[dist])
 
   if "2" in tables:
     for dist in DISTRIBUTIONS:
@@ -146,7 +149,13 @@ def plan_runs(base, tables) -> list[_common.Run]:
             algorithm=ALGORITHMS[label], tier_proportions=proportion,
             **DISTRIBUTIONS["IID"])
   if "4" in tables:
-    coarse = str(_default_start_indices(base)[0])
+    starts = _default_start_indices(base)
+    if len(starts) < 2:
+      from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
+      raise UsageError(
+          "--pool_start_indices", "Table 4 compares the fine pool with the"
+          f" coarse one; give at least two start indices, got {starts}")
+    coarse = str(starts[0])
     for dist, dist_changes in DISTRIBUTIONS.items():
       add(f"adaptivefl_coarse_{_slug(dist)}", algorithm="adaptivefl",
           pool_start_indices=coarse, **dist_changes)

@@ -64,8 +64,11 @@ def test_pruned_model_updates_tables():
 def test_failed_client_updates_tables():
   tables = adaptivefl.update_tables(adaptivefl.initial_tables(5, 1), POOL,
                                     client=0, sent=3, returned=None, p=2)
-  np.testing.assert_array_equal(tables.resource[:, 0], [0, 0, 0, 0, 0])
+  # As a prune to S2 without its credit: minus 0, 1, 2, 3, 4 from S2 up.
+  np.testing.assert_array_equal(tables.resource[:, 0], [1, 0, 0, 0, 0])
   np.testing.assert_array_equal(tables.curiosity[:, 0], [1, 2, 1])
+  # Still selectable for S models.
+  assert adaptivefl.reward(tables, POOL, POOL.member("S2"), "rl")[0] > 0
 
 
 @pytest.mark.parametrize("sent, capacity, tau, expected", [
@@ -110,7 +113,11 @@ def test_zero_rewards_fall_back_to_uniform():
   tables = adaptivefl.SelectionTables(
       curiosity=np.ones([3, 4], np.int64), resource=np.zeros([5, 4], np.int64))
   assert not adaptivefl.reward(tables, POOL, POOL.members[0], "rl").any()
-  chosen = adaptivefl.select_clients(tables, POOL, POOL.members,
-                                     np.ones(4, bool), "rl",
-                                     np.random.default_rng(0))
-  assert sorted(chosen) == [0, 1, 2, 3]
+  rng = np.random.default_rng(0)
+  firsts = np.zeros(4)
+  for _ in range(4000):
+    chosen = adaptivefl.select_clients(tables, POOL, POOL.members[:4],
+                                       np.ones(4, bool), "rl", rng)
+    assert sorted(chosen) == [0, 1, 2, 3]
+    firsts[chosen[0]] += 1
+  np.testing.assert_allclose(firsts / firsts.sum(), [0.25] * 4, atol=0.03)

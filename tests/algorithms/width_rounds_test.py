@@ -15,6 +15,7 @@ units) exercises every slicing case, the flatten->dense view included:
 
 import collections
 
+import attrs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -204,6 +205,44 @@ def test_mixed_round_equals_per_client_oracle(tff_context):
                                 [1, 2, 0])
 
 
+def test_elements_nobody_trained_keep_their_values(tff_context):
+  del tff_context
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  state = algorithm.initialize()
+  output = algorithm.next(state, 1, _clients(assignments=(1, 0, 1)))
+  catalog = algorithm.catalog
+  covered = catalog.map(catalog.outer, catalog.by_name("M1")).coverage()
+  for before, after, mask in zip(state.model.trainable,
+                                 output.state.model.trainable, covered):
+    np.testing.assert_array_equal(after[mask == 0], before[mask == 0])
+    assert np.any(after[mask == 1] != before[mask == 1])
+
+
+def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
+  del tff_context
+  from tff_hetero.accounting import CommLedger  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import checkpoint  # pylint: disable=g-import-not-at-top
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  params = algorithm.params
+  state = algorithm.next(algorithm.initialize(), 1, _clients(
+      assignments=(2, 2, 1), capacities=(None, params[1], params[0]))).state
+  manager = checkpoint.CheckpointManager(str(tmp_path))
+  manager.save(checkpoint.ProgramState(
+      round_num=1, server_state=state, client_states={}, ledger=CommLedger(),
+      rng_state={}, elapsed_s=0.0, history=(), fingerprint=""))
+  restored = manager.load_latest(algorithm.initialize(), None).server_state
+  assert isinstance(restored, adaptivefl.AdaptiveFLState)
+  for name in ("curiosity", "resource"):
+    table = getattr(restored.tables, name)
+    assert table.dtype == np.int64
+    np.testing.assert_array_equal(table, getattr(state.tables, name))
+  assert not np.array_equal(state.tables.resource,
+                            algorithm.initialize().tables.resource)
+  _assert_close(restored.model.trainable, state.model.trainable, atol=0)
+
+
 def test_client_that_holds_nothing_downloads_only(tff_context):
   del tff_context
   algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
@@ -288,18 +327,111 @@ def test_static_batch_norm_statistics_by_hand(tff_context):
         x=np.asarray(rows, np.float32),
         y=np.zeros([len(rows)], np.int32))).batch(2)
 
-  # Client A: one batch {(1,2), (3,4)}: mean (2,3), variance (1,1).
-  # Client B: one batch {(5,6)}: mean (5,6), variance 0.
+  # Client A: one batch {(1,2), (3,4)}: mean (2,3), unbiased variance (2,2).
+  # Client B: one batch {(5,6)}: mean (5,6), variance 0 (one element).
   result = query(weights, [data([[1, 2], [3, 4]]), data([[5, 6]])])
   positions = {id(v): i for i, v in enumerate(model.non_trainable_weights)}
   bn = model.get_layer("bn1")
   np.testing.assert_allclose(
       result.non_trainable[positions[id(bn.moving_mean)]], [3, 4], atol=1e-6)
   np.testing.assert_allclose(
-      result.non_trainable[positions[id(bn.moving_variance)]], [2 / 3, 2 / 3],
+      result.non_trainable[positions[id(bn.moving_variance)]], [4 / 3, 4 / 3],
       atol=1e-6)
   _assert_close(result.trainable, weights.trainable, atol=0)
 
 
+def _two_bn_model(widths=(3, 2)):
+  inputs = tf.keras.Input((2,))
+  x = tf.keras.layers.Dense(widths[0], name="fc1",
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(7))(inputs)
+  x = tf.keras.layers.BatchNormalization(name="bn1", epsilon=1e-3)(x)
+  x = tf.keras.layers.ReLU()(x)
+  x = tf.keras.layers.Dense(widths[1], name="fc2",
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(8))(x)
+  x = tf.keras.layers.BatchNormalization(name="bn2", epsilon=1e-3)(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(3, name="logits")(x))
+
+
+def test_evaluated_sub_model_gets_statistics_of_its_own_activations(
+    tff_context):
+  """Two BN layers: the second sees the first normalised by batch moments."""
+  del tff_context
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  units = (WidthUnit(1, "fc1", 3, ("fc1",)), WidthUnit(2, "fc2", 2, ("fc2",)))
+  task = api.Task("bn", _two_bn_model, (2,), 3, spec, 1,
+                  width_model_fn=lambda w: _two_bn_model(tuple(w)),
+                  width_units=units)
+  catalog = width_rounds.LevelCatalog(task, [("S", (2, 1)), ("L", (3, 2))])
+  rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
+  weights = catalog.initial_weights(catalog.outer)
+  rng = np.random.default_rng(3)
+  batches = [[rng.normal(size=(4, 2)).astype(np.float32)],
+             [rng.normal(size=(3, 2)).astype(np.float32),
+              rng.normal(size=(2, 2)).astype(np.float32)]]
+
+  class Data(api.EvaluationData):
+
+    def client_datasets(self):
+      return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+          x=np.concatenate(b), y=np.zeros([sum(len(x) for x in b)],
+                                          np.int32))).batch(len(b[0]))
+              for b in batches]
+
+  small = catalog.by_name("S")
+  model = rounds.evaluation_model(weights, small, Data())
+  sliced = catalog.map(catalog.outer, small).extract(weights)
+  w1, b1, g1, be1, w2, b2 = [np.asarray(w) for w in sliced.trainable[:6]]
+  mean_sums, var_sums = [np.zeros(2), np.zeros(1)], [np.zeros(2), np.zeros(1)]
+  count = 0
+  for client in batches:
+    for x in client:  # The batches each client's dataset yields.
+      h1 = x @ w1 + b1
+      m1, v1 = h1.mean(0), h1.var(0)
+      y1 = np.maximum(g1 * (h1 - m1) / np.sqrt(v1 + 1e-3) + be1, 0)
+      h2 = y1 @ w2 + b2
+      n = len(x)
+      for i, h in enumerate((h1, h2)):
+        mean_sums[i] += n * h.mean(0)
+        var_sums[i] += n * (h.var(0, ddof=1) if n > 1 else 0 * h.var(0))
+      count += n
+  probe = small.keras_fn()
+  positions = {id(v): i for i, v in enumerate(probe.non_trainable_weights)}
+  for i, name in enumerate(("bn1", "bn2")):
+    layer = probe.get_layer(name)
+    np.testing.assert_allclose(
+        model.weights.non_trainable[positions[id(layer.moving_mean)]],
+        mean_sums[i] / count, atol=1e-5)
+    np.testing.assert_allclose(
+        model.weights.non_trainable[positions[id(layer.moving_variance)]],
+        var_sums[i] / count, atol=1e-5)
+  assert model.model_fn is small.keras_fn
+
+
 def test_no_query_without_batch_norm():
   assert static_batch_norm.build_statistics_query(_toy, _SPEC) is None
+
+
+def test_default_tiers_hold_exactly_their_models():
+  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  ids = [f"c{i}" for i in range(10)]
+  config = ExperimentConfig()  # weak,medium,strong 4:3:3, no capacities.
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR)
+  population = loop.build_population(config, ids, _TASK, algorithm)
+  expected = {"weak": "S1", "medium": "M1", "strong": "L1"}
+  for tier in population.tiers:
+    level = algorithm.catalog.by_name(expected[tier.name])
+    assert (tier.capacity_params, tier.capacity_flops) == (
+        level.params, level.forward_flops)
+  rates = {"weak": 0.25, "medium": 0.5, "strong": 1.0}
+  hetero = heterofl.HeteroFL(_TASK, rates, client_lr=_LR)
+  population = loop.build_population(config, ids, _TASK, hetero)
+  assert [t.capacity_params for t in population.tiers] == [
+      hetero.catalog.levels[i].params for i in range(3)]
+  # Explicit fractions win.
+  explicit = attrs.evolve(config, tier_capacities="0.5:0.5:1")
+  population = loop.build_population(explicit, ids, _TASK, algorithm)
+  full = algorithm.catalog.outer.params
+  assert [t.capacity_params for t in population.tiers] == [
+      round(full / 2), round(full / 2), full]

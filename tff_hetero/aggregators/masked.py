@@ -17,6 +17,9 @@ weight through, wrap it unchanged:
 
     tff.aggregators.clipping_factory(1.0, MaskedSumFactory())
 
+(Zeroing keeps a zeroed client's weight, as TFF's does for its mean: the
+client's elements then average towards zero; clipping has no such effect.)
+
 Weight types it accepts:
 
 * `float32`: every element is covered (a dense upload, e.g. a width
@@ -42,8 +45,9 @@ added first: `add_masked_sums`, then `masked_average` (values, Algorithm 2) or
 `w - lr * update` keeps it).
 
 `MaskedMeanFactory` does the divide inside the process and returns `T` with 0
-where no weight fell, a drop-in for `tff.aggregators.MeanFactory` in TFF's
-learning-process builders when clients send masked updates.
+where no weight fell. With a scalar weight it computes what
+`tff.aggregators.MeanFactory` computes (tested); with a `MaskedWeight` it
+needs client work that emits one, as TFF's own builders pass a scalar.
 """
 
 from __future__ import annotations

@@ -28,7 +28,10 @@ Each round (Algorithm 1):
 
 The server never reads a device's capacity: `plan_round` sees only the
 tables, and the capacity reaches `choose_trained_member`, the device's own
-decision, through the client's `ClientRound`.
+decision, through the client's `ClientRound`. (`tier_capacities` only sets
+up the simulated devices as Section 4.1 describes them: without
+`--tier_capacities` a weak device holds exactly S1, a medium one M1, a strong
+one L1.)
 
 Decisions where the paper is silent or its reference code
 (mastlab-T3S/AdaptiveFL) differs:
@@ -41,8 +44,10 @@ Decisions where the paper is silent or its reference code
   paper's prune(W; r_w, I) of the received W); the reference falls back to
   the largest pool member that fits, which need not be a sub-model of it.
 * A client that cannot hold even the smallest part receives the model and
-  returns nothing; its tables are updated as a prune below S_p: T_c[type(sent)]
-  += 1 and T_r[t] -= 1, 2, ... from S_p up (floored at 0).
+  returns nothing; its tables are updated as a prune to S_p without the
+  credit for S_p: T_c[type(sent)] += 1 and T_r[t] -= 0, 1, 2, ... from S_p
+  up (floored at 0), so T_r[S_p] keeps the client selectable should its
+  capacity recover.
 * If every available client has reward 0 for a model, the client is drawn
   uniformly among the available ones.
 * Batch normalisation is static (`static_batch_norm.py`); the reference
@@ -78,6 +83,11 @@ from tff_hetero.models import width as width_lib
 from tff_hetero.submodels import pools as pools_lib
 
 SELECTIONS = ("rl", "greedy", "random", "curiosity", "resource")
+# Section 4.1: "weak devices can only accommodate weak models, medium devices
+# can train medium or small models, while strong devices can accommodate
+# models of any type". Without --tier_capacities each such tier can hold
+# exactly the largest model of its type.
+TIER_LEVELS = {"weak": "S1", "medium": "M1", "strong": "L1"}
 _TYPE_ROWS = {c: i for i, c in enumerate(pools_lib.SIZE_CLASSES)}
 
 
@@ -183,10 +193,8 @@ def update_tables(tables: SelectionTables, pool: pools_lib.SubModelPool,
     start = 0 if returned is None else returned
     if returned is not None:
       resource[returned, client] += p
-    tau = 0 if returned is not None else 1
-    for t in range(start, last + 1):
+    for tau, t in enumerate(range(start, last + 1)):
       resource[t, client] = max(resource[t, client] - tau, 0)
-      tau += 1
   return SelectionTables(curiosity, resource)
 
 
@@ -239,6 +247,10 @@ class AdaptiveFL(api.FederatedAlgorithm):
     self.params = tuple(level.params for level in self.catalog.levels)
     # p: start indices per level (the pool's M members).
     self.p = max(1, len(pool.of_class("M")))
+
+  def tier_capacities(self, tier_names):
+    return {t: self.catalog.by_name(TIER_LEVELS[t]).capacity()
+            for t in tier_names if t in TIER_LEVELS}
 
   def initialize(self) -> AdaptiveFLState:
     return AdaptiveFLState(

@@ -181,6 +181,18 @@ class FederatedAlgorithm(abc.ABC):
   def model_weights(self, state: Any) -> Any:
     """The global model's `tff.learning.models.ModelWeights` in `state`."""
 
+  def tier_capacities(self, tier_names: Sequence[str]) -> Mapping[str, Any]:
+    """Default device capacities (`tff_hetero.devices.Capacity`) by tier name.
+
+    Used when `--tier_capacities` is not given, for the tiers it names: an
+    algorithm whose paper defines its device classes by the models they can
+    hold (AdaptiveFL: a weak device holds the S models, a medium one the M
+    models) states them here, exactly. Default: none (the tier fractions of
+    `tff_hetero.devices` apply).
+    """
+    del tier_names
+    return {}
+
   def initial_client_state(self) -> Optional[Any]:
     """Persistent state of a client never seen before; None if stateless."""
     return None

@@ -57,6 +57,12 @@ class Decoupled(api.FederatedAlgorithm):
           catalog, client_lr=client_lr, client_momentum=client_momentum,
           prox_mu=prox_mu, server_lr=server_lr))
 
+  def tier_capacities(self, tier_names):
+    from tff_hetero.algorithms.adaptivefl import TIER_LEVELS  # pylint: disable=g-import-not-at-top
+    outers = {r.catalog.outer.name: r.catalog.outer for r in self.runners}
+    return {t: outers[TIER_LEVELS[t]].capacity()
+            for t in tier_names if t in TIER_LEVELS}
+
   def initialize(self) -> DecoupledState:
     return DecoupledState(models=tuple(
         r.catalog.initial_weights(r.catalog.outer) for r in self.runners))

@@ -54,6 +54,11 @@ class HeteroFL(api.FederatedAlgorithm):
     self._level_of_rate = {m.ratio: self.catalog.levels[m.index]
                            for m in self.pool.members}
 
+  def tier_capacities(self, tier_names):
+    """Each tier holds exactly the sub-model of its rate."""
+    return {t: self._level_of_rate[float(self.tier_rates[t])].capacity()
+            for t in tier_names if t in self.tier_rates}
+
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
         model=self.catalog.initial_weights(self.catalog.outer))

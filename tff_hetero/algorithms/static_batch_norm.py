@@ -31,8 +31,9 @@ in a training-mode forward pass. Its client step is the `tff.tensorflow
     (<W, D*> -> <count=float32, mean_sums=<float32[c_1], ...>,
                  var_sums=<float32[c_1], ...>>)
 
-(sums over batches of batch size x batch statistic). For a model without
-batch normalisation it returns None.
+(sums over batches of batch size x batch statistic; the batch variance is
+the unbiased one over the batch's positions, as PyTorch accumulates it). For
+a model without batch normalisation it returns None.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def build_client_statistics_fn(model: tf.keras.Model):
       for a, m_sum, v_sum in zip(activations, mean_sums, var_sums):
         axes = list(range(len(a.shape) - 1))
         mean, variance = tf.nn.moments(a, axes=axes)
+        # Unbiased, as PyTorch's running variance in HeteroFL's code.
+        positions = tf.cast(tf.reduce_prod(tf.shape(a)[:-1]), tf.float32)
+        variance *= positions / tf.maximum(positions - 1.0, 1.0)
         new_means.append(m_sum + n * mean)
         new_vars.append(v_sum + n * variance)
       return count + n, tuple(new_means), tuple(new_vars)

@@ -63,6 +63,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero import devices as devices_lib
 from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
@@ -89,6 +90,7 @@ class Level:
     widths: Output width of every width unit.
     keras_fn: No-arg builder of this level's Keras model.
     params: Trainable parameters.
+    forward_flops: Forward MACs per example.
     training_flops_per_example: Forward + backward MACs per example.
   """
 
@@ -97,7 +99,12 @@ class Level:
   widths: tuple[int, ...]
   keras_fn: Callable[[], tf.keras.Model] = attrs.field(eq=False)
   params: int
+  forward_flops: int
   training_flops_per_example: int
+
+  def capacity(self) -> devices_lib.Capacity:
+    """The device capacity that holds exactly this level."""
+    return devices_lib.Capacity(params=self.params, flops=self.forward_flops)
 
 
 def _numpy_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
@@ -127,6 +134,7 @@ class LevelCatalog:
       built.append((Level(
           index=index, name=name, widths=widths, keras_fn=keras_fn,
           params=models_lib.count_params(model).trainable,
+          forward_flops=models_lib.count_flops(model),
           training_flops_per_example=models_lib.training_flops_per_example(
               model)), model))
     self.levels: tuple[Level, ...] = tuple(level for level, _ in built)
@@ -270,7 +278,6 @@ class HeterogeneousRounds:
     def build():
       trained_type = self._trainable_type(trained)
       scatter_map = self.catalog.map(self.catalog.outer, trained)
-      coverage = scatter_map.coverage()
       client_work = fedprox.build_proximal_client_work(
           self.catalog.task.tff_model_fn(trained.keras_fn),
           learning_process.client_sgd(self._client_lr, self._client_momentum),
@@ -287,9 +294,13 @@ class HeterogeneousRounds:
       @tff.tensorflow.computation(group_sums_type, self._sums_type)
       def fold(group_sums, running):
         weighted_sum, weight_sum = group_sums
+        # The level's coverage, built in the graph (not a model-sized
+        # constant): every client of the group covers the same elements.
+        coverage = scatter_map.scatter(
+            [tf.ones(s.inner_shape) for s in scatter_map.trainable])
         scattered = MaskedSums(
             scatter_map.scatter(list(weighted_sum)),
-            [tf.constant(c) * weight_sum for c in coverage])
+            [c * weight_sum for c in coverage])
         return add_masked_sums(MaskedSums(*running), scattered)
 
       return client_work, aggregator, update_nbytes, fold

@@ -100,9 +100,16 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
   )
 
 
-def build_population(config: ExperimentConfig, client_ids,
-                     task: api.Task) -> devices_lib.DevicePopulation:
-  """Device tiers from the flags, capacities relative to the task's model."""
+def build_population(
+    config: ExperimentConfig, client_ids, task: api.Task,
+    algorithm: Optional[api.FederatedAlgorithm] = None
+) -> devices_lib.DevicePopulation:
+  """Device tiers from the flags, capacities relative to the task's model.
+
+  Without `--tier_capacities`, a tier the algorithm gives a default capacity
+  (`FederatedAlgorithm.tier_capacities`) takes it; the others take their
+  default fraction of the full model.
+  """
   tiers = devices_lib.parse_tiers(
       config.tiers, config.tier_proportions,
       capacities=config.tier_capacities or None,
@@ -112,6 +119,13 @@ def build_population(config: ExperimentConfig, client_ids,
   tiers = devices_lib.resolve_capacities(
       tiers, models_lib.count_params(model).trainable,
       models_lib.count_flops(model))
+  if algorithm is not None and not config.tier_capacities:
+    budgets = algorithm.tier_capacities([t.name for t in tiers])
+    tiers = tuple(
+        attrs.evolve(t, capacity_params=budgets[t.name].params,
+                     capacity_flops=budgets[t.name].flops,
+                     capacity_fraction=None) if t.name in budgets else t
+        for t in tiers)
   return devices_lib.assign_tiers(client_ids, tiers, seed=config.seed)
 
 
@@ -131,9 +145,10 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
       val_fraction=config.val_fraction,
   )
   task = build_task(config, splits)
-  population = build_population(config, federated_data.client_ids, task)
   algorithm = ALGORITHMS[config.algorithm].builder(
       config, task, federated_data.client_ids)
+  population = build_population(config, federated_data.client_ids, task,
+                                algorithm)
   return Experiment(config, splits, federated_data, population, task,
                     algorithm)
 
