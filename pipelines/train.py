@@ -40,7 +40,9 @@ _EPOCHS = flags.DEFINE_integer("local_epochs", 1, "Local epochs per round.")
 _BATCH = flags.DEFINE_integer("batch_size", 20, "Client batch size.")
 _CLIENT_LR = flags.DEFINE_float("client_lr", 0.05, "Client learning rate.")
 _SERVER_LR = flags.DEFINE_float("server_lr", 1.0, "Server learning rate.")
-_PROX_MU = flags.DEFINE_float("prox_mu", 0.01, "FedProx proximal strength.")
+_PROX_MU = flags.DEFINE_float(
+    "prox_mu", None,
+    "Proximal strength (FedProx: default 0.01; FedDST/FedSGC: default 0).")
 _ADAM_EPS = flags.DEFINE_float("server_adam_epsilon", 1e-3,
                                "FedAdam server epsilon (tau).")
 _SEED = flags.DEFINE_integer(
@@ -92,6 +94,20 @@ _SELECTION = flags.DEFINE_string(
 _MIN_START = flags.DEFINE_integer(
     "prune_min_start_index", 0,
     "AdaptiveFL: a device prunes only to pool members with I >= this (tau).")
+_SPARSITY = flags.DEFINE_float(
+    "sparsity", 0.8, "FedSGC/FedDST: fraction of kernel weights masked.")
+_READJUST_EVERY = flags.DEFINE_integer(
+    "readjust_every", 10,
+    "FedSGC/FedDST: readjust masks on rounds 1, 1+N, 1+2N, ... (0: never).")
+_READJUST_END = flags.DEFINE_integer(
+    "readjust_end_round", 0,
+    "FedSGC/FedDST: last round of readjustment (0: --rounds / 2).")
+_PRUNE_ALPHA = flags.DEFINE_float(
+    "prune_alpha", 0.2,
+    "FedSGC/FedDST: initial prune fraction of the cosine schedule.")
+_CONGRUITY_LAMBDA = flags.DEFINE_float(
+    "congruity_lambda", 0.5,
+    "FedSGC: share of each prune/grow guided by gradient congruity.")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
     "HeteroFL width rate per tier of --tiers, colon-separated (default"

@@ -4,19 +4,26 @@ Plugged into TFF's own learning-process builders (`model_distributor`,
 `model_aggregator`, `metrics_aggregator`), they count, inside the federated
 computation and on the actual tensors, the bytes each client received or sent:
 
-* `build_measured_broadcast_process(value_type)`: a
+* `build_measured_broadcast_process(value_type, nbytes_fn=None)`: a
   `tff.learning.templates.DistributionProcess`
 
       next: (<()@SERVER, V@SERVER> ->
              <state=()@SERVER, result=V@CLIENTS,
               measurements=<bytes_down=int64, clients=int64>@SERVER>)
 
-  `bytes_down` is the sum over clients of the dense size of what each received.
-* `MeasuredUploadFactory(inner)`: a `tff.aggregators.WeightedAggregationFactory`
-  (or unweighted, following `inner`) whose process wraps `inner`'s and adds
-  `bytes_up` (sum over clients of the dense size of value and weight) to the
-  measurements as `<inner=..., bytes_up=int64, clients=int64>`. Stateless
-  itself; composes with TFF's clipping, zeroing and DP factories on either side.
+  `bytes_down` is the sum over clients of the size of what each received.
+* `MeasuredUploadFactory(inner, nbytes_fn=None)`: a
+  `tff.aggregators.WeightedAggregationFactory` whose process wraps `inner`'s
+  and adds `bytes_up` (sum over clients of the size of value and weight) to
+  the measurements as `<inner=..., bytes_up=int64, clients=int64>`.
+  Stateless itself; composes with TFF's clipping, zeroing and DP factories on
+  either side.
+
+Sizes are those of an encoding: by default every tensor is sent dense
+(`payload.tf_dense_nbytes`); `nbytes_fn` (a TF function of the value, or of
+`(value, weight)` for uploads, returning an int64 scalar) states another, e.g.
+masked values plus bit masks for sparse models. Either way it runs on the
+tensors each client actually receives or sends.
 * `measured_metrics_aggregator(inner)`: wraps a metrics aggregator
   (default `tff.learning.metrics.sum_then_finalize`) and adds
   `uploaded_bytes` (sum over clients of the unfinalized metrics' size) to the
@@ -34,13 +41,17 @@ import tensorflow_federated as tff
 from tff_hetero.accounting import payload
 
 
-def _client_nbytes_fn(value_type: tff.Type) -> tff.Computation:
+def _dense_nbytes(value):
+  if isinstance(value, tff.structure.Struct):
+    value = tff.structure.flatten(value)
+  return payload.tf_dense_nbytes(value)
+
+
+def _client_nbytes_fn(value_type: tff.Type, nbytes_fn=None) -> tff.Computation:
 
   @tff.tensorflow.computation(value_type)
   def client_nbytes(value):
-    if isinstance(value, tff.structure.Struct):
-      value = tff.structure.flatten(value)
-    return payload.tf_dense_nbytes(value)
+    return (nbytes_fn or _dense_nbytes)(value)
 
   return client_nbytes
 
@@ -55,11 +66,12 @@ def _count_clients(any_at_clients) -> Any:
 
 
 def build_measured_broadcast_process(
-    value_type: tff.Type) -> tff.learning.templates.DistributionProcess:
+    value_type: tff.Type,
+    nbytes_fn=None) -> tff.learning.templates.DistributionProcess:
   """A broadcast that measures the bytes every client receives."""
   if isinstance(value_type, tff.FederatedType):
     raise TypeError(f"value_type must not be federated, got {value_type}")
-  client_nbytes = _client_nbytes_fn(value_type)
+  client_nbytes = _client_nbytes_fn(value_type, nbytes_fn)
 
   @tff.federated_computation()
   def init_fn():
@@ -83,7 +95,9 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
   """Wraps a weighted aggregation factory and measures client uploads."""
 
   def __init__(
-      self, inner: Optional[tff.aggregators.WeightedAggregationFactory] = None):
+      self, inner: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+      nbytes_fn=None):
+    self._nbytes_fn = nbytes_fn
     if inner is None:
       inner = tff.aggregators.MeanFactory()
     if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
@@ -94,8 +108,13 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     inner_process = self._inner.create(value_type, weight_type)
+    nbytes_fn = self._nbytes_fn
+    if nbytes_fn is not None:
+      pair_nbytes = lambda pair: nbytes_fn(pair[0], pair[1])
+    else:
+      pair_nbytes = None
     client_nbytes = _client_nbytes_fn(
-        tff.StructType([value_type, weight_type]))
+        tff.StructType([value_type, weight_type]), pair_nbytes)
 
     @tff.federated_computation()
     def init_fn():

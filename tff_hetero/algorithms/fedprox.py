@@ -95,6 +95,11 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 
 
+# `--prox_mu` when not given: FedProx's own default here; other algorithms
+# that accept a proximal term (FedDST, FedSGC) default to none.
+DEFAULT_PROX_MU = 0.01
+
+
 def _zero_all_if_any_non_finite(structure):
   """`(structure, 0)` if all entries are finite, else `(zeros, 1)` (as TFF)."""
   flat = tf.nest.flatten(structure)
@@ -284,7 +289,8 @@ def build_fedprox_process(task: api.Task, *, client_lr: float,
 def build_fedprox(config, task: api.Task,
                   client_ids=()) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedprox.
+  prox_mu = DEFAULT_PROX_MU if config.prox_mu is None else config.prox_mu
   process = build_fedprox_process(
       task, client_lr=config.client_lr, server_lr=config.server_lr,
-      prox_mu=config.prox_mu, client_momentum=config.client_momentum)
+      prox_mu=prox_mu, client_momentum=config.client_momentum)
   return learning_process.LearningProcessAlgorithm("fedprox", process, task)

@@ -14,9 +14,11 @@ import attrs
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import decoupled
+from tff_hetero.algorithms import feddst
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms import fedsgc
 from tff_hetero.algorithms import heterofl
 
 
@@ -45,3 +47,6 @@ register("all_large", all_large.build_all_large,
          "McMahan et al. 2017, as AdaptiveFL's All-Large baseline")
 register("decoupled", decoupled.build_decoupled,
          "AdaptiveFL's Decoupled baseline (Jia et al. 2024)")
+register("fedsgc", fedsgc.build_fedsgc,
+         "Gradient-Congruity Guided Federated Sparse Training")
+register("feddst", feddst.build_feddst, "Bibikar et al. 2022")

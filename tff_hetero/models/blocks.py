@@ -81,6 +81,10 @@ class ChannelShortcut(tf.keras.layers.Layer):
     shape[-1] = self.channels
     return tf.TensorShape(shape)
 
+  def get_prunable_weights(self) -> list:
+    """Nothing to prune (tfmot's pruning wrappers ask; sparse training)."""
+    return []
+
   def get_config(self):
     config = super().get_config()
     config.update(stride=self.stride, channels=self.channels)

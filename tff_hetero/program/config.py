@@ -48,7 +48,7 @@ class ExperimentConfig:
   client_lr: float = 0.05
   client_momentum: float = 0.0
   server_lr: float = 1.0
-  prox_mu: float = 0.01
+  prox_mu: float | None = None
   server_adam_epsilon: float = 1e-3
   seed: int = 0
   eval_every: int = 1
@@ -72,6 +72,12 @@ class ExperimentConfig:
   adaptivefl_selection: str = "rl"
   prune_min_start_index: int = 0
   heterofl_rates: str = ""
+  # Sparse training (FedSGC, FedDST).
+  sparsity: float = 0.8
+  readjust_every: int = 10
+  readjust_end_round: int = 0
+  prune_alpha: float = 0.2
+  congruity_lambda: float = 0.5
   progress: bool = True
 
   @property
@@ -130,8 +136,19 @@ class ExperimentConfig:
     if self.prune_min_start_index < 0:
       raise UsageError("--prune_min_start_index",
                        f"must be >= 0, got {self.prune_min_start_index}")
-    if not (math.isfinite(self.prox_mu) and self.prox_mu >= 0):
+    if self.prox_mu is not None and not (math.isfinite(self.prox_mu) and
+                                         self.prox_mu >= 0):
       raise UsageError("--prox_mu", f"must be >= 0, got {self.prox_mu}")
+    if not (math.isfinite(self.sparsity) and 0 <= self.sparsity < 1):
+      raise UsageError("--sparsity", f"must be in [0, 1), got {self.sparsity}")
+    for flag, value in (("--readjust_every", self.readjust_every),
+                        ("--readjust_end_round", self.readjust_end_round)):
+      if value < 0:
+        raise UsageError(flag, f"must be >= 0 (0: {'never' if flag == '--readjust_every' else 'rounds / 2'}), got {value}")
+    for flag, value in (("--prune_alpha", self.prune_alpha),
+                        ("--congruity_lambda", self.congruity_lambda)):
+      if not (math.isfinite(value) and 0 <= value <= 1):
+        raise UsageError(flag, f"must be in [0, 1], got {value}")
     if not 0 <= self.val_fraction < 1:
       raise UsageError("--val_fraction",
                        f"must be in [0, 1), got {self.val_fraction}")
