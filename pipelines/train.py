@@ -108,6 +108,10 @@ _PRUNE_ALPHA = flags.DEFINE_float(
 _CONGRUITY_LAMBDA = flags.DEFINE_float(
     "congruity_lambda", 0.5,
     "FedSGC: share of each prune/grow guided by gradient congruity.")
+_UPLOAD_BUDGETS = flags.DEFINE_string(
+    "upload_budgets_mib", "",
+    "Report the best accuracy reached within these cumulative uploads (MiB,"
+    " colon-separated); default 1/8, 1/4, 1/2 and all of the run's upload.")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
     "HeteroFL width rate per tier of --tiers, colon-separated (default"

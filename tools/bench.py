@@ -23,6 +23,10 @@ Suite `hetero` (`--model` defaults to vgg16_eighth there) times
     weak/medium/strong tiers 4:3:3, timed after warm-up rounds that build
     the group computations; `adaptivefl_mixed_groups` is the mean number of
     (sent, trained) groups per timed round.
+Suite `sparse` (default model mnist_cnn) times, on the same cohort and data:
+  * `fedavg_round_s`: FedAvg;
+  * `fedsgc_round_s`: a FedSGC round without readjustment (sparsity 0.8);
+  * `fedsgc_readjust_round_s`: a FedSGC round that readjusts masks.
 The last line printed is one JSON object with these figures.
 """
 
@@ -44,7 +48,7 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero"],
+_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero", "sparse"],
                            "Benchmark suite.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (after 1 warm-up).")
 _RSS_ROUNDS = flags.DEFINE_integer("rss_rounds", 100,
@@ -263,7 +267,53 @@ def bench_hetero() -> collections.OrderedDict:
   return results
 
 
-SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero)
+def bench_sparse() -> collections.OrderedDict:
+  import attrs  # pylint: disable=g-import-not-at-top
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import fedsgc  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config = _config(rounds=1)
+  experiment = loop.build_experiment(config)
+  fed, task = experiment.federated_data, experiment.task
+  cohort = list(fed.client_ids)[:_COHORT.value]
+  datasets = {cid: data_lib.make_client_dataset(
+      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i)
+              for i, cid in enumerate(cohort)}
+  results = collections.OrderedDict()
+  with runtime.local_execution():
+    fedavg = experiment.algorithm
+    results["fedavg_round_s"], _ = _median_next_s(
+        fedavg, lambda s, r: [api.ClientRound(
+            client_id=c, dataset=datasets[c],
+            num_examples=len(fed.client_train(c))) for c in cohort], 1, timed)
+    for key, every in (("fedsgc_round_s", 0), ("fedsgc_readjust_round_s", 1)):
+      sgc = fedsgc.build_fedsgc(attrs.evolve(
+          config, sparsity=0.8, readjust_every=every,
+          readjust_end_round=10**6), task)
+      stored = {}
+
+      def clients(state, round_num, sgc=sgc, stored=stored):
+        del state, round_num
+        return [api.ClientRound(
+            client_id=c, dataset=datasets[c],
+            num_examples=len(fed.client_train(c)),
+            state=stored.get(c, sgc.initial_client_state())) for c in cohort]
+
+      results[key], _ = _median_next_s(sgc, clients, 1, timed)
+  results["fedsgc_vs_fedavg"] = round(
+      results["fedsgc_round_s"] / results["fedavg_round_s"], 3)
+  results["setup"] = (f"{_DATASET.value}/{_model()}, cohort {_COHORT.value},"
+                      f" batch 20, 1 epoch, sparsity 0.8, median of {timed}"
+                      " rounds")
+  return results
+
+
+SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero,
+                                 sparse=bench_sparse)
 
 
 def main(argv):

@@ -80,6 +80,15 @@ CASES = [
     (["--algorithm=heterofl", "--heterofl_rates=0:0.5:1"], "--heterofl_rates"),
     (["--algorithm=heterofl", "--tiers=a,b", "--tier_proportions=1:1",
       "--tier_capacities=0.5:1"], "--heterofl_rates"),
+    (["--algorithm=fedsgc", "--sparsity=1"], "--sparsity"),
+    (["--algorithm=fedsgc", "--sparsity=-0.1"], "--sparsity"),
+    (["--algorithm=feddst", "--readjust_every=-1"], "--readjust_every"),
+    (["--algorithm=fedsgc", "--readjust_end_round=-5"], "--readjust_end_round"),
+    (["--algorithm=fedsgc", "--prune_alpha=1.5"], "--prune_alpha"),
+    (["--algorithm=fedsgc", "--congruity_lambda=-1"], "--congruity_lambda"),
+    (["--algorithm=fedsgc", "--prox_mu=-1"], "--prox_mu"),
+    (["--upload_budgets_mib=10:x"], "--upload_budgets_mib"),
+    (["--upload_budgets_mib=0"], "--upload_budgets_mib"),
 ]
 
 

@@ -78,6 +78,7 @@ class ExperimentConfig:
   readjust_end_round: int = 0
   prune_alpha: float = 0.2
   congruity_lambda: float = 0.5
+  upload_budgets_mib: str = ""
   progress: bool = True
 
   @property
@@ -154,6 +155,12 @@ class ExperimentConfig:
                        f"must be in [0, 1), got {self.val_fraction}")
     if self.seed < 0:
       raise UsageError("--seed", f"must be >= 0, got {self.seed}")
+    if self.upload_budgets_mib:
+      budgets = parse_number_list("--upload_budgets_mib",
+                                  self.upload_budgets_mib)
+      if not all(b > 0 for b in budgets):
+        raise UsageError("--upload_budgets_mib",
+                         f"budgets must be > 0 MiB, got {self.upload_budgets_mib}")
     if not _NAME_RE.match(self.experiment_name):
       raise UsageError(
           "--experiment_name",

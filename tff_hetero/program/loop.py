@@ -370,6 +370,26 @@ def _check_output_dir(config: ExperimentConfig,
         " continue it or choose another --experiment_name")
 
 
+def upload_budgets(config: ExperimentConfig, bytes_up_total: int) -> list:
+  """`--upload_budgets_mib`, or by default 1/8, 1/4, 1/2 and all of the
+  run's upload (FedSGC's Table 2 reports accuracy at fixed upload budgets)."""
+  if config.upload_budgets_mib:
+    return [float(x) for x in config.upload_budgets_mib.split(":")]
+  total = bytes_up_total / MIB
+  return [round(total * f, 3) for f in (0.125, 0.25, 0.5, 1.0)]
+
+
+def best_accuracy_by_upload(evaluated, budgets_mib) -> collections.OrderedDict:
+  """Best test accuracy among evaluations whose cumulative upload (all
+  clients, measured) was within each budget; None if none was."""
+  out = collections.OrderedDict()
+  for budget in budgets_mib:
+    within = [r["accuracy"] for r in evaluated
+              if r["bytes_up_cumulative"] <= budget * MIB]
+    out[f"{budget:g}"] = max(within) if within else None
+  return out
+
+
 def _build_report(experiment: Experiment, ledger: CommLedger, history,
                   elapsed_s: float) -> dict:
   config = experiment.config
@@ -396,6 +416,8 @@ def _build_report(experiment: Experiment, ledger: CommLedger, history,
       final_metrics=final_metrics,
       final_round=final.get("round"),
       best_accuracy=max((r["accuracy"] for r in evaluated), default=None),
+      best_accuracy_by_upload_mib=best_accuracy_by_upload(
+          evaluated, upload_budgets(config, totals.bytes_up)),
       bytes_up_total=totals.bytes_up,
       bytes_down_total=totals.bytes_down,
       client_flops_total=totals.flops,

