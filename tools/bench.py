@@ -183,13 +183,19 @@ def bench_base() -> collections.OrderedDict:
 
 def _median_next_s(algorithm, clients_for_round, warmup: int,
                    timed: int) -> tuple[float, list]:
-  """Median seconds of `algorithm.next` over `timed` rounds after `warmup`."""
+  """Median seconds of `algorithm.next` over `timed` rounds after `warmup`.
+
+  `clients_for_round(state, round_num, client_states)` gives the cohort;
+  `client_states` holds what earlier rounds left (FedSGC's uploads).
+  """
   state = algorithm.initialize()
-  times, cohorts = [], []
+  times, cohorts, client_states = [], [], {}
   for round_num in range(1, warmup + timed + 1):
-    clients = clients_for_round(state, round_num)
+    clients = clients_for_round(state, round_num, client_states)
     start = time.perf_counter()
-    state = algorithm.next(state, round_num, clients).state
+    output = algorithm.next(state, round_num, clients)
+    state = output.state
+    client_states.update(output.client_states)
     if round_num > warmup:
       times.append(time.perf_counter() - start)
       cohorts.append(clients)
@@ -226,7 +232,7 @@ def bench_hetero() -> collections.OrderedDict:
   with runtime.local_execution():
     fedavg = experiment.algorithm  # config.algorithm == "fedavg"
     results["fedavg_round_s"], _ = _median_next_s(
-        fedavg, lambda s, r: [client(c) for c in cohort], 1, timed)
+        fedavg, lambda s, r, _: [client(c) for c in cohort], 1, timed)
 
     full_pool = pools.SubModelPool(task.width_units, (pools.PoolMember(
         0, "L1", "L", 1.0, len(task.width_units),
@@ -235,7 +241,8 @@ def bench_hetero() -> collections.OrderedDict:
         task, full_pool, fed.client_ids, client_lr=config.client_lr,
         client_momentum=config.client_momentum)
     results["adaptivefl_full_pool_round_s"], _ = _median_next_s(
-        full_only, lambda s, r: [client(c, 0, capacity=False) for c in cohort],
+        full_only,
+        lambda s, r, _: [client(c, 0, capacity=False) for c in cohort],
         1, timed)
 
     mixed = adaptivefl.AdaptiveFL(
@@ -243,7 +250,7 @@ def bench_hetero() -> collections.OrderedDict:
         client_lr=config.client_lr, client_momentum=config.client_momentum)
     sampler = CohortSampler(0)
 
-    def planned(state, round_num):
+    def planned(state, round_num, unused_client_states):
       plan = mixed.plan_round(state, round_num, fed.client_ids,
                               _COHORT.value, sampler)
       return [client(a.client_id, a.payload) for a in plan]
@@ -287,16 +294,14 @@ def bench_sparse() -> collections.OrderedDict:
   with runtime.local_execution():
     fedavg = experiment.algorithm
     results["fedavg_round_s"], _ = _median_next_s(
-        fedavg, lambda s, r: [api.ClientRound(
+        fedavg, lambda s, r, _: [api.ClientRound(
             client_id=c, dataset=datasets[c],
             num_examples=len(fed.client_train(c))) for c in cohort], 1, timed)
     for key, every in (("fedsgc_round_s", 0), ("fedsgc_readjust_round_s", 1)):
       sgc = fedsgc.build_fedsgc(attrs.evolve(
           config, sparsity=0.8, readjust_every=every,
           readjust_end_round=10**6), task)
-      stored = {}
-
-      def clients(state, round_num, sgc=sgc, stored=stored):
+      def clients(state, round_num, stored, sgc=sgc):
         del state, round_num
         return [api.ClientRound(
             client_id=c, dataset=datasets[c],

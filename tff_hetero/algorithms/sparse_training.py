@@ -48,13 +48,18 @@ R = `MaskedSums` of the trainable weights, G = int8 direction maps:
 
     round: (<S@SERVER, G@SERVER, float32@SERVER, R@SERVER, U@CLIENTS,
              {D*}@CLIENTS> ->
-            <S@SERVER, G@SERVER, R@SERVER, U@CLIENTS, metrics@SERVER>)
+            <S@SERVER, G@SERVER, R@SERVER, U@CLIENTS, int64@CLIENTS,
+             metrics@SERVER>)
 
 (the global model, its direction map, the prune fraction, the running sums,
 the cohort's previous uploads; the new global model, map and sums, the new
-uploads, and measured metrics). The previous uploads live in the program's
-client-state store, as server memory would in a deployment; they are not
-sent and not counted.
+uploads, each client's upload bytes, and measured metrics). The previous
+uploads live in the program's client-state store, as server memory would in
+a deployment; they are not sent and not counted. Without remembered uploads
+(FedDST) the sums and uploads are neither inputs nor outputs:
+
+    round: (<S@SERVER, G@SERVER, float32@SERVER, {D*}@CLIENTS> ->
+            <S@SERVER, G@SERVER, int64@CLIENTS, metrics@SERVER>)
 
 Accounting, measured on the tensors sent: a masked kernel costs its kept
 values (4 bytes each) plus its bit mask (ceil(size / 8) bytes); every other
@@ -69,7 +74,7 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -432,15 +437,11 @@ class SparseRounds:
       density = [tf.reduce_mean(m) for m in new_model.masks]
       return new_model, directions, sums, density
 
-    @tff.federated_computation(
-        tff.FederatedType(self.model_type, tff.SERVER),
-        tff.FederatedType(self.directions_type, tff.SERVER),
-        tff.FederatedType(np.float32, tff.SERVER),
-        tff.FederatedType(sums_type, tff.SERVER),
-        tff.FederatedType(upload_type, tff.CLIENTS),
-        tff.FederatedType(self.data_type, tff.CLIENTS))
-    def sparse_round(model, directions, prune_fraction, running, previous,
-                     data):
+    @tff.tensorflow.computation(upload_type)
+    def sent_bytes(upload):
+      return sparse_nbytes(layout, upload.trainable, upload.masks) + 4
+
+    def body(model, directions, prune_fraction, running, previous, data):
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(
           distributor=delivered.measurements)
@@ -463,14 +464,40 @@ class SparseRounds:
                                              (delivered.result, data))
       uploaded = aggregator.next(aggregator.initialize(), uploads.trainable,
                                  tff.federated_map(to_weighted, uploads))
-      old = tff.federated_sum(tff.federated_map(contribution, previous))
+      if remember:
+        old = tff.federated_sum(tff.federated_map(contribution, previous))
+      else:
+        old = running = uploaded.result  # Unused: only this round counts.
       new_model, new_directions, new_sums, density = tff.federated_map(
           server_update, (model, running, old, uploaded.result))
       measurements["train"] = metrics_aggregate(metrics)
       measurements["aggregator"] = uploaded.measurements
       measurements["density"] = density
       return (new_model, new_directions, new_sums, uploads,
+              tff.federated_map(sent_bytes, uploads),
               tff.federated_zip(measurements))
+
+    server_inputs = [tff.FederatedType(self.model_type, tff.SERVER),
+                     tff.FederatedType(self.directions_type, tff.SERVER),
+                     tff.FederatedType(np.float32, tff.SERVER)]
+    data_input = tff.FederatedType(self.data_type, tff.CLIENTS)
+    if remember:
+
+      @tff.federated_computation(
+          *server_inputs, tff.FederatedType(sums_type, tff.SERVER),
+          tff.FederatedType(upload_type, tff.CLIENTS), data_input)
+      def sparse_round(model, directions, prune_fraction, running, previous,
+                       data):
+        return body(model, directions, prune_fraction, running, previous,
+                    data)
+    else:
+
+      @tff.federated_computation(*server_inputs, data_input)
+      def sparse_round(model, directions, prune_fraction, data):
+        (new_model, new_directions, _, _, upload_bytes,
+         measurements) = body(model, directions, prune_fraction, None, None,
+                              data)
+        return new_model, new_directions, upload_bytes, measurements
 
     self._rounds[readjust] = sparse_round
     return sparse_round
@@ -510,6 +537,7 @@ class SparseTraining(api.FederatedAlgorithm):
     self.readjust_every = int(readjust_every)
     self.readjust_end_round = int(readjust_end_round)
     self.prune_alpha = float(prune_alpha)
+    self.remember_uploads = bool(remember_uploads)
     self._seed = int(seed)
     # What TensorFlow computes: dense kernels times 0/1 masks, so the dense
     # model's MACs (masked weights are not skipped on this hardware).
@@ -550,7 +578,10 @@ class SparseTraining(api.FederatedAlgorithm):
                        directions=self.rounds.zero_directions(self._initial),
                        sums=self.rounds.zero_sums(self._initial))
 
-  def initial_client_state(self) -> SparseUpload:
+  def initial_client_state(self) -> Optional[SparseUpload]:
+    """FedSGC: the client's last upload (none yet); FedDST keeps nothing."""
+    if not self.remember_uploads:
+      return None
     return self.rounds.empty_upload(self._initial)
 
   def next(self, state: SparseState, round_num: int,
@@ -559,9 +590,16 @@ class SparseTraining(api.FederatedAlgorithm):
     fraction = (prune_fraction(round_num, self.prune_alpha,
                                self.readjust_end_round) if readjust else 0.0)
     computation = self.rounds.round_computation(readjust)
-    model, directions, sums, uploads, measured = computation(
-        state.model, state.directions, np.float32(fraction), state.sums,
-        [c.state for c in clients], [c.dataset for c in clients])
+    data = [c.dataset for c in clients]
+    if self.remember_uploads:
+      model, directions, sums, uploads, upload_bytes, measured = computation(
+          state.model, state.directions, np.float32(fraction), state.sums,
+          [c.state for c in clients], data)
+      client_states = {c.client_id: u for c, u in zip(clients, uploads)}
+    else:
+      model, directions, upload_bytes, measured = computation(
+          state.model, state.directions, np.float32(fraction), data)
+      sums, client_states = state.sums, {}
     n = len(clients)
     down = int(measured["distributor"]["bytes_down"])
     if readjust:
@@ -572,9 +610,7 @@ class SparseTraining(api.FederatedAlgorithm):
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
     # Uploads differ in size (each client's mask): measured per client.
-    per_client_up = [
-        int(sparse_nbytes(self.layout, u.trainable, u.masks)) + 4
-        for u in uploads]
+    per_client_up = [int(b) for b in upload_bytes]
     metric_bytes = learning_process.per_client_bytes(
         int(train["uploaded_bytes"]), n, "metrics upload")
     if sum(per_client_up) + n * metric_bytes != up:
@@ -599,8 +635,7 @@ class SparseTraining(api.FederatedAlgorithm):
       metrics[f"sparsity/{kernel.name.split(':')[0]}"] = 1.0 - density
     return api.RoundOutput(
         state=SparseState(model=model, directions=list(directions), sums=sums),
-        metrics=metrics, traffic=traffic,
-        client_states={c.client_id: u for c, u in zip(clients, uploads)})
+        metrics=metrics, traffic=traffic, client_states=client_states)
 
   def model_weights(self, state: SparseState):
     weights = self.layout.to_model_weights(SparseModel(*state.model))
