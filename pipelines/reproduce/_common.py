@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 REPORT_JSON = "report.json"
+MIB = float(1 << 20)
 
 
 @attrs.frozen
