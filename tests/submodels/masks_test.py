@@ -53,7 +53,8 @@ def test_mnist_cnn_layout_and_densities():
   assert [k.name for k in layout.kernels] == [
       "conv1/kernel:0", "conv2/kernel:0", "fc1/kernel:0", "logits/kernel:0"]
   assert [k.trainable_index for k in layout.kernels] == [0, 2, 4, 6]
-  assert layout.kinds.count("mask") == 4 and layout.kinds.count("step") == 7
+  # Only the four kernel layers are wrapped: four masks, four step counters.
+  assert layout.kinds.count("mask") == 4 and layout.kinds.count("step") == 4
   counts = masks.keep_counts(layout.shapes,
                              masks.erk_densities(layout.shapes, 0.8))
   assert counts == [188, 357, 3305, 500]  # 4,350 of 21,750 kernel weights.
