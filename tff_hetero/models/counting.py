@@ -353,7 +353,8 @@ _RULES_BY_NAME: dict[str, _Rule] = {
     "SlicingOpLambda": _tf_op,
 }
 
-# Wrappers costing what the layer they wrap costs (attribute `.layer`).
+# Wrappers (and their subclasses) costing what the layer they wrap costs
+# (attribute `.layer`).
 _DELEGATING_WRAPPERS = frozenset({"PruneLowMagnitude"})
 
 
@@ -402,7 +403,7 @@ def _walk(model: tf.keras.Model, prefix: str, calls: dict[int, int],
     calls[id(layer)] = call
     name = prefix + layer.name + (f"#{call}" if call > 1 else "")
     target, kind = layer, type(layer).__name__
-    if kind in _DELEGATING_WRAPPERS:
+    if any(c.__name__ in _DELEGATING_WRAPPERS for c in type(layer).__mro__):
       target = layer.layer
       kind = f"{kind}({type(target).__name__})"
     rule = _rule_for(target)
