@@ -23,6 +23,11 @@ TYPICAL_SHAPES = {
     "vgg11": (32, 32, 3),
     "vgg16": (32, 32, 3),
     "vgg16_eighth": (28, 28, 1),
+    "fedgkt_edge_resnet4": (32, 32, 3),
+    "fedgkt_edge_resnet6": (32, 32, 3),
+    "fedgkt_edge_resnet8": (32, 32, 3),
+    "fedgkt_server_resnet55": (32, 32, 3),
+    "fedgkt_server_resnet109": (32, 32, 3),
 }
 
 
@@ -49,7 +54,8 @@ def test_models_output_logits_of_num_classes(name):
   model = models.build_model(name, shape, num_classes=7, seed=3)
   assert isinstance(model, tf.keras.Model)
   assert model.name == name
-  x = np.random.default_rng(0).normal(size=(5,) + shape).astype(np.float32)
+  x = np.random.default_rng(0).normal(
+      size=(5,) + tuple(model.input.shape[1:])).astype(np.float32)
   y = model(x).numpy()
   assert y.shape == (5, 7)
   # Logits, not probabilities: the last layer is linear and the rows do not

@@ -33,6 +33,11 @@ SMALL_SHAPES = {
     "vgg11": (16, 16, 1),
     "vgg16": (16, 16, 1),
     "vgg16_eighth": (32, 32, 3),
+    "fedgkt_edge_resnet4": (8, 8, 3),
+    "fedgkt_edge_resnet6": (8, 8, 3),
+    "fedgkt_edge_resnet8": (8, 8, 3),
+    "fedgkt_server_resnet55": (8, 8, 3),
+    "fedgkt_server_resnet109": (8, 8, 3),
 }
 CLASSES = 5
 
@@ -49,6 +54,9 @@ UNIT_NAMES = {
     "vgg11": tuple(f"conv{i}" for i in range(1, 9)) + ("fc1", "fc2"),
     "vgg16": tuple(f"conv{i}" for i in range(1, 14)) + ("fc1", "fc2"),
     "vgg16_eighth": tuple(f"conv{i}" for i in range(1, 14)) + ("fc1", "fc2"),
+    **{f"fedgkt_edge_resnet{d}": ("stem", "stage1") for d in (4, 6, 8)},
+    **{f"fedgkt_server_resnet{d}": ("stage1", "stage2", "stage3")
+       for d in (55, 109)},
 }
 
 DEFAULT_START_INDICES = {
@@ -58,6 +66,8 @@ DEFAULT_START_INDICES = {
     "resnet32": (3, 2, 1), "resnet56": (3, 2, 1), "resnet110": (3, 2, 1),
     "resnet18": (3, 2, 1), "vgg11": (6, 4, 2), "vgg16": (8, 6, 4),
     "vgg16_eighth": (8, 6, 4),
+    **{f"fedgkt_edge_resnet{d}": (1, 0) for d in (4, 6, 8)},
+    **{f"fedgkt_server_resnet{d}": (2, 1, 0) for d in (55, 109)},
 }
 
 _CIFAR_RESNETS = ("resnet8", "resnet20", "resnet32", "resnet56", "resnet110")
@@ -71,6 +81,10 @@ def _profiles(name, units):
     # shortcuts); and every unit narrowed unevenly with truncation only at
     # the last stage (see resnet.py on truncation before a wider stage).
     return ((5, 5, 16, 64), (13, 11, 7, 6))
+  if name.startswith("fedgkt_server"):
+    # Its input has 16 channels: a narrower stage 1 would truncate them
+    # before wider stages (resnet.py); narrow the later stages instead.
+    return ((16, 16, 21), (16, 32, 20))
   if name == "resnet18":
     # AdaptiveFL's M3 (stem whole, stage 1 truncates its identity
     # shortcut); and uneven widths with a zero-padded stage-1 shortcut.
@@ -279,7 +293,7 @@ def test_narrowed_model_is_the_prefix_of_the_full_model(name, zoo):
   units = models.width_units(name, shape, CLASSES)
   rng = np.random.default_rng(7)
   drawn = _randomised(full, rng)
-  x = rng.normal(size=(8,) + shape).astype(np.float32)
+  x = rng.normal(size=(8,) + tuple(full.input.shape[1:])).astype(np.float32)
   for widths in _profiles(name, units):
     assert widths != models.full_widths(units)
     narrow = zoo(name, widths)

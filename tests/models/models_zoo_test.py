@@ -61,6 +61,69 @@ def test_cifar_resnets_by_hand_and_reference_counts(name, n, params,
   assert kinds.count("Conv2D") + kinds.count("Dense") == 6 * n + 2
 
 
+def _fedgkt_edge_by_hand(blocks):
+  """(params, non-trainable, MACs) of FedGKT's edge ResNet on 32x32x3/10."""
+  params = 3 * 9 * 16 + 2 * 16 + 2 * blocks * (16 * 9 * 16 + 2 * 16) + 170
+  non_trainable = 2 * 16 * (1 + 2 * blocks)
+  pixels = 32 * 32 * 16
+  macs = (pixels * 27 + pixels                      # stem conv + BN
+          + 2 * blocks * (pixels * 144 + pixels)    # block convs + BNs
+          + 160)                                    # logits
+  return params, non_trainable, macs
+
+
+@pytest.mark.parametrize("name, blocks, params, non_trainable, macs", [
+    ("fedgkt_edge_resnet4", 1, 5_306, 96, 5_210_272),
+    ("fedgkt_edge_resnet6", 2, 9_978, 160, 9_961_632),
+    ("fedgkt_edge_resnet8", 3, 14_650, 224, 14_712_992),
+])
+def test_fedgkt_edge_models_by_hand(name, blocks, params, non_trainable,
+                                    macs):
+  assert _fedgkt_edge_by_hand(blocks) == (params, non_trainable, macs)
+  model = models.build_model(name, (32, 32, 3), 10, 0)
+  _check_totals(model, params, non_trainable, macs)
+  kinds = [r.kind for r in models.layer_costs(model)]
+  # ResNet-4/6/8: 1 + 2 x blocks convolutions and the logits.
+  assert kinds.count("Conv2D") + kinds.count("Dense") == 2 * blocks + 2
+
+
+@pytest.mark.parametrize("server, full, n", [
+    ("fedgkt_server_resnet55", "resnet56", 9),
+    ("fedgkt_server_resnet109", "resnet110", 18),
+])
+def test_fedgkt_server_is_the_resnet_without_its_stem(server, full, n):
+  params, non_trainable, macs = _cifar_resnet_by_hand(n)
+  stem_params, stem_stats = 3 * 9 * 16 + 2 * 16, 2 * 16
+  stem_macs = 32 * 32 * 16 * 27 + 32 * 32 * 16
+  model = models.build_model(server, (32, 32, 3), 10, 0)
+  assert tuple(model.input.shape) == (None, 32, 32, 16)
+  _check_totals(model, params - stem_params, non_trainable - stem_stats,
+                macs - stem_macs)
+  kinds = [r.kind for r in models.layer_costs(model)]
+  assert kinds.count("Conv2D") + kinds.count("Dense") == 6 * n + 1
+  # Same layers as ResNet-56/110 after the stem, same shapes.
+  reference = models.build_model(full, (32, 32, 3), 10, 0)
+  shapes = {w.name: w.shape for w in reference.weights
+            if not w.name.startswith("stem_")}
+  assert {w.name: w.shape for w in model.weights} == shapes
+
+
+def test_fedgkt_edge_features_and_composed_model_share_weights():
+  from tff_hetero.models import fedgkt  # pylint: disable=g-import-not-at-top
+  edge = models.build_model("fedgkt_edge_resnet8", (8, 8, 3), 10, 0)
+  server = models.build_model("fedgkt_server_resnet55", (8, 8, 3), 10, 1)
+  x = np.random.default_rng(0).normal(size=(3, 8, 8, 3)).astype(np.float32)
+  features, logits = fedgkt.edge_with_features(edge)(x)
+  assert features.shape == (3, 8, 8, 16)
+  np.testing.assert_allclose(logits, edge(x), atol=1e-6)
+  composed = fedgkt.extractor_and_server(edge, server)
+  np.testing.assert_allclose(composed(x), server(features), atol=1e-5)
+  # Extractor weights (edge minus pool/logits) then the server's.
+  edge_extractor = [w for w in edge.weights if not w.name.startswith("logits")]
+  assert [id(w) for w in composed.weights] == [
+      id(w) for w in edge_extractor + server.weights]
+
+
 def test_resnet20_layers_by_hand():
   rows = {r.name: r for r in models.layer_costs(
       models.build_model("resnet20", (32, 32, 3), 10, 0))}

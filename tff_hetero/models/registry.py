@@ -6,7 +6,7 @@ model outputs logits, and two builds with the same arguments have identical
 initial weights (each layer's initialiser carries an explicit seed derived
 from `seed`; the TensorFlow global seed plays no part). The variants, their
 papers and their exact parameter and MAC counts are documented in `cnn.py`,
-`mlp.py`, `vgg.py` and `resnet.py`.
+`mlp.py`, `vgg.py`, `resnet.py` and `fedgkt.py`.
 
 Every model is width-capable (`width.py`): `width_units(name, input_shape,
 num_classes)` lists its width units, and `build_model(..., widths=...)`
@@ -29,6 +29,7 @@ import attrs
 import tensorflow as tf
 
 from tff_hetero.models import cnn
+from tff_hetero.models import fedgkt
 from tff_hetero.models import mlp
 from tff_hetero.models import resnet
 from tff_hetero.models import vgg
@@ -132,6 +133,35 @@ _SPECS = (
         ("resnet8", 1, "75,290"), ("resnet20", 3, "269,722"),
         ("resnet32", 5, "464,154"), ("resnet56", 9, "853,018"),
         ("resnet110", 18, "1,727,962"))),
+    *(ModelSpec(
+        name=name,
+        factory=fedgkt.edge_model(name),
+        description=(
+            f"FedGKT edge ResNet-{2 * blocks + 2}: conv3x3(16)-BN-ReLU,"
+            f" {blocks} BasicBlock(16) (the feature extractor: H is the last"
+            f" block's output, 16 channels at full resolution), GAP-fc;"
+            f" {params} params on 32x32x3/10 classes"),
+        paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
+        width_units=fedgkt.edge_units(name),
+        default_start_indices=(1, 0),
+    ) for name, blocks, params in (
+        ("fedgkt_edge_resnet4", 1, "5,306"),
+        ("fedgkt_edge_resnet6", 2, "9,978"),
+        ("fedgkt_edge_resnet8", 3, "14,650"))),
+    *(ModelSpec(
+        name=name,
+        factory=fedgkt.server_model(name),
+        description=(
+            f"FedGKT server ResNet-{6 * n + 1}: CIFAR ResNet-{6 * n + 2}"
+            f" without its stem conv, taking the edge's 16-channel features"
+            f" (H x W x 16 for H x W images), 3 stages x {n} BasicBlock"
+            f"(16/32/64), GAP-fc; {params} params for 10 classes"),
+        paper="He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3",
+        width_units=fedgkt.server_units(name),
+        default_start_indices=(2, 1, 0),
+    ) for name, n, params in (
+        ("fedgkt_server_resnet55", 9, "852,554"),
+        ("fedgkt_server_resnet109", 18, "1,727,498"))),
     ModelSpec(
         name="resnet18",
         factory=resnet.resnet18,

@@ -130,11 +130,13 @@ def _stage_layers(stage: int, blocks: int,
   return tuple(names)
 
 
-def _resnet_units(stem: int, stages: Sequence[int], blocks: int,
+def _resnet_units(stem: int | None, stages: Sequence[int], blocks: int,
                   projections: Sequence[bool]) -> tuple[
                       width_lib.WidthUnit, ...]:
+  """Width units: the stem (unless `stem` is None), then each stage."""
+  stem_unit = (("stem", stem, ("stem_conv", "stem_bn")),) if stem else ()
   return numbered_units(
-      ("stem", stem, ("stem_conv", "stem_bn")),
+      *stem_unit,
       *((f"stage{s}", w, _stage_layers(s, blocks, proj))
         for s, (w, proj) in enumerate(zip(stages, projections), start=1)))
 
@@ -149,15 +151,24 @@ def _projections(stem: int, stages: Sequence[int]) -> tuple[bool, ...]:
 def _resnet(name: str, input_shape: tuple[int, ...], num_classes: int,
             seed: int, units: Sequence[width_lib.WidthUnit], blocks: int,
             projections: Sequence[bool],
-            widths: Sequence[int] | None) -> tf.keras.Model:
-  """Stem + stages of BasicBlocks + global average pool + dense logits."""
+            widths: Sequence[int] | None, *, stem: bool = True,
+            input_name: str = "image") -> tf.keras.Model:
+  """[Stem +] stages of BasicBlocks + global average pool + dense logits.
+
+  Without `stem`, the input (e.g. FedGKT's edge feature maps) enters stage 1
+  directly and the units are the stages only.
+  """
   widths = width_lib.check_widths(name, units, widths)
   seeds = SeedStream(seed)
-  inputs = tf.keras.Input(shape=input_shape, name="image")
-  x = _conv(inputs, widths[0], 3, 1, seeds, "stem_conv", "stem_pad")
-  x = batch_norm("stem_bn")(x)
-  x = tf.keras.layers.ReLU(name="stem_relu")(x)
-  for s, (width, projection) in enumerate(zip(widths[1:], projections),
+  inputs = tf.keras.Input(shape=input_shape, name=input_name)
+  x = inputs
+  stage_widths = widths
+  if stem:
+    x = _conv(inputs, widths[0], 3, 1, seeds, "stem_conv", "stem_pad")
+    x = batch_norm("stem_bn")(x)
+    x = tf.keras.layers.ReLU(name="stem_relu")(x)
+    stage_widths = widths[1:]
+  for s, (width, projection) in enumerate(zip(stage_widths, projections),
                                           start=1):
     for b in range(1, blocks + 1):
       p = f"stage{s}_block{b}"
