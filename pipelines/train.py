@@ -112,6 +112,34 @@ _UPLOAD_BUDGETS = flags.DEFINE_string(
     "upload_budgets_mib", "",
     "Report the best accuracy reached within these cumulative uploads (MiB,"
     " colon-separated); default 1/8, 1/4, 1/2 and all of the run's upload.")
+_GKT_SERVER_MODEL = flags.DEFINE_string(
+    "gkt_server_model", "fedgkt_server_resnet55",
+    "FedGKT: the server model (fedgkt_server_resnet55 | _resnet109); --model"
+    " is the edge model (fedgkt_edge_resnet4 | 6 | 8).")
+_GKT_TEMPERATURE = flags.DEFINE_float(
+    "gkt_temperature", 3.0, "FedGKT: distillation temperature T.")
+_GKT_CLIENT_KD = flags.DEFINE_float(
+    "gkt_client_kd_weight", 1.0,
+    "FedGKT: weight of the server-to-edge KD term in the client loss.")
+_GKT_SERVER_KD = flags.DEFINE_float(
+    "gkt_server_kd_weight", 1.0,
+    "FedGKT: weight of the edge-to-server KD term in the server loss.")
+_GKT_SERVER_EPOCHS = flags.DEFINE_integer(
+    "gkt_server_epochs", 1,
+    "FedGKT: server epochs over each round's features (client epochs:"
+    " --local_epochs).")
+_GKT_SERVER_OPTIMIZER = flags.DEFINE_string(
+    "gkt_server_optimizer", "adam", "FedGKT: server optimizer, adam | sgd"
+    " (momentum 0.9).")
+_GKT_SERVER_LR = flags.DEFINE_float(
+    "gkt_server_lr", 1e-3, "FedGKT: server learning rate.")
+_GKT_TRANSFER = flags.DEFINE_string(
+    "gkt_transfer", "both",
+    "FedGKT: knowledge transfer, both | server_to_edge | none (Table 2).")
+_GKT_MODE = flags.DEFINE_string(
+    "gkt_mode", "sync",
+    "FedGKT: sync (server waits for the cohort) | async (trains on each"
+    " client's features as they arrive).")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
     "HeteroFL width rate per tier of --tiers, colon-separated (default"

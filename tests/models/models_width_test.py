@@ -36,6 +36,7 @@ SMALL_SHAPES = {
     "fedgkt_edge_resnet4": (8, 8, 3),
     "fedgkt_edge_resnet6": (8, 8, 3),
     "fedgkt_edge_resnet8": (8, 8, 3),
+    "fedgkt_server_resnet19": (8, 8, 3),
     "fedgkt_server_resnet55": (8, 8, 3),
     "fedgkt_server_resnet109": (8, 8, 3),
 }
@@ -56,7 +57,7 @@ UNIT_NAMES = {
     "vgg16_eighth": tuple(f"conv{i}" for i in range(1, 14)) + ("fc1", "fc2"),
     **{f"fedgkt_edge_resnet{d}": ("stem", "stage1") for d in (4, 6, 8)},
     **{f"fedgkt_server_resnet{d}": ("stage1", "stage2", "stage3")
-       for d in (55, 109)},
+       for d in (19, 55, 109)},
 }
 
 DEFAULT_START_INDICES = {
@@ -67,7 +68,7 @@ DEFAULT_START_INDICES = {
     "resnet18": (3, 2, 1), "vgg11": (6, 4, 2), "vgg16": (8, 6, 4),
     "vgg16_eighth": (8, 6, 4),
     **{f"fedgkt_edge_resnet{d}": (1, 0) for d in (4, 6, 8)},
-    **{f"fedgkt_server_resnet{d}": (2, 1, 0) for d in (55, 109)},
+    **{f"fedgkt_server_resnet{d}": (2, 1, 0) for d in (19, 55, 109)},
 }
 
 _CIFAR_RESNETS = ("resnet8", "resnet20", "resnet32", "resnet56", "resnet110")

@@ -88,6 +88,7 @@ def test_fedgkt_edge_models_by_hand(name, blocks, params, non_trainable,
 
 
 @pytest.mark.parametrize("server, full, n", [
+    ("fedgkt_server_resnet19", "resnet20", 3),
     ("fedgkt_server_resnet55", "resnet56", 9),
     ("fedgkt_server_resnet109", "resnet110", 18),
 ])

@@ -34,7 +34,8 @@ _SHAPES = {
     "resnet18": (8, 8, 3), "vgg11": (28, 28, 1), "vgg16": (28, 28, 1),
     "vgg16_eighth": (28, 28, 1), "fedgkt_edge_resnet4": (8, 8, 3),
     "fedgkt_edge_resnet6": (8, 8, 3), "fedgkt_edge_resnet8": (8, 8, 3),
-    "fedgkt_server_resnet55": (8, 8, 3), "fedgkt_server_resnet109": (8, 8, 3),
+    "fedgkt_server_resnet19": (8, 8, 3), "fedgkt_server_resnet55": (8, 8, 3),
+    "fedgkt_server_resnet109": (8, 8, 3),
 }
 _CHECK_FUNCTION = ("mnist_cnn", "resnet8", "resnet18", "vgg16_eighth",
                    "cifar_cnn")

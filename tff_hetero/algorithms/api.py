@@ -120,10 +120,13 @@ class EvaluationModel:
     weights: `tff.learning.models.ModelWeights`.
     model_fn: No-arg builder of the Keras model of these weights; None means
       the task's model.
+    group: Models of one group (e.g. each client's own model) are reported
+      together, by their mean accuracy and loss, not one by one.
   """
 
   weights: Any
   model_fn: Optional[Callable[[], tf.keras.Model]] = None
+  group: Optional[str] = None
 
 
 class EvaluationData(abc.ABC):
@@ -132,6 +135,10 @@ class EvaluationData(abc.ABC):
   @abc.abstractmethod
   def client_datasets(self) -> list[tf.data.Dataset]:
     """Every client's training data, batched, unshuffled, one epoch."""
+
+  def client_states(self) -> Mapping[str, Any]:
+    """The client-state store: persistent state of every client seen."""
+    return {}
 
 
 @attrs.frozen
@@ -197,6 +204,22 @@ class FederatedAlgorithm(abc.ABC):
     """Persistent state of a client never seen before; None if stateless."""
     return None
 
+  def report_extras(self) -> Mapping[str, Any]:
+    """Algorithm-specific facts for the run's `report.json` (JSON values)."""
+    return {}
+
+  def client_dataset(self, arrays: Any, *, batch_size: int, local_epochs: int,
+                     shuffle_seed: int) -> tf.data.Dataset:
+    """A sampled client's `ClientRound.dataset` from its training arrays.
+
+    Default: `tff_hetero.data.make_client_dataset` (batched
+    `OrderedDict(x=, y=)`, `local_epochs` passes shuffled from the seed).
+    """
+    from tff_hetero import data  # pylint: disable=g-import-not-at-top
+    return data.make_client_dataset(arrays, batch_size=batch_size,
+                                    local_epochs=local_epochs,
+                                    shuffle_seed=shuffle_seed)
+
   def evaluation_models(
       self, state: Any, data: Optional[EvaluationData] = None
   ) -> "collections.OrderedDict[str, EvaluationModel]":
@@ -204,8 +227,10 @@ class FederatedAlgorithm(abc.ABC):
 
     The program reports the accuracy of the first entry as `accuracy`; more
     entries (e.g. each sub-model level) are reported with their name as a
-    prefix, and their mean as `avg_accuracy`. The first entry is also the
-    model the run saves at the end. `data` gives access to the clients'
+    prefix, and their mean as `avg_accuracy`. Entries with a `group` are
+    reported as `<group>_accuracy` (and `_test_loss`), the mean over the
+    group; when the first entry has one, `accuracy` is its group's mean. The
+    first entry is also the model the run saves at the end. `data` gives access to the clients'
     training data for algorithms that calibrate models before evaluation
     (static batch norm). Defaults to the global model.
     """

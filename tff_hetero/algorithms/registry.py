@@ -17,6 +17,7 @@ from tff_hetero.algorithms import decoupled
 from tff_hetero.algorithms import feddst
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
+from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import fedsgc
 from tff_hetero.algorithms import heterofl
@@ -50,3 +51,4 @@ register("decoupled", decoupled.build_decoupled,
 register("fedsgc", fedsgc.build_fedsgc,
          "Gradient-Congruity Guided Federated Sparse Training")
 register("feddst", feddst.build_feddst, "Bibikar et al. 2022")
+register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")

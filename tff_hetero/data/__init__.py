@@ -6,7 +6,9 @@
   (`partition`): iid, Dirichlet and FedAvg-shards client partitions,
   per-client local validation, label histograms and a TFF `ClientData` view.
 * `make_client_dataset`: the batched ``OrderedDict(x=..., y=...)``
-  `tf.data.Dataset` a TFF client computation consumes.
+  `tf.data.Dataset` a TFF client computation consumes;
+  `make_indexed_client_dataset` adds each batch's sample positions and a
+  final ordered pass (FedGKT).
 * `DataError`: the one-line, user-facing error every check here raises.
 
 TensorFlow, TensorFlow Datasets and TensorFlow Federated are imported lazily.
@@ -32,7 +34,9 @@ from tff_hetero.data.partition import (
     Partitioner,
     build_federated_data,
     client_id_for,
+    epoch_order,
     make_client_dataset,
+    make_indexed_client_dataset,
     partition_indices,
     split_train_validation,
 )
@@ -58,8 +62,10 @@ __all__ = [
     "build_federated_data",
     "client_id_for",
     "default_tfds_data_dir",
+    "epoch_order",
     "load_dataset",
     "make_client_dataset",
+    "make_indexed_client_dataset",
     "partition_indices",
     "split_train_validation",
 ]

@@ -516,17 +516,7 @@ def make_client_dataset(
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  batch_size = _checks.check_int("--batch_size", batch_size, minimum=1)
-  local_epochs = _checks.check_int("--local_epochs", local_epochs, minimum=1)
-  n = len(arrays)
-  if shuffle_seed is None:
-    order = np.tile(np.arange(n, dtype=np.int64), local_epochs)
-  else:
-    shuffle_seed = _checks.check_seed(shuffle_seed, flag="shuffle_seed")
-    rng = np.random.default_rng(shuffle_seed)
-    order = np.concatenate(
-        [rng.permutation(n) for _ in range(local_epochs)]
-    ).astype(np.int64)
+  order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
   x = tf.constant(arrays.x)
   y = tf.constant(arrays.y)
   return (
@@ -538,6 +528,51 @@ def make_client_dataset(
           )
       )
   )
+
+
+def epoch_order(n: int, batch_size: int, local_epochs: int,
+                 shuffle_seed: int | None) -> np.ndarray:
+  """`local_epochs` passes over range(n), each permuted from the seed."""
+  _checks.check_int("--batch_size", batch_size, minimum=1)
+  local_epochs = _checks.check_int("--local_epochs", local_epochs, minimum=1)
+  if shuffle_seed is None:
+    return np.tile(np.arange(n, dtype=np.int64), local_epochs)
+  shuffle_seed = _checks.check_seed(shuffle_seed, flag="shuffle_seed")
+  rng = np.random.default_rng(shuffle_seed)
+  return np.concatenate(
+      [rng.permutation(n) for _ in range(local_epochs)]).astype(np.int64)
+
+
+def make_indexed_client_dataset(
+    arrays: ArrayDataset,
+    *,
+    batch_size: int,
+    local_epochs: int,
+    shuffle_seed: int | None,
+) -> tf.data.Dataset:
+  """Training batches that say which samples they hold, then every sample once.
+
+  For algorithms that exchange per-sample values with the server (FedGKT's
+  server logits): yields ``OrderedDict(x=, y=, index=int64[b], train=bool)``,
+  first the batches of `make_client_dataset` (`train=True`, `index` the
+  positions of their samples in `arrays`), then one pass over `arrays` in
+  index order (`train=False`), for the client to compute what it sends.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  n = len(arrays)
+  order = epoch_order(n, batch_size, local_epochs, shuffle_seed)
+  x = tf.constant(arrays.x)
+  y = tf.constant(arrays.y)
+
+  def batches(indices, train):
+    return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size).map(
+        lambda index: collections.OrderedDict(
+            x=tf.gather(x, index), y=tf.gather(y, index), index=index,
+            train=tf.constant(train)))
+
+  return batches(order, True).concatenate(
+      batches(np.arange(n, dtype=np.int64), False))
 
 
 def build_federated_data(

@@ -14,7 +14,8 @@ of Large CNNs at the Edge" (NeurIPS 2020), Section 4 and Appendix B.3:
   (`resnet.py`: three stages of 9/18 BasicBlocks with 16, 32 and 64
   channels, option-A shortcuts) without its stem convolution, taking the
   edge's 16-channel feature maps where ResNet-56/110 takes its stem's
-  output: 54/108 convolutions + the dense layer. The server model of a
+  output: 54/108 convolutions + the dense layer. `fedgkt_server_resnet19`
+  is ResNet-20 cut the same way (not in the paper: for fast offline runs). The server model of a
   registry build on images of shape (H, W, C) takes inputs of shape
   (H, W, 16) (`feature_shape`).
 
@@ -35,6 +36,7 @@ parameters = trainable, MACs as in `counting.py`), asserted in
 | fedgkt_edge_resnet4 | 5,306 | 5,210,272 |
 | fedgkt_edge_resnet6 | 9,978 | 9,961,632 |
 | fedgkt_edge_resnet8 | 14,650 | 14,712,992 |
+| fedgkt_server_resnet19 | 269,258 | 40,280,704 |
 | fedgkt_server_resnet55 | 852,554 | 125,559,424 |
 | fedgkt_server_resnet109 | 1,727,498 | 253,477,504 |
 
@@ -61,7 +63,8 @@ FEATURE_CHANNELS = 16
 EDGE_BLOCKS = {"fedgkt_edge_resnet4": 1, "fedgkt_edge_resnet6": 2,
                "fedgkt_edge_resnet8": 3}
 # name -> BasicBlocks per stage (those of ResNet-56 / ResNet-110).
-SERVER_BLOCKS = {"fedgkt_server_resnet55": 9, "fedgkt_server_resnet109": 18}
+SERVER_BLOCKS = {"fedgkt_server_resnet19": 3, "fedgkt_server_resnet55": 9,
+                 "fedgkt_server_resnet109": 18}
 FEATURES_LAYER_SUFFIX = "_out"
 
 

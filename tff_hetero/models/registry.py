@@ -156,10 +156,12 @@ _SPECS = (
             f" without its stem conv, taking the edge's 16-channel features"
             f" (H x W x 16 for H x W images), 3 stages x {n} BasicBlock"
             f"(16/32/64), GAP-fc; {params} params for 10 classes"),
-        paper="He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3",
+        paper=("He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19:"
+               " this project's small variant)"),
         width_units=fedgkt.server_units(name),
         default_start_indices=(2, 1, 0),
     ) for name, n, params in (
+        ("fedgkt_server_resnet19", 3, "269,258"),
         ("fedgkt_server_resnet55", 9, "852,554"),
         ("fedgkt_server_resnet109", 18, "1,727,498"))),
     ModelSpec(

@@ -79,6 +79,16 @@ class ExperimentConfig:
   prune_alpha: float = 0.2
   congruity_lambda: float = 0.5
   upload_budgets_mib: str = ""
+  # FedGKT.
+  gkt_server_model: str = "fedgkt_server_resnet55"
+  gkt_temperature: float = 3.0
+  gkt_client_kd_weight: float = 1.0
+  gkt_server_kd_weight: float = 1.0
+  gkt_server_epochs: int = 1
+  gkt_server_optimizer: str = "adam"
+  gkt_server_lr: float = 1e-3
+  gkt_transfer: str = "both"
+  gkt_mode: str = "sync"
   progress: bool = True
 
   @property
@@ -150,6 +160,17 @@ class ExperimentConfig:
                         ("--congruity_lambda", self.congruity_lambda)):
       if not (math.isfinite(value) and 0 <= value <= 1):
         raise UsageError(flag, f"must be in [0, 1], got {value}")
+    for flag, value in (("--gkt_temperature", self.gkt_temperature),
+                        ("--gkt_server_lr", self.gkt_server_lr)):
+      if not (math.isfinite(value) and value > 0):
+        raise UsageError(flag, f"must be a finite number > 0, got {value}")
+    for flag, value in (("--gkt_client_kd_weight", self.gkt_client_kd_weight),
+                        ("--gkt_server_kd_weight", self.gkt_server_kd_weight)):
+      if not (math.isfinite(value) and value >= 0):
+        raise UsageError(flag, f"must be a finite number >= 0, got {value}")
+    if self.gkt_server_epochs < 1:
+      raise UsageError("--gkt_server_epochs",
+                       f"must be a positive integer, got {self.gkt_server_epochs}")
     if not 0 <= self.val_fraction < 1:
       raise UsageError("--val_fraction",
                        f"must be in [0, 1), got {self.val_fraction}")

@@ -162,15 +162,52 @@ def _all_finite(structure) -> bool:
 class ClientTrainingData(api.EvaluationData):
   """Every client's training data, one unshuffled epoch, for evaluation."""
 
-  def __init__(self, federated_data, batch_size: int):
+  def __init__(self, federated_data, batch_size: int,
+               client_states: Callable[[], Any] = dict):
     self._fed = federated_data
     self._batch_size = batch_size
+    self._client_states = client_states
+
+  def client_states(self):
+    return self._client_states()
 
   def client_datasets(self):
     return [data_lib.make_client_dataset(
         self._fed.client_train(client_id), batch_size=self._batch_size,
         local_epochs=1, shuffle_seed=None)
             for client_id in self._fed.client_ids]
+
+
+def _evaluate(evaluator: CentralEvaluator,
+              evaluated: "collections.OrderedDict[str, api.EvaluationModel]"
+              ) -> collections.OrderedDict:
+  """Test metrics of `evaluated` (`FederatedAlgorithm.evaluation_models`)."""
+  row = collections.OrderedDict()
+  accuracies = []
+  groups = collections.OrderedDict()
+  for index, (name, model) in enumerate(evaluated.items()):
+    result = evaluator(model.weights, model.model_fn)
+    if model.group is not None:
+      groups.setdefault(model.group, []).append(result)
+      continue
+    prefix = "" if index == 0 else f"{name}_"
+    row[f"{prefix}accuracy"] = result["accuracy"]
+    row[f"{prefix}test_loss"] = result["loss"]
+    accuracies.append(result["accuracy"])
+  for group, results in groups.items():
+    accuracy = float(np.mean([r["accuracy"] for r in results]))
+    loss = float(np.mean([r["loss"] for r in results]))
+    row[f"{group}_accuracy"] = accuracy
+    row[f"{group}_test_loss"] = loss
+  first = next(iter(evaluated.values()))
+  if first.group is not None:
+    row["accuracy"] = row[f"{first.group}_accuracy"]
+    row["test_loss"] = row[f"{first.group}_test_loss"]
+    row.move_to_end("test_loss", last=False)
+    row.move_to_end("accuracy", last=False)
+  elif len(accuracies) > 1:
+    row["avg_accuracy"] = float(np.mean(accuracies))
+  return row
 
 
 @attrs.frozen
@@ -227,7 +264,8 @@ def run_experiment(
     evaluator = CentralEvaluator(experiment.task.model_fn,
                                  experiment.splits.test.x,
                                  experiment.splits.test.y)
-    evaluation_data = ClientTrainingData(fed, config.batch_size)
+    evaluation_data = ClientTrainingData(fed, config.batch_size,
+                                         lambda: client_states)
     evaluated_first = None  # (round, weights) of the last evaluation's first model
     releaser = outputs.MetricsReleaser(experiment_dir)
     progress = ProgressBar(config.rounds, start_round - 1,
@@ -246,7 +284,7 @@ def run_experiment(
           arrays = fed.client_train(client_id)
           clients.append(api.ClientRound(
               client_id=client_id,
-              dataset=data_lib.make_client_dataset(
+              dataset=algorithm.client_dataset(
                   arrays, batch_size=config.batch_size,
                   local_epochs=config.local_epochs,
                   shuffle_seed=shuffle_seed),
@@ -277,17 +315,9 @@ def run_experiment(
         if round_num % config.eval_every == 0 or round_num == config.rounds:
           evaluated = algorithm.evaluation_models(server_state,
                                                   evaluation_data)
-          accuracies = []
-          for index, (name, model) in enumerate(evaluated.items()):
-            result = evaluator(model.weights, model.model_fn)
-            prefix = "" if index == 0 else f"{name}_"
-            row[f"{prefix}accuracy"] = result["accuracy"]
-            row[f"{prefix}test_loss"] = result["loss"]
-            accuracies.append(result["accuracy"])
-            if index == 0:
-              evaluated_first = (round_num, model.weights)
-          if len(accuracies) > 1:
-            row["avg_accuracy"] = float(np.mean(accuracies))
+          row.update(_evaluate(evaluator, evaluated))
+          evaluated_first = (round_num,
+                             next(iter(evaluated.values())).weights)
         else:
           row["accuracy"] = float("nan")
           row["test_loss"] = float("nan")
@@ -405,6 +435,8 @@ def _build_report(experiment: Experiment, ledger: CommLedger, history,
     final_metrics["train_accuracy"] = history[-1].get("train_accuracy")
   return collections.OrderedDict(
       config=config.to_json_dict(),
+      algorithm=collections.OrderedDict(
+          name=config.algorithm, **experiment.algorithm.report_extras()),
       partition=collections.OrderedDict(
           method=config.partition,
           num_clients=config.num_clients,
