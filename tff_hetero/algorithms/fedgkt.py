@@ -83,7 +83,6 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.models import fedgkt as gkt_models
-from tff_hetero.program.errors import UsageError
 
 TRANSFERS = ("both", "server_to_edge", "none")
 MODES = ("sync", "async")
@@ -396,12 +395,13 @@ class FedGKT(api.FederatedAlgorithm):
                settings: GKTSettings, *, client_lr: float,
                client_momentum: float = 0.0, seed: int = 0):
     if task.model_name not in gkt_models.EDGE_BLOCKS:
-      raise UsageError("--model", f"fedgkt trains an edge model; accepted: "
-                       f"{', '.join(gkt_models.EDGE_BLOCKS)}")
+      raise ValueError(f"FedGKT's edge model must be one of "
+                       f"{', '.join(gkt_models.EDGE_BLOCKS)}, got"
+                       f" {task.model_name!r}")
     if server_model not in gkt_models.SERVER_BLOCKS:
-      raise UsageError("--gkt_server_model", f"unknown server model "
-                       f"{server_model!r}; accepted: "
-                       f"{', '.join(gkt_models.SERVER_BLOCKS)}")
+      raise ValueError(f"FedGKT's server model must be one of "
+                       f"{', '.join(gkt_models.SERVER_BLOCKS)}, got"
+                       f" {server_model!r}")
     self.task = task
     self.settings = settings
     self.seed = int(seed)
@@ -622,8 +622,14 @@ class FedGKT(api.FederatedAlgorithm):
 
 def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
   """Registry builder: `--algorithm=fedgkt` with the `--gkt_*` flags."""
+  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   del client_ids
+  if task.model_name not in gkt_models.EDGE_BLOCKS:
+    raise UsageError("--model", f"fedgkt trains an edge model; accepted: "
+                     f"{', '.join(gkt_models.EDGE_BLOCKS)}")
   for flag, value, accepted in (
+      ("--gkt_server_model", config.gkt_server_model,
+       tuple(gkt_models.SERVER_BLOCKS)),
       ("--gkt_server_optimizer", config.gkt_server_optimizer,
        tuple(SERVER_OPTIMIZERS)),
       ("--gkt_transfer", config.gkt_transfer, TRANSFERS),
