@@ -27,6 +27,14 @@ Suite `sparse` (default model mnist_cnn) times, on the same cohort and data:
   * `fedavg_round_s`: FedAvg;
   * `fedsgc_round_s`: a FedSGC round without readjustment (sparsity 0.8);
   * `fedsgc_readjust_round_s`: a FedSGC round that readjusts masks.
+Suite `gkt` (edge `fedgkt_edge_resnet8`, server `fedgkt_server_resnet19`
+unless --model / --gkt_server_model say otherwise; mnist5k, 20 clients,
+cohort 4 by default):
+  * `fedgkt_round_s`: a FedGKT round of the program (clients train and
+    extract, the server trains one epoch on their features and answers);
+  * `fedgkt_server_step_s`: the server's part of it (training + answers);
+  * `rss_growth_pct`: resident memory of driver + TFF worker from round 10
+    to round `--gkt_rounds` (default 50): features must not pile up.
 The last line printed is one JSON object with these figures.
 """
 
@@ -48,8 +56,12 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero", "sparse"],
+_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero", "sparse", "gkt"],
                            "Benchmark suite.")
+_GKT_ROUNDS = flags.DEFINE_integer("gkt_rounds", 50,
+                                   "Rounds of the FedGKT memory run.")
+_GKT_SERVER = flags.DEFINE_string("gkt_server_model", "fedgkt_server_resnet19",
+                                  "FedGKT server model (suite gkt).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (after 1 warm-up).")
 _RSS_ROUNDS = flags.DEFINE_integer("rss_rounds", 100,
                                    "Rounds of the memory-growth run.")
@@ -71,10 +83,13 @@ def _config(**overrides):
   return ExperimentConfig(**settings)
 
 
+_DEFAULT_MODELS = {"hetero": "vgg16_eighth", "gkt": "fedgkt_edge_resnet8"}
+
+
 def _model() -> str:
   if _MODEL.value:
     return _MODEL.value
-  return "vgg16_eighth" if _SUITE.value == "hetero" else "mnist_cnn"
+  return _DEFAULT_MODELS.get(_SUITE.value, "mnist_cnn")
 
 
 def _rss_bytes() -> int:
@@ -317,8 +332,45 @@ def bench_sparse() -> collections.OrderedDict:
   return results
 
 
+def bench_gkt() -> collections.OrderedDict:
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  rounds = max(_GKT_ROUNDS.value, 20)
+  rss, rows = {}, {}
+
+  def record(round_num, row):
+    rss[round_num] = _rss_bytes()
+    rows[round_num] = row
+
+  cohort = _COHORT.value if _COHORT.present else 4
+  with tempfile.TemporaryDirectory() as root:
+    loop.run_experiment(_config(
+        algorithm="fedgkt", gkt_server_model=_GKT_SERVER.value,
+        clients_per_round=cohort, rounds=rounds, eval_every=10**6,
+        root_output_dir=root, experiment_name="gkt"), on_round=record)
+  # Round 1 traces the computations; the last round also evaluates.
+  timed = range(2, rounds)
+  walls = {r: rows[r]["wall_time_s"] - rows[r - 1]["wall_time_s"]
+           for r in timed}
+  results = collections.OrderedDict()
+  results["fedgkt_round_s"] = float(statistics.median(walls.values()))
+  results["fedgkt_server_step_s"] = float(statistics.median(
+      rows[r]["server_step_s"] for r in timed))
+  results["rss_round10_mib"] = round(rss[10] / 2**20, 1)
+  results[f"rss_round{rounds}_mib"] = round(rss[rounds] / 2**20, 1)
+  results["rss_growth_pct"] = round(100.0 * (rss[rounds] - rss[10]) / rss[10],
+                                    2)
+  results["feature_mib_per_round"] = round(
+      statistics.mean(rows[r]["feature_bytes"] for r in timed) / 2**20, 2)
+  results["setup"] = (f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"
+                      f" {_CLIENTS.value} iid clients, cohort {cohort},"
+                      f" batch 20, 1 client and 1 server epoch, median of"
+                      f" rounds 2..{rounds - 1}")
+  return results
+
+
 SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero,
-                                 sparse=bench_sparse)
+                                 sparse=bench_sparse, gkt=bench_gkt)
 
 
 def main(argv):

@@ -36,6 +36,18 @@ def _has_checkpoint(run_dir: str) -> bool:
       f.endswith(".json") for f in os.listdir(checkpoints))
 
 
+def _same_settings(saved: Mapping[str, Any], config) -> bool:
+  """Whether a saved report's config is `config`'s.
+
+  A setting the report lacks (added to `ExperimentConfig` after the run)
+  matches when `config` leaves it at its default.
+  """
+  current = json.loads(json.dumps(config.to_json_dict()))
+  defaults = json.loads(json.dumps(type(config)().to_json_dict()))
+  return all(saved[key] == value if key in saved else value == defaults[key]
+             for key, value in current.items())
+
+
 def run_all(runs: Sequence[Run], *,
             log: Callable[[str], None] = print) -> dict[str, dict]:
   """Runs (or reuses, or resumes) every run; returns name -> report."""
@@ -49,8 +61,7 @@ def run_all(runs: Sequence[Run], *,
     if os.path.exists(report_path):
       with open(report_path) as f:
         report = json.load(f)
-      if (report.get("config") == json.loads(json.dumps(
-          config.to_json_dict())) and
+      if (_same_settings(report.get("config") or {}, config) and
           report.get("rounds_completed") == config.rounds):
         log(f"[{i}/{len(runs)}] {run.name}: done before, reused")
         reports[run.name] = report

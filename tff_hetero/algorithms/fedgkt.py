@@ -60,13 +60,15 @@ and uploads its features, logits, labels and metric sums. Each round also
 reports, from the same measured sizes, what FedAvg of the full model (the
 ResNet-56/110 this split stands for) would move for the cohort and what
 split learning would move per mini-batch (a batch of features up, their
-gradients down, the labels up).
+gradients down, the labels up); `server_step_s` is the wall time of the
+round's server training and answers.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -486,6 +488,7 @@ class FedGKT(api.FederatedAlgorithm):
       batches = [list(range(len(clients)))]
     else:
       batches = [[k] for k in self._arrival_order(clients, uploads, rng)]
+    server_start = time.perf_counter()
     server = ModelState(state.trainable, state.non_trainable)
     optimizer_state = state.optimizer_state
     server_logits = [None] * len(clients)
@@ -505,6 +508,7 @@ class FedGKT(api.FederatedAlgorithm):
       offsets = np.cumsum([0] + [len(uploads[k].labels) for k in group])
       for k, start, end in zip(group, offsets[:-1], offsets[1:]):
         server_logits[k] = answered[start:end]
+    server_seconds = time.perf_counter() - server_start
     client_states = collections.OrderedDict()
     for c, edge, answer in zip(clients, edges, server_logits):
       client_states[c.client_id] = EdgeState(
@@ -513,7 +517,9 @@ class FedGKT(api.FederatedAlgorithm):
     return api.RoundOutput(
         state=GKTState(list(server.trainable), list(server.non_trainable),
                        optimizer_state),
-        metrics=self._metrics(clients, uploads, client_sums, server_sums),
+        metrics=collections.OrderedDict(
+            **self._metrics(clients, uploads, client_sums, server_sums),
+            server_step_s=server_seconds),
         traffic=self._traffic(clients, uploads, traffic),
         client_states=client_states)
 
@@ -620,11 +626,11 @@ class FedGKT(api.FederatedAlgorithm):
             2 * batch * per_sample + batch * 4))
 
 
-def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
-  """Registry builder: `--algorithm=fedgkt` with the `--gkt_*` flags."""
+def check_flags(config) -> None:
+  """Raises `UsageError` naming the first `--model` / `--gkt_*` flag FedGKT
+  cannot take (the numeric ones are checked by `ExperimentConfig`)."""
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
-  del client_ids
-  if task.model_name not in gkt_models.EDGE_BLOCKS:
+  if config.model not in gkt_models.EDGE_BLOCKS:
     raise UsageError("--model", f"fedgkt trains an edge model; accepted: "
                      f"{', '.join(gkt_models.EDGE_BLOCKS)}")
   for flag, value, accepted in (
@@ -637,6 +643,12 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
     if value not in accepted:
       raise UsageError(flag, f"unknown value {value!r}; accepted: "
                        f"{', '.join(accepted)}")
+
+
+def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
+  """Registry builder: `--algorithm=fedgkt` with the `--gkt_*` flags."""
+  del client_ids
+  check_flags(config)
   settings = GKTSettings(
       temperature=config.gkt_temperature,
       client_kd_weight=config.gkt_client_kd_weight,
