@@ -108,6 +108,10 @@ _PRUNE_ALPHA = flags.DEFINE_float(
 _CONGRUITY_LAMBDA = flags.DEFINE_float(
     "congruity_lambda", 0.5,
     "FedSGC: share of each prune/grow guided by gradient congruity.")
+_SGC_REMEMBER = flags.DEFINE_bool(
+    "sgc_remember_uploads", True,
+    "FedSGC: the server also averages the last upload of clients not sampled"
+    " this round (--nosgc_remember_uploads: this round's uploads only).")
 _UPLOAD_BUDGETS = flags.DEFINE_string(
     "upload_budgets_mib", "",
     "Report the best accuracy reached within these cumulative uploads (MiB,"

@@ -58,7 +58,11 @@ TABLE_ROWS = collections.OrderedDict(
      ("FedDST", dict(algorithm="feddst")),
      ("FedDST mu=1.0", dict(algorithm="feddst", prox_mu=1.0)),
      ("FedSGC", dict(algorithm="fedsgc")),
-     ("FedSGC mu=1.0", dict(algorithm="fedsgc", prox_mu=1.0))])
+     ("FedSGC mu=1.0", dict(algorithm="fedsgc", prox_mu=1.0)),
+     # Ablation (not in the paper): the congruity-guided readjustment
+     # without the memory of absent clients' uploads.
+     ("FedSGC, no upload memory", dict(algorithm="fedsgc",
+                                       sgc_remember_uploads=False))])
 SPARSITIES = (0.6, 0.7, 0.8)
 ALPHAS = (0.1, 0.5, 1.0)
 # The paper's MNIST table (percent at 100 / 200 / 400 / 800 MiB).
@@ -139,7 +143,8 @@ def build_tables(base, reports, parts):
       best = _best_within(reports[f"{_slug(label)}_shards"], budgets)
       numbers[label] = best
       rows.append([label] + [_common.percent(b) for b in best] + [
-          " / ".join(f"{v:.1f}" for v in PAPER_TABLE[label])])
+          " / ".join(f"{v:.1f}" for v in PAPER_TABLE[label])
+          if label in PAPER_TABLE else "-"])
     parts_md.append(
         f"## Shard split, sparsity {base.sparsity}\n\n" + _common.markdown_table(
             headers_for("Method") + ["paper (100/200/400/800 MiB)"], rows) + "\n")

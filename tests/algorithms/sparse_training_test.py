@@ -215,6 +215,21 @@ def test_fedsgc_counts_the_last_upload_of_absent_clients(tff_context):
   np.testing.assert_allclose(sums.weight_sum[1], sum(_SIZES) * np.ones(8))
 
 
+def test_fedsgc_without_upload_memory_averages_this_round_only(tff_context):
+  del tff_context
+  algorithm = fedsgc.build_fedsgc(
+      _config(readjust_every=0, sgc_remember_uploads=False), _TASK)
+  assert algorithm.initial_client_state() is None
+  cohorts = [(0, 1, 2), (0,)]
+  state, outputs = _run(algorithm, 2, cohorts)
+  assert not outputs[1].client_states
+  # Without readjustment and memory, FedSGC is FedDST: round 2 is c0 alone.
+  dst, _ = _run(feddst.build_feddst(_config(readjust_every=0), _TASK), 2,
+                cohorts)
+  for a, b in zip(state.model.trainable, dst.model.trainable):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_traffic_is_the_sparse_encoding(tff_context):
   del tff_context
   algorithm = fedsgc.build_fedsgc(_config(readjust_every=2), _TASK)

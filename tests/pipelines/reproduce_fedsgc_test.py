@@ -13,9 +13,10 @@ def test_plan_covers_every_part_once():
   base = ExperimentConfig(root_output_dir="/r", experiment_name="x")
   runs = reproduce.plan_runs(base, ["table", "sparsity", "dirichlet"])
   names = [r.name for r in runs]
-  assert len(names) == len(set(names)) == 6 + 6 + 12
+  assert len(names) == len(set(names)) == 7 + 6 + 12
   by_name = {r.name: r.config for r in runs}
   assert by_name["fedsgc_mu_1_0_shards"].prox_mu == 1.0
+  assert not by_name["fedsgc_no_upload_memory_shards"].sgc_remember_uploads
   assert by_name["feddst_shards_s60"].sparsity == 0.6
   assert by_name["fedprox_dirichlet_0_1"].alpha == 0.1
   assert by_name["fedprox_dirichlet_0_1"].partition == "dirichlet"

@@ -16,6 +16,9 @@ Decisions where the paper is silent (its equations were lost):
   sketch FedPruning/... uses 0.01 and 0.1); default 0.5;
 * "learning direction" of an inactive weight is minus its loss gradient, and
   a weight whose global direction is 0 is neither congruent nor not;
+* the server counts the last upload of absent clients (the reading notes);
+  `--nosgc_remember_uploads` averages this round's uploads only, for the
+  ablation that separates this memory from the congruity-guided readjust;
 * readjustment happens after E // 2 + 1 of E local epochs (reference code),
   on rounds 1, 1 + r, 1 + 2r, ... up to `--readjust_end_round`, with the
   cosine prune fraction of the round (`sparse_training.prune_fraction`).
@@ -48,4 +51,4 @@ def build_fedsgc(config, task: api.Task, client_ids=()):
   del client_ids  # Every client is alike to the server.
   return build_sparse_algorithm("fedsgc", config, task,
                                 congruity_lambda=config.congruity_lambda,
-                                remember_uploads=True)
+                                remember_uploads=config.sgc_remember_uploads)

@@ -78,6 +78,7 @@ class ExperimentConfig:
   readjust_end_round: int = 0
   prune_alpha: float = 0.2
   congruity_lambda: float = 0.5
+  sgc_remember_uploads: bool = True
   upload_budgets_mib: str = ""
   # FedGKT.
   gkt_server_model: str = "fedgkt_server_resnet55"
