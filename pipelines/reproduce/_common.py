@@ -17,8 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+from absl import flags
 
 REPORT_JSON = "report.json"
+
+# The parts of a paper a pipeline runs (its `PARTS`; all when not given).
+# Defined once: several pipelines may be imported into one process.
+PARTS_FLAG = flags.DEFINE_list(
+    "parts", [], "Which parts of the paper to run (the pipeline's PARTS,"
+    " comma-separated; default all).")
 MIB = float(1 << 20)
 
 
@@ -125,3 +132,75 @@ def base_config(defaults: Mapping[str, Any]):
            if name in flags.FLAGS and flags.FLAGS[name].present}
   return attrs.evolve(config, **{k: v for k, v in defaults.items()
                                  if k not in given})
+
+
+def curve(report: Mapping[str, Any], x_key: str, y_key: str = "accuracy",
+          x_scale: float = 1.0) -> list[tuple[float, float]]:
+  """(x, y) of every evaluated round of a report."""
+  return [(row[x_key] / x_scale, row[y_key]) for row in report["history"]
+          if row.get(y_key) is not None and not math.isnan(row[y_key])]
+
+
+def plot_curves(path: str, curves: Mapping[str, Sequence[tuple]],
+                xlabel: str, ylabel: str = "test accuracy") -> str:
+  """One line per named curve, saved as a PNG at `path`."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+  for label, points in curves.items():
+    if points:
+      ax.plot(*zip(*points), marker="o", markersize=2, label=label)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+def reproduce_main(argv: Sequence[str], *, flag: str, selected: Sequence[str],
+                   accepted: Sequence[str], defaults: Mapping[str, Any],
+                   plan_runs: Callable, build_tables: Callable,
+                   plot: Callable, check: Callable | None = None) -> None:
+  """The `main` of a reproduction pipeline.
+
+  Checks the selection flag (`flag`, values `selected` among `accepted`) and
+  every setting (`check(base)` for the pipeline's own) before any run; runs
+  or resumes `plan_runs(base, parts)`; writes `tables.md` and `results.json`
+  from `build_tables(base, reports, parts)` and the plots of
+  `plot(out_dir, reports, parts)`; prints the tables and where they are.
+  """
+  from pipelines import _cli  # pylint: disable=g-import-not-at-top
+  if len(argv) > 1:
+    _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  parts = [p.strip() for p in selected]
+  unknown = [p for p in parts if p not in accepted]
+  if unknown or not parts:
+    _cli.fail(f"{flag}: unknown value(s) {', '.join(unknown) or '(none)'};"
+              f" accepted: {', '.join(accepted)}")
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  base = base_config(defaults)
+  out_dir = os.path.join(base.root_output_dir, base.experiment_name)
+
+  def run():
+    loop.validate_config(base)
+    if check is not None:
+      check(base)
+    runs = plan_runs(base, parts)
+    print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
+    return run_all(runs, log=lambda m: print(m, flush=True))
+
+  reports = _cli.run_guarded(run, resume_hint="run again to continue")
+  text, results = build_tables(base, reports, parts)
+  write_text(os.path.join(out_dir, "tables.md"), text)
+  write_text(os.path.join(out_dir, "results.json"),
+             json.dumps(results, indent=1))
+  paths = plot(out_dir, reports, parts)
+  print(text)
+  print(f"tables: {out_dir}/tables.md")
+  for path in paths:
+    print(f"plot: {path}")

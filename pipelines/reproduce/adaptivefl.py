@@ -44,7 +44,6 @@ it resumes: finished runs are reused, started ones resumed.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 
@@ -321,34 +320,10 @@ def plot(out_dir, reports, tables) -> list[str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  tables = [t.strip() for t in _TABLES.value]
-  unknown = [t for t in tables if t not in ("2", "3", "4", "5")]
-  if unknown or not tables:
-    _cli.fail(f"--tables: unknown value(s) {', '.join(unknown) or '(none)'};"
-              " accepted: 2, 3, 4, 5")
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  base = _common.base_config(OFFLINE_DEFAULTS)
-  out_dir = os.path.join(base.root_output_dir, base.experiment_name)
-
-  def run():
-    loop.validate_config(base)
-    runs = plan_runs(base, tables)
-    print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
-    return _common.run_all(runs, log=lambda m: print(m, flush=True))
-
-  reports = _cli.run_guarded(run, resume_hint="run again to continue")
-  text, results = build_tables(base, reports, tables)
-  _common.write_text(os.path.join(out_dir, "tables.md"), text)
-  _common.write_text(os.path.join(out_dir, "results.json"),
-                     json.dumps(results, indent=1))
-  paths = plot(out_dir, reports, tables)
-  print(text)
-  print(f"tables: {out_dir}/tables.md")
-  for path in paths:
-    print(f"plot: {path}")
+  _common.reproduce_main(
+      argv, flag="--tables", selected=_TABLES.value, accepted=("2", "3", "4", "5"),
+      defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
+      build_tables=build_tables, plot=plot)
 
 
 if __name__ == "__main__":

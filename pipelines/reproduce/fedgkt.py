@@ -39,21 +39,15 @@ continues where it stopped.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 
-from absl import flags
 
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
 
-_PARTS = flags.DEFINE_list(
-    "parts", ["1", "2", "3", "4", "5"],
-    "Which of the paper's tables to run (1-5; the efficiency comparison"
-    " comes with table 1).")
-
+# --parts: the paper's tables (the efficiency comparison comes with 1).
 PARTS = ("1", "2", "3", "4", "5")
 OFFLINE_DEFAULTS = collections.OrderedDict(
     dataset="mnist5k", model="fedgkt_edge_resnet8",
@@ -245,59 +239,25 @@ def build_tables(base, reports, parts):
   return "\n".join(text), results
 
 
-def plot(out_dir, reports) -> list[str]:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-  for name, report in reports.items():
-    points = [(r["round"], r["accuracy"]) for r in report["history"]
-              if r.get("accuracy") is not None and
-              not math.isnan(r["accuracy"])]
-    if points:
-      ax.plot(*zip(*points), marker="o", markersize=2, label=name)
-  ax.set_xlabel("round")
-  ax.set_ylabel("test accuracy")
-  ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=6)
-  fig.tight_layout()
-  path = os.path.join(out_dir, "accuracy.png")
-  fig.savefig(path)
-  plt.close(fig)
-  return [path]
+def plot(out_dir, reports, parts) -> list[str]:
+  del parts
+  return [_common.plot_curves(
+      os.path.join(out_dir, "accuracy.png"),
+      {name: _common.curve(report, "round")
+       for name, report in reports.items()}, xlabel="round")]
+
+
+def _check(base) -> None:
+  from tff_hetero.algorithms import fedgkt  # pylint: disable=g-import-not-at-top
+  fedgkt.check_flags(base)
 
 
 def main(argv):
-  if len(argv) > 1:
-    _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  parts = [p.strip() for p in _PARTS.value]
-  unknown = [p for p in parts if p not in PARTS]
-  if unknown or not parts:
-    _cli.fail(f"--parts: unknown value(s) {', '.join(unknown) or '(none)'};"
-              f" accepted: {', '.join(PARTS)}")
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  base = _common.base_config(OFFLINE_DEFAULTS)
-  out_dir = os.path.join(base.root_output_dir, base.experiment_name)
-
-  def run():
-    loop.validate_config(base)
-    from tff_hetero.algorithms import fedgkt  # pylint: disable=g-import-not-at-top
-    fedgkt.check_flags(base)
-    runs = plan_runs(base, parts)
-    print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
-    return _common.run_all(runs, log=lambda m: print(m, flush=True))
-
-  reports = _cli.run_guarded(run, resume_hint="run again to continue")
-  text, results = build_tables(base, reports, parts)
-  _common.write_text(os.path.join(out_dir, "tables.md"), text)
-  _common.write_text(os.path.join(out_dir, "results.json"),
-                     json.dumps(results, indent=1))
-  paths = plot(out_dir, reports)
-  print(text)
-  print(f"tables: {out_dir}/tables.md")
-  for path in paths:
-    print(f"plot: {path}")
+  _common.reproduce_main(
+      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS, accepted=PARTS,
+      defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
+      build_tables=build_tables, plot=plot,
+      check=_check)
 
 
 if __name__ == "__main__":

@@ -30,20 +30,15 @@ interrupted reproduction continues where it stopped.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 
-from absl import flags
 
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
 
-_PARTS = flags.DEFINE_list(
-    "parts", ["table", "sparsity", "dirichlet"],
-    "Which of the table and the two sweeps to run.")
-
+# --parts: the table and the two sweeps.
 PARTS = ("table", "sparsity", "dirichlet")
 OFFLINE_DEFAULTS = collections.OrderedDict(
     dataset="mnist5k", model="mnist_cnn", num_clients=100,
@@ -61,7 +56,7 @@ TABLE_ROWS = collections.OrderedDict(
      ("FedSGC mu=1.0", dict(algorithm="fedsgc", prox_mu=1.0)),
      # Ablation (not in the paper): the congruity-guided readjustment
      # without the memory of absent clients' uploads.
-     ("FedSGC, no upload memory", dict(algorithm="fedsgc",
+     ("FedSGC no upload memory", dict(algorithm="fedsgc",
                                        sgc_remember_uploads=False))])
 SPARSITIES = (0.6, 0.7, 0.8)
 ALPHAS = (0.1, 0.5, 1.0)
@@ -179,56 +174,19 @@ def build_tables(base, reports, parts):
 def plot(out_dir, reports, parts) -> list[str]:
   if "table" not in parts:
     return []
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-  for label in TABLE_ROWS:
-    history = reports[f"{_slug(label)}_shards"]["history"]
-    points = [(r["bytes_up_cumulative"] / _common.MIB, r["accuracy"])
-              for r in history if r.get("accuracy") is not None and
-              not math.isnan(r["accuracy"])]
-    ax.plot(*zip(*points), marker="o", markersize=2, label=label)
-  ax.set_xlabel("cumulative upload (MiB, all clients)")
-  ax.set_ylabel("test accuracy")
-  ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  path = os.path.join(out_dir, "accuracy_vs_upload.png")
-  fig.savefig(path)
-  plt.close(fig)
-  return [path]
+  return [_common.plot_curves(
+      os.path.join(out_dir, "accuracy_vs_upload.png"),
+      {label: _common.curve(reports[f"{_slug(label)}_shards"],
+                            "bytes_up_cumulative", x_scale=_common.MIB)
+       for label in TABLE_ROWS},
+      xlabel="cumulative upload (MiB, all clients)")]
 
 
 def main(argv):
-  if len(argv) > 1:
-    _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  parts = [p.strip() for p in _PARTS.value]
-  unknown = [p for p in parts if p not in PARTS]
-  if unknown or not parts:
-    _cli.fail(f"--parts: unknown value(s) {', '.join(unknown) or '(none)'};"
-              f" accepted: {', '.join(PARTS)}")
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  base = _common.base_config(OFFLINE_DEFAULTS)
-  out_dir = os.path.join(base.root_output_dir, base.experiment_name)
-
-  def run():
-    loop.validate_config(base)
-    runs = plan_runs(base, parts)
-    print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
-    return _common.run_all(runs, log=lambda m: print(m, flush=True))
-
-  reports = _cli.run_guarded(run, resume_hint="run again to continue")
-  text, results = build_tables(base, reports, parts)
-  _common.write_text(os.path.join(out_dir, "tables.md"), text)
-  _common.write_text(os.path.join(out_dir, "results.json"),
-                     json.dumps(results, indent=1))
-  paths = plot(out_dir, reports, parts)
-  print(text)
-  print(f"tables: {out_dir}/tables.md")
-  for path in paths:
-    print(f"plot: {path}")
+  _common.reproduce_main(
+      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS, accepted=PARTS,
+      defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
+      build_tables=build_tables, plot=plot)
 
 
 if __name__ == "__main__":
