@@ -37,6 +37,27 @@ class Run:
   config: Any  # tff_hetero.program.ExperimentConfig
 
 
+class RunPlan:
+  """The runs of a reproduction, each once, under `<base dir>/runs/<name>`."""
+
+  def __init__(self, base):
+    self._base = base
+    self._runs_dir = os.path.join(base.root_output_dir, base.experiment_name,
+                                  "runs")
+    self._runs: dict[str, Run] = {}
+
+  def add(self, name: str, **changes) -> str:
+    """Adds run `name`: the base settings with `changes` (once per name)."""
+    if name not in self._runs:
+      self._runs[name] = Run(name, attrs.evolve(
+          self._base, root_output_dir=self._runs_dir, experiment_name=name,
+          resume=False, **changes))
+    return name
+
+  def runs(self) -> list[Run]:
+    return list(self._runs.values())
+
+
 def _has_checkpoint(run_dir: str) -> bool:
   checkpoints = os.path.join(run_dir, "checkpoints")
   return os.path.isdir(checkpoints) and any(

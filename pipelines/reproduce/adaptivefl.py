@@ -114,16 +114,8 @@ def _slug(text: str) -> str:
 
 def plan_runs(base, tables) -> list[_common.Run]:
   """Every run the chosen tables need, each once."""
-  import attrs  # pylint: disable=g-import-not-at-top
-  runs = collections.OrderedDict()
-  runs_dir = os.path.join(base.root_output_dir, base.experiment_name, "runs")
-
-  def add(name, **changes):
-    if name not in runs:
-      runs[name] = _common.Run(name, attrs.evolve(
-          base, root_output_dir=runs_dir, experiment_name=name, resume=False,
-          **changes))
-    return name
+  plan = _common.RunPlan(base)
+  add = plan.add
 
   def main_run(label, dist):
     # The paper's 4:3:3 whatever --tier_proportions says: Table 3's 4:3:3
@@ -165,7 +157,7 @@ def plan_runs(base, tables) -> list[_common.Run]:
       if selection != "rl":
         add(f"adaptivefl_{selection}_iid", algorithm="adaptivefl",
             adaptivefl_selection=selection, **DISTRIBUTIONS["IID"])
-  return list(runs.values())
+  return plan.runs()
 
 
 def _default_start_indices(base):

@@ -79,16 +79,8 @@ def _full_model(base) -> str:
 
 
 def plan_runs(base, parts):
-  import attrs  # pylint: disable=g-import-not-at-top
-  runs = collections.OrderedDict()
-  runs_dir = os.path.join(base.root_output_dir, base.experiment_name, "runs")
-
-  def add(name, **changes):
-    if name not in runs:
-      runs[name] = _common.Run(name, attrs.evolve(
-          base, root_output_dir=runs_dir, experiment_name=name, resume=False,
-          **changes))
-    return name
+  plan = _common.RunPlan(base)
+  add = plan.add
 
   gkt = dict(algorithm="fedgkt", partition="iid")
   noniid = dict(partition="dirichlet")
@@ -119,7 +111,7 @@ def plan_runs(base, parts):
     add("fedgkt_iid", **gkt)
     for edge in ("fedgkt_edge_resnet4", "fedgkt_edge_resnet6"):
       add(f"fedgkt_{edge[len('fedgkt_edge_'):]}", model=edge, **gkt)
-  return list(runs.values())
+  return plan.runs()
 
 
 def _accuracy(report) -> float:

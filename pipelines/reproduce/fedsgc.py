@@ -73,16 +73,8 @@ def _slug(text: str) -> str:
 
 
 def plan_runs(base, parts):
-  import attrs  # pylint: disable=g-import-not-at-top
-  runs = collections.OrderedDict()
-  runs_dir = os.path.join(base.root_output_dir, base.experiment_name, "runs")
-
-  def add(name, **changes):
-    if name not in runs:
-      runs[name] = _common.Run(name, attrs.evolve(
-          base, root_output_dir=runs_dir, experiment_name=name, resume=False,
-          **changes))
-    return name
+  plan = _common.RunPlan(base)
+  add = plan.add
 
   if "table" in parts:
     for label, changes in TABLE_ROWS.items():
@@ -97,7 +89,7 @@ def plan_runs(base, parts):
       for algorithm in ("fedavg", "fedprox", "feddst", "fedsgc"):
         add(f"{algorithm}_dirichlet_{_slug(str(alpha))}", algorithm=algorithm,
             partition="dirichlet", alpha=alpha)
-  return list(runs.values())
+  return plan.runs()
 
 
 def _budgets(base, reports) -> list[float]:
