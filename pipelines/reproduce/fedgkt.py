@@ -30,7 +30,7 @@ for `fedgkt_server_resnet19`, ResNet-56 for `_resnet55`):
 The offline default is the embedded 5,000-image MNIST subset with the
 ResNet-8 edge and the ResNet-19 server (ResNet-20 split; ResNet-55 is
 `--gkt_server_model=fedgkt_server_resnet55`), 8 clients all training each
-round, 20 rounds of 1 client epoch and 2 server epochs, batch 32, seed 0.
+round, 10 rounds of 1 client epoch and 2 server epochs, batch 32, seed 0.
 Writes `tables.md`, `results.json` and `accuracy.png` under
 `<root_output_dir>/<experiment_name>/`; an interrupted reproduction
 continues where it stopped.
@@ -52,7 +52,7 @@ PARTS = ("1", "2", "3", "4", "5")
 OFFLINE_DEFAULTS = collections.OrderedDict(
     dataset="mnist5k", model="fedgkt_edge_resnet8",
     gkt_server_model="fedgkt_server_resnet19", num_clients=8,
-    clients_per_round=8, rounds=20, local_epochs=1, batch_size=32,
+    clients_per_round=8, rounds=10, local_epochs=1, batch_size=32,
     client_lr=0.05, client_momentum=0.9, gkt_server_epochs=2,
     gkt_server_optimizer="adam", gkt_server_lr=1e-3, partition="iid",
     alpha=0.5, min_samples_per_client=1, eval_every=2, checkpoint_every=5,
