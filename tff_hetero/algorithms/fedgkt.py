@@ -29,8 +29,9 @@ last updates); we compute them after training, in inference mode.
 Modes: `sync` waits for the whole cohort, then trains the server once on all
 of its features; `async` lets the server train on each client's features as
 they arrive (in order of the client's simulated completion time: its
-training MACs over its device's MAC capacity, or a seeded order without
-capacities) and answers that client before the next arrives. Transfer
+training MACs divided by its device's MAC capacity, taken as its relative
+speed; a seeded order when devices have no capacities) and answers that
+client before the next arrives. Transfer
 ablation (Table 2): `both`, `server_to_edge` (no KD term on the server) and
 `none` (CE only on both sides).
 
