@@ -82,7 +82,10 @@ def test_type_signatures(experiment):
   server = comps.server_round.type_signature
   assert all(p.placement == tff.SERVER for p in server.parameter)
   assert server.result.placement == tff.SERVER
-  assert isinstance(server.parameter[2].member, tff.SequenceType)
+  # The received features, logits and labels and the sample order.
+  assert server.parameter[2].member.features.shape == (
+      None, 8, 8, gkt_models.FEATURE_CHANNELS)
+  assert server.parameter[3].member.shape == (None,)
   logits = comps.server_logits.type_signature
   assert logits.result.placement == tff.SERVER
   assert logits.result.member.shape == (None, CLASSES)

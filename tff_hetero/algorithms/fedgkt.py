@@ -44,16 +44,19 @@ accumulates on the server between rounds.
 Typed computations, with E = edge weights <trainable, non_trainable>,
 L = float32[?, C], D = the client's batches <x, y, index, train>,
 U = <features=float32[?, h, w, 16], logits=L, labels=int32[?]>,
-S = server weights, O = server optimizer state, F = the server's batches
-<features, logits, labels>:
+S = server weights, O = server optimizer state; the server trains on the
+received U (concatenated over the clients it trains on) in the batches of
+the int64 sample order it is given (shuffled, all its epochs): tensors, not
+a `tf.data` dataset, which TFF would serialize with the features inside as
+graph constants (capped at 100 MB):
 
     client round: (<E@CLIENTS, L@CLIENTS, {D*}@CLIENTS> ->
                    <E@CLIENTS, U@CLIENTS,
                     <bytes_down=int64, bytes_up=int64>@CLIENTS,
                     metric sums@SERVER>)
-    server train: (<S@SERVER, O@SERVER, {F*}@SERVER> ->
+    server train: (<S@SERVER, O@SERVER, U@SERVER, int64[?]@SERVER> ->
                    <S, O, metric sums>@SERVER)
-    server logits: (<S@SERVER, {float32[?, h, w, 16]*}@SERVER> -> L@SERVER)
+    server logits: (<S@SERVER, float32[?, h, w, 16]@SERVER> -> L@SERVER)
 
 Accounting, measured on the tensors: a client downloads its server logits
 (nothing in its first round: the edge model is initialised on the device)
@@ -265,10 +268,19 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
   kd_weight = float(settings.server_kd_weight) if settings.server_kd else 0.0
   num_classes = int(model.output.shape[-1])
 
+  batch_size = int(settings.server_batch_size)
+
   @tf.function
-  def server_train(weights: ModelState, optimizer_state, data):
+  def server_train(weights: ModelState, optimizer_state, received: GKTUpload,
+                   order):
+    """Batches of `received` in `order` (sample positions, all epochs)."""
     _assign(model.trainable_variables, weights.trainable)
     _assign(model.non_trainable_variables, weights.non_trainable)
+    data = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(
+        lambda i: collections.OrderedDict(
+            features=tf.gather(received.features, i),
+            logits=tf.gather(received.logits, i),
+            labels=tf.gather(received.labels, i)))
     optimizer_state, sums = _train_pass(
         model, optimizer, optimizer_state, data,
         inputs_of=lambda b: b["features"], labels_of=lambda b: b["labels"],
@@ -283,9 +295,10 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
   def server_logits(weights: ModelState, features):
     _assign(model.trainable_variables, weights.trainable)
     _assign(model.non_trainable_variables, weights.non_trainable)
-    return features.reduce(
-        tf.zeros((0, num_classes)),
-        lambda out, h: tf.concat([out, model(h, training=False)], 0))
+    return tf.data.Dataset.from_tensor_slices(features).batch(
+        batch_size).reduce(
+            tf.zeros((0, num_classes)),
+            lambda out, h: tf.concat([out, model(h, training=False)], 0))
 
   return server_train, server_logits
 
@@ -321,9 +334,10 @@ class GKTComputations:
     self.server_optimizer_initial = tf.nest.map_structure(
         np.asarray, server_optimizer.initialize(tuple(specs)))
     optimizer_type = _type_of(self.server_optimizer_initial)
-    server_element = _type_of(collections.OrderedDict(
+    upload_type = _type_of(GKTUpload(
         features=features_spec, logits=logits_spec,
         labels=tf.TensorSpec([None], tf.int32)))
+    order_type = tff.TensorType(np.int64, [None])
     self.edge_type, self.server_type = edge_type, server_type
 
     @tff.tensorflow.computation(edge_state_type, data_type)
@@ -339,29 +353,30 @@ class GKTComputations:
                                                         (states, data))
       return edges, uploads, traffic, tff.federated_sum(sums)
 
-    @tff.tensorflow.computation(server_type, optimizer_type,
-                                tff.SequenceType(server_element))
-    def server_step(weights, optimizer_state, data):
+    @tff.tensorflow.computation(server_type, optimizer_type, upload_type,
+                                order_type)
+    def server_step(weights, optimizer_state, received, order):
       train, _ = build_server_update(server_fn, server_optimizer, settings)
-      return train(ModelState(*weights), optimizer_state, data)
+      return train(ModelState(*weights), optimizer_state,
+                   GKTUpload(*received), order)
 
     @tff.federated_computation(
         tff.FederatedType(server_type, tff.SERVER),
         tff.FederatedType(optimizer_type, tff.SERVER),
-        tff.FederatedType(tff.SequenceType(server_element), tff.SERVER))
-    def server_round(weights, optimizer_state, data):
-      return tff.federated_map(server_step, (weights, optimizer_state, data))
+        tff.FederatedType(upload_type, tff.SERVER),
+        tff.FederatedType(order_type, tff.SERVER))
+    def server_round(weights, optimizer_state, received, order):
+      return tff.federated_map(server_step,
+                               (weights, optimizer_state, received, order))
 
-    @tff.tensorflow.computation(server_type,
-                                tff.SequenceType(_type_of(features_spec)))
+    @tff.tensorflow.computation(server_type, _type_of(features_spec))
     def logits_step(weights, features):
       _, logits = build_server_update(server_fn, server_optimizer, settings)
       return logits(ModelState(*weights), features)
 
     @tff.federated_computation(
         tff.FederatedType(server_type, tff.SERVER),
-        tff.FederatedType(tff.SequenceType(_type_of(features_spec)),
-                          tff.SERVER))
+        tff.FederatedType(_type_of(features_spec), tff.SERVER))
     def server_logits(weights, features):
       return tff.federated_map(logits_step, (weights, features))
 
@@ -498,14 +513,14 @@ class FedGKT(api.FederatedAlgorithm):
       features = np.concatenate([uploads[k].features for k in group])
       logits = np.concatenate([uploads[k].logits for k in group])
       labels = np.concatenate([uploads[k].labels for k in group])
+      order = data_lib.epoch_order(
+          len(labels), self.settings.server_batch_size,
+          self.settings.server_epochs, int(rng.integers(2**31)))
       server, optimizer_state, sums = comps.server_round(
-          server, optimizer_state,
-          self._server_dataset(features, logits, labels, rng))
+          server, optimizer_state, GKTUpload(features, logits, labels), order)
       server = ModelState(*server)
       server_sums.update({k: float(v) for k, v in sums.items()})
-      answered = np.asarray(comps.server_logits(
-          server, tf.data.Dataset.from_tensor_slices(features).batch(
-              self.settings.server_batch_size)))
+      answered = np.asarray(comps.server_logits(server, features))
       offsets = np.cumsum([0] + [len(uploads[k].labels) for k in group])
       for k, start, end in zip(group, offsets[:-1], offsets[1:]):
         server_logits[k] = answered[start:end]
@@ -563,17 +578,6 @@ class FedGKT(api.FederatedAlgorithm):
         (state.trainable, state.non_trainable)):
       parts.append([(edge_values, server_values)[s][i] for s, i in sources])
     return tff.learning.models.ModelWeights(*parts)
-
-  def _server_dataset(self, features, logits, labels, rng) -> tf.data.Dataset:
-    order = data_lib.epoch_order(
-        len(labels), self.settings.server_batch_size,
-        self.settings.server_epochs, int(rng.integers(2**31)))
-    f, z, y = (tf.constant(a) for a in (features, logits, labels))
-    return tf.data.Dataset.from_tensor_slices(order).batch(
-        self.settings.server_batch_size).map(
-            lambda i: collections.OrderedDict(
-                features=tf.gather(f, i), logits=tf.gather(z, i),
-                labels=tf.gather(y, i)))
 
   def _client_flops(self, client: api.ClientRound, samples: int) -> int:
     return (client.num_examples * self._edge_training +
