@@ -307,13 +307,6 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
 # Layers 2 and 3: typed computations.
 
 
-def _type_of(structure) -> tff.Type:
-  """The TFF type of a structure of arrays (dims given as None stay None)."""
-  return tff.types.tensorflow_to_type(tf.nest.map_structure(
-      lambda v: v if isinstance(v, tf.TensorSpec) else tf.TensorSpec(
-          np.shape(v), tf.as_dtype(np.asarray(v).dtype)), structure))
-
-
 class GKTComputations:
   """Builds FedGKT's typed computations for one edge/server pair."""
 
@@ -323,18 +316,18 @@ class GKTComputations:
                feature_shape: Sequence[int]):
     logits_spec = tf.TensorSpec([None, num_classes], tf.float32)
     features_spec = tf.TensorSpec([None, *feature_shape], tf.float32)
-    edge_type = _type_of(ModelState(*edge_initial))
-    edge_state_type = _type_of(EdgeState(
+    edge_type = learning_process.type_of(ModelState(*edge_initial))
+    edge_state_type = learning_process.type_of(EdgeState(
         list(edge_initial.trainable), list(edge_initial.non_trainable),
         logits_spec))
-    data_type = tff.SequenceType(_type_of(element_spec))
-    server_type = _type_of(ModelState(*server_initial))
+    data_type = tff.SequenceType(learning_process.type_of(element_spec))
+    server_type = learning_process.type_of(ModelState(*server_initial))
     specs = [tf.TensorSpec(np.shape(v), tf.float32)
              for v in server_initial.trainable]
     self.server_optimizer_initial = tf.nest.map_structure(
         np.asarray, server_optimizer.initialize(tuple(specs)))
-    optimizer_type = _type_of(self.server_optimizer_initial)
-    upload_type = _type_of(GKTUpload(
+    optimizer_type = learning_process.type_of(self.server_optimizer_initial)
+    upload_type = learning_process.type_of(GKTUpload(
         features=features_spec, logits=logits_spec,
         labels=tf.TensorSpec([None], tf.int32)))
     order_type = tff.TensorType(np.int64, [None])
@@ -369,14 +362,16 @@ class GKTComputations:
       return tff.federated_map(server_step,
                                (weights, optimizer_state, received, order))
 
-    @tff.tensorflow.computation(server_type, _type_of(features_spec))
+    features_type = learning_process.type_of(features_spec)
+
+    @tff.tensorflow.computation(server_type, features_type)
     def logits_step(weights, features):
       _, logits = build_server_update(server_fn, server_optimizer, settings)
       return logits(ModelState(*weights), features)
 
     @tff.federated_computation(
         tff.FederatedType(server_type, tff.SERVER),
-        tff.FederatedType(_type_of(features_spec), tff.SERVER))
+        tff.FederatedType(features_type, tff.SERVER))
     def server_logits(weights, features):
       return tff.federated_map(logits_step, (weights, features))
 

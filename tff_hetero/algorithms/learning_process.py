@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.accounting import ClientTraffic
@@ -48,6 +49,20 @@ def measured_parts(task: api.Task, model_aggregator=None) -> MeasuredParts:
       model_aggregator=tff_measure.MeasuredUploadFactory(model_aggregator),
       metrics_aggregator=tff_measure.measured_metrics_aggregator(),
   )
+
+
+def tensor_spec(value) -> tf.TensorSpec:
+  """`value`'s spec: a `tf.TensorSpec` as it is, else the array's."""
+  if isinstance(value, tf.TensorSpec):
+    return value
+  value = np.asarray(value)
+  return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+
+
+def type_of(structure) -> tff.Type:
+  """The TFF type of a structure of arrays and specs (None dims stay None)."""
+  return tff.types.tensorflow_to_type(
+      tf.nest.map_structure(tensor_spec, structure))
 
 
 def client_sgd(learning_rate: float, momentum: float = 0.0):

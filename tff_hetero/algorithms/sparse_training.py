@@ -280,9 +280,7 @@ def build_sparse_client_update(
 # Layers 2 and 3: typed computations, one per kind of round.
 
 
-def _spec(value) -> tf.TensorSpec:
-  value = np.asarray(value)
-  return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+_spec = learning_process.tensor_spec
 
 
 class SparseRounds:
