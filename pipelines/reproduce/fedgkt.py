@@ -166,7 +166,10 @@ def build_tables(base, reports, parts):
            " clients.")
   text = [f"# FedGKT reproduction\n\n{scale}\n"]
   results = collections.OrderedDict(scale=scale)
-  cell = lambda r: f"{_common.percent(_accuracy(r))} ({_common.percent(_best(r))})"
+  def cell(report) -> str:
+    return (f"{_common.percent(_accuracy(report))}"
+            f" ({_common.percent(_best(report))})")
+
   if "1" in parts:
     rows = [
         ["FedGKT", cell(reports["fedgkt_iid"]),
@@ -246,7 +249,8 @@ def _check(base) -> None:
 
 def main(argv):
   _common.reproduce_main(
-      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS, accepted=PARTS,
+      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS,
+      accepted=PARTS,
       defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
       build_tables=build_tables, plot=plot,
       check=_check)

@@ -176,7 +176,8 @@ def plot(out_dir, reports, parts) -> list[str]:
 
 def main(argv):
   _common.reproduce_main(
-      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS, accepted=PARTS,
+      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS,
+      accepted=PARTS,
       defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
       build_tables=build_tables, plot=plot)
 

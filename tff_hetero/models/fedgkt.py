@@ -15,9 +15,9 @@ of Large CNNs at the Edge" (NeurIPS 2020), Section 4 and Appendix B.3:
   channels, option-A shortcuts) without its stem convolution, taking the
   edge's 16-channel feature maps where ResNet-56/110 takes its stem's
   output: 54/108 convolutions + the dense layer. `fedgkt_server_resnet19`
-  is ResNet-20 cut the same way (not in the paper: for fast offline runs). The server model of a
-  registry build on images of shape (H, W, C) takes inputs of shape
-  (H, W, 16) (`feature_shape`).
+  is ResNet-20 cut the same way (not in the paper: for fast offline runs).
+  The server model of a registry build on images of shape (H, W, C) takes
+  inputs of shape (H, W, 16) (`feature_shape`).
 
 The edge extractor followed by the server model is therefore ResNet-56/110
 with its one-convolution stem replaced by the edge extractor (1 + 2 x blocks
