@@ -6,8 +6,9 @@ r"""Describe a model: parameters and forward MACs, whole or as a sub-model pool.
 
 Nothing is trained and no data are loaded: the input shape and the number of
 classes come from `--dataset` (default cifar10, 32x32x3 and 10 classes, for
-`vgg*`, `resnet*` and `cifar_cnn`; mnist, 28x28x1 and 10 classes, otherwise)
-or from `--input_shape` / `--num_classes`.
+the models the registry marks as meant for CIFAR images: the ResNets, VGGs,
+`cifar_cnn` and FedGKT's; mnist, 28x28x1 and 10 classes, otherwise) or from
+`--input_shape` / `--num_classes`.
 
 `--pool=none` prints the model's parameters (trainable: batch-norm gamma/beta
 counted, running statistics not), non-trainable weights and forward MACs per
@@ -79,8 +80,8 @@ _MODEL = _shared_string("model", None, "Model registry name (required).")
 _DATASET = _shared_string(
     "dataset", None,
     "Data set whose input shape and classes to use (nothing is loaded):"
-    f" {', '.join(DATASET_SHAPES)}. Default: cifar10 for vgg*, resnet* and"
-    " cifar_cnn, mnist otherwise.")
+    f" {', '.join(DATASET_SHAPES)}. Default: cifar10 for the models meant"
+    " for CIFAR images (ResNets, VGGs, cifar_cnn, FedGKT's), mnist otherwise.")
 _INPUT_SHAPE = flags.DEFINE_string(
     "input_shape", None,
     "Input shape of one example, e.g. 32,32,3 (overrides --dataset).")
@@ -119,10 +120,14 @@ def _numbers(flag: str, text: str, kind: type, what: str) -> tuple:
   return values
 
 
+# The data set whose shape describes a model by default, by the kind of
+# images its registry entry says it is meant for.
+_DEFAULT_DATASET_FOR_IMAGES = {"cifar": "cifar10", "mnist": "mnist"}
+
+
 def _default_dataset(model: str) -> str:
-  if model.startswith(("vgg", "resnet")) or model == "cifar_cnn":
-    return "cifar10"
-  return "mnist"
+  from tff_hetero import models  # pylint: disable=g-import-not-at-top
+  return _DEFAULT_DATASET_FOR_IMAGES[models.MODELS[model].images]
 
 
 def _input(model: str) -> tuple[str, tuple[int, ...], int]:

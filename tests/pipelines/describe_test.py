@@ -56,8 +56,12 @@ def test_model_table_lists_weighted_layers_and_totals(capsys):
 
 
 def test_default_shapes_by_model_and_overrides(capsys):
-  # vgg*, resnet*, cifar_cnn default to cifar10 (32x32x3, 10 classes)
+  # Models meant for CIFAR images default to cifar10 (32x32x3, 10 classes)
   assert _json(capsys, "--model=resnet20")["params"] == 269_722
+  edge = _json(capsys, "--model=fedgkt_edge_resnet8")
+  assert (edge["input_shape"], edge["params"], edge["flops"]) == (
+      [32, 32, 3], 14_650, 14_712_992)
+  assert _json(capsys, "--model=fedgkt_server_resnet55")["params"] == 852_554
   assert _json(capsys, "--model=cifar_cnn")["flops"] == 32_778_112
   # cifar100: the logits grow from 64*10+10 to 64*100+100
   out = _json(capsys, "--model=resnet20", "--dataset=cifar100")

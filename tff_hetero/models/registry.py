@@ -55,6 +55,8 @@ class ModelSpec:
       raise `ModelError` for shapes the model cannot take.
     default_start_indices: AdaptiveFL's start indices I for this model's pool,
       decreasing, each below the number of units.
+    images: The kind of images the model is meant for ("cifar": 32x32x3,
+      "mnist": 28x28x1), e.g. for `pipelines.describe`'s default shape.
   """
 
   name: str
@@ -63,6 +65,7 @@ class ModelSpec:
   paper: str
   width_units: WidthUnitsFn
   default_start_indices: tuple[int, ...]
+  images: str = "mnist"
 
 
 _SPECS = (
@@ -93,6 +96,7 @@ _SPECS = (
         paper="McMahan et al. 2017 (FedAvg), from the TensorFlow CIFAR-10 tutorial",
         width_units=cnn.cifar_cnn_units,
         default_start_indices=(3, 2, 1),
+        images="cifar",
     ),
     ModelSpec(
         name="small_cnn",
@@ -129,6 +133,7 @@ _SPECS = (
         paper="He et al. 2016 (ResNet), Section 4.2 (CIFAR-10)",
         width_units=resnet.cifar_resnet_units(name),
         default_start_indices=(3, 2, 1),
+        images="cifar",
     ) for name, n, params in (
         ("resnet8", 1, "75,290"), ("resnet20", 3, "269,722"),
         ("resnet32", 5, "464,154"), ("resnet56", 9, "853,018"),
@@ -144,6 +149,7 @@ _SPECS = (
         paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
         width_units=fedgkt.edge_units(name),
         default_start_indices=(1, 0),
+        images="cifar",
     ) for name, blocks, params in (
         ("fedgkt_edge_resnet4", 1, "5,306"),
         ("fedgkt_edge_resnet6", 2, "9,978"),
@@ -160,6 +166,7 @@ _SPECS = (
                " this project's small variant)"),
         width_units=fedgkt.server_units(name),
         default_start_indices=(2, 1, 0),
+        images="cifar",
     ) for name, n, params in (
         ("fedgkt_server_resnet19", 3, "269,258"),
         ("fedgkt_server_resnet55", 9, "852,554"),
@@ -174,6 +181,7 @@ _SPECS = (
                " as used by AdaptiveFL (whose code has 96 channels in stage 1)"),
         width_units=resnet.resnet18_units,
         default_start_indices=(3, 2, 1),
+        images="cifar",
     ),
     ModelSpec(
         name="vgg11",
@@ -186,6 +194,7 @@ _SPECS = (
                " mastlab-T3S/AdaptiveFL models/vgg.py"),
         width_units=vgg.vgg11_units,
         default_start_indices=(6, 4, 2),
+        images="cifar",
     ),
     ModelSpec(
         name="vgg16",
@@ -198,6 +207,7 @@ _SPECS = (
                " 2024) Table 1 and its code mastlab-T3S/AdaptiveFL models/vgg.py"),
         width_units=vgg.vgg16_units,
         default_start_indices=(8, 6, 4),
+        images="cifar",
     ),
     ModelSpec(
         name="vgg16_eighth",
@@ -208,6 +218,7 @@ _SPECS = (
         paper="none (this project's scaled-down AdaptiveFL VGG-16)",
         width_units=vgg.vgg16_eighth_units,
         default_start_indices=(8, 6, 4),
+        images="cifar",
     ),
 )
 
