@@ -605,6 +605,8 @@ class FedGKT(api.FederatedAlgorithm):
     samples = sum(len(u.labels) for u in uploads)
     feature_bytes = sum(u.features.nbytes for u in uploads)
     per_sample = feature_bytes / samples if samples else 0.0
+    label_bytes = (sum(u.labels.nbytes for u in uploads) / samples
+                   if samples else 0.0)
     batch = self.settings.server_batch_size
     return collections.OrderedDict(
         loss=mean(client_sums, "loss", examples) if examples == expected
@@ -623,7 +625,7 @@ class FedGKT(api.FederatedAlgorithm):
         fedavg_full_model_bytes=float(2 * len(clients) *
                                       self._full_weights_nbytes),
         split_learning_bytes_per_batch=float(
-            2 * batch * per_sample + batch * 4))
+            2 * batch * per_sample + batch * label_bytes))
 
 
 def check_flags(config) -> None:

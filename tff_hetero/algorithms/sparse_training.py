@@ -80,6 +80,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero.accounting import payload
 from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.aggregators import MaskedSums
@@ -106,25 +107,11 @@ class SparseUpload(NamedTuple):
 
 def sparse_nbytes(layout: masks_lib.MaskLayout, trainable, masks) -> tf.Tensor:
   """Bytes of trainable values sent as kept values + bit masks (kernels)."""
-  mask_of = {k.trainable_index: m for k, m in zip(layout.kernels, masks)}
-  total = tf.constant(0, tf.int64)
-  for i, value in enumerate(trainable):
-    value = tf.convert_to_tensor(value)
-    size = tf.size(value, out_type=tf.int64)
-    if i in mask_of:
-      kept = tf.math.count_nonzero(mask_of[i], dtype=tf.int64)
-      total += kept * value.dtype.size + (size + 7) // 8
-    else:
-      total += size * value.dtype.size
-  return total
-
-
-def _dense_nbytes(values) -> tf.Tensor:
-  total = tf.constant(0, tf.int64)
-  for value in tf.nest.flatten(values):
-    value = tf.convert_to_tensor(value)
-    total += tf.size(value, out_type=tf.int64) * value.dtype.size
-  return total
+  masked = {k.trainable_index for k in layout.kernels}
+  kernels = [trainable[k.trainable_index] for k in layout.kernels]
+  dense = [v for i, v in enumerate(trainable) if i not in masked]
+  return (payload.tf_masked_nbytes(kernels, list(masks)) +
+          payload.tf_dense_nbytes(dense))
 
 
 def readjust_mask(mask, weight_now, weight_received, loss_gradient, direction,
@@ -402,7 +389,7 @@ class SparseRounds:
 
     def model_nbytes(model):
       return (sparse_nbytes(layout, model.trainable, model.masks) +
-              _dense_nbytes(model.statistics))
+              payload.tf_dense_nbytes(model.statistics))
 
     distributor = tff_measure.build_measured_broadcast_process(
         self.model_type, nbytes_fn=model_nbytes)
