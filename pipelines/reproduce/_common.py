@@ -5,7 +5,8 @@ reports fill tables printed beside the paper's numbers. Runs live under
 `<root_output_dir>/<experiment_name>/runs/<run name>/`, so an interrupted
 reproduction continues where it stopped: a run whose report exists and was
 made with the same settings is reused, one with a checkpoint is resumed, any
-other is started afresh.
+other is started afresh (outputs of a run stopped before its first checkpoint
+are moved aside to `<run name>.interrupted[-N]`, not deleted).
 """
 
 from __future__ import annotations
@@ -64,16 +65,39 @@ def _has_checkpoint(run_dir: str) -> bool:
       f.endswith(".json") for f in os.listdir(checkpoints))
 
 
+def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
+  """Whether the run in `run_dir` resumes from a checkpoint.
+
+  A run stopped before its first checkpoint left rows but no state to resume
+  from; its outputs are moved aside (kept) so the run starts afresh.
+  """
+  if _has_checkpoint(run_dir):
+    return True
+  if os.path.isdir(run_dir) and os.listdir(run_dir):
+    aside, n = f"{run_dir}.interrupted", 1
+    while os.path.exists(aside):
+      n += 1
+      aside = f"{run_dir}.interrupted-{n}"
+    os.replace(run_dir, aside)
+    log(f"    stopped before its first checkpoint; its outputs moved to"
+        f" {aside}")
+  return False
+
+
 def _same_settings(saved: Mapping[str, Any], config) -> bool:
   """Whether a saved report's config is `config`'s.
 
   A setting the report lacks (added to `ExperimentConfig` after the run)
-  matches when `config` leaves it at its default.
+  matches when `config` leaves it at its default; settings that do not change
+  results (`RESUMABLE_SETTINGS`: where and how it ran, how often it
+  checkpointed) are not compared (rounds are checked on their own).
   """
+  from tff_hetero.program import config as config_lib  # pylint: disable=g-import-not-at-top
   current = json.loads(json.dumps(config.to_json_dict()))
   defaults = json.loads(json.dumps(type(config)().to_json_dict()))
   return all(saved[key] == value if key in saved else value == defaults[key]
-             for key, value in current.items())
+             for key, value in current.items()
+             if key not in config_lib.RESUMABLE_SETTINGS)
 
 
 def run_all(runs: Sequence[Run], *,
@@ -97,10 +121,10 @@ def run_all(runs: Sequence[Run], *,
       raise SystemExit(
           f"error: {run_dir} holds a run made with other settings; choose"
           " another --experiment_name or remove it")
-    resume = _has_checkpoint(run_dir)
     log(f"[{i}/{len(runs)}] {run.name}: "
-        f"{'resuming' if resume else 'running'} ({config.algorithm},"
-        f" {config.rounds} rounds)")
+        f"{'resuming' if _has_checkpoint(run_dir) else 'running'}"
+        f" ({config.algorithm}, {config.rounds} rounds)")
+    resume = prepare_run_dir(run_dir, log)
     result = loop.run_experiment(attrs.evolve(config, resume=resume))
     reports[run.name] = result.report
     accuracy = result.report["final_metrics"].get("accuracy")

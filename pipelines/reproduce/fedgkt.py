@@ -55,7 +55,7 @@ OFFLINE_DEFAULTS = collections.OrderedDict(
     clients_per_round=8, rounds=10, local_epochs=1, batch_size=32,
     client_lr=0.05, client_momentum=0.9, gkt_server_epochs=2,
     gkt_server_optimizer="adam", gkt_server_lr=1e-3, partition="iid",
-    alpha=0.5, min_samples_per_client=1, eval_every=2, checkpoint_every=5,
+    alpha=0.5, min_samples_per_client=1, eval_every=2, checkpoint_every=1,
     experiment_name="fedgkt_reproduction", progress=False)
 
 # The paper's CIFAR-10 figures (%), ResNet-56 block of Table 1.

@@ -2,7 +2,6 @@
 run stopped after round 2 and resumed equals the uninterrupted run (edge
 models and server logits live in the checkpointed client-state store)."""
 
-import csv
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import numpy as np
 
 from pipelines import _cli
 from pipelines import train
+from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -20,16 +20,6 @@ _FLAGS = ["--algorithm=fedgkt", "--dataset=synthetic",
           "--gkt_server_model=fedgkt_server_resnet19", "--partition=iid",
           "--num_clients=4", "--clients_per_round=2", "--batch_size=16",
           "--noprogress", "--checkpoint_every=1", "--eval_every=1"]
-
-
-def _rows(run_dir):
-  with open(os.path.join(run_dir, "metrics.csv")) as f:
-    return list(csv.DictReader(f))
-
-
-def _weights(run_dir):
-  with np.load(os.path.join(run_dir, "final_model_weights.npz")) as f:
-    return {k: f[k] for k in f.files}
 
 
 def test_fedgkt_run_resume_and_outputs(tmp_path):
@@ -50,7 +40,7 @@ def test_fedgkt_run_resume_and_outputs(tmp_path):
   final = report["final_metrics"]
   assert final["accuracy"] == final["edge_server_accuracy"]
   assert 0.0 <= final["edge_accuracy"] <= 1.0
-  rows = _rows(whole)
+  rows = outputs.read_metrics(whole)
   assert [r["round"] for r in rows] == ["1", "2", "3"]
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
   # Features dominate the upload; the logits come back from round 2 on.
@@ -64,11 +54,11 @@ def test_fedgkt_run_resume_and_outputs(tmp_path):
   _cli.run_in_process(train.main, ["train", *base, "--rounds=2"])
   _cli.run_in_process(train.main, ["train", *base, "--rounds=3", "--resume"])
   parts = tmp_path / "parts"
-  a, b = _weights(whole), _weights(parts)
+  a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5)
-  for x, y in zip(_rows(whole), _rows(parts)):
+  for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
     for key in ("bytes_up", "bytes_down", "edge_server_accuracy",
                 "edge_accuracy"):
       assert x[key] == y[key], key

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,11 +61,6 @@ def _workers_of(proc):
 
   _wait_for(has_worker, 120, "the pipeline's TFF worker")
   return list(found)
-
-
-def _load_weights(run_dir):
-  with np.load(os.path.join(run_dir, "final_model_weights.npz")) as f:
-    return {k: f[k] for k in f.files}
 
 
 def test_short_run_writes_everything_and_leaves_no_worker(tmp_path):
@@ -115,7 +111,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
   code, _, err = _finish(resumed)
   assert code == 0, err
 
-  whole, cut = _load_weights(tmp_path / "whole"), _load_weights(tmp_path / "cut")
+  whole = outputs.load_final_weights(tmp_path / "whole")
+  cut = outputs.load_final_weights(tmp_path / "cut")
   assert whole.keys() == cut.keys()
   for key in whole:
     np.testing.assert_allclose(cut[key], whole[key], rtol=0, atol=1e-6)

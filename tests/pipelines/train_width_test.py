@@ -5,7 +5,6 @@ left), and a run stopped after round 2 and resumed equals the uninterrupted
 run: the RL tables and the sampling RNG live in the checkpoint.
 """
 
-import csv
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import numpy as np
 
 from pipelines import _cli
 from pipelines import train
+from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,16 +22,6 @@ _FLAGS = ["--algorithm=adaptivefl", "--dataset=synthetic", "--model=small_cnn",
           "--num_clients=8", "--clients_per_round=4", "--batch_size=10",
           "--client_lr=0.1", "--noprogress", "--checkpoint_every=1",
           "--pool_ratios=0.5:0.25", "--pool_start_indices=1:0"]
-
-
-def _rows(run_dir):
-  with open(os.path.join(run_dir, "metrics.csv")) as f:
-    return list(csv.DictReader(f))
-
-
-def _weights(run_dir):
-  with np.load(os.path.join(run_dir, "final_model_weights.npz")) as f:
-    return {k: f[k] for k in f.files}
 
 
 def test_adaptivefl_run_resume_and_outputs(tmp_path):
@@ -50,7 +40,7 @@ def test_adaptivefl_run_resume_and_outputs(tmp_path):
     assert 0.0 <= final[key] <= 1.0, key
   assert final["avg_accuracy"] == np.mean(
       [final["accuracy"], final["M1_accuracy"], final["S1_accuracy"]])
-  rows = _rows(whole)
+  rows = outputs.read_metrics(whole)
   assert [r["round"] for r in rows] == ["1", "2", "3"]
   for row in rows:
     assert 0.0 <= float(row["waste_rate"]) < 1.0
@@ -62,10 +52,10 @@ def test_adaptivefl_run_resume_and_outputs(tmp_path):
   _cli.run_in_process(train.main, ["train", *base, "--rounds=2"])
   _cli.run_in_process(train.main, ["train", *base, "--rounds=3", "--resume"])
   parts = tmp_path / "parts"
-  a, b = _weights(whole), _weights(parts)
+  a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6)
-  for x, y in zip(_rows(whole), _rows(parts)):
+  for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
     for key in ("accuracy", "bytes_up", "bytes_down", "waste_rate", "pruned"):
       assert x[key] == y[key], key

@@ -23,7 +23,7 @@ _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 # Settings that may change when a run is resumed: they do not change results.
 RESUMABLE_SETTINGS = frozenset({
     "rounds", "resume", "executor", "workers", "worker_timeout_s",
-    "root_output_dir", "progress",
+    "root_output_dir", "progress", "checkpoint_every", "keep_checkpoints",
 })
 
 

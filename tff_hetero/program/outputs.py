@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
 import json
 import math
 import os
@@ -67,6 +68,19 @@ def write_report(path: str, report: Mapping[str, Any]) -> None:
   with open(temp, "w") as f:
     json.dump(report, f, indent=1)
   os.replace(temp, path)
+
+
+def read_metrics(experiment_dir: str) -> list[dict[str, str]]:
+  """The rows of a run's `metrics.csv`, as written (strings)."""
+  with open(os.path.join(experiment_dir, METRICS_CSV)) as f:
+    return list(csv.DictReader(f))
+
+
+def load_final_weights(experiment_dir: str) -> dict[str, Any]:
+  """A run's `final_model_weights.npz` as `{trainable_i: array, ...}`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with np.load(os.path.join(experiment_dir, FINAL_WEIGHTS)) as f:
+    return {k: f[k] for k in f.files}
 
 
 def plot_history(experiment_dir: str, history: Sequence[Mapping[str, Any]],
