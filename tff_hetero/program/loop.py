@@ -252,7 +252,8 @@ def run_experiment(
         raise UsageError(
             "--resume", f"the checkpoint in {checkpoints.root_dir} was"
             " written with different settings; use the same flags (only"
-            " --rounds and the executor flags may change)")
+            " --rounds, the executor flags and the checkpoint flags may"
+            " change)")
       server_state = restored.server_state
       client_states = collections.OrderedDict(restored.client_states)
       ledger = restored.ledger
