@@ -53,6 +53,7 @@ DATASET_SHAPES = {
     "emnist": ((28, 28, 1), 47),
     "cifar10": ((32, 32, 3), 10),
     "cifar100": ((32, 32, 3), 100),
+    "cinic10": ((32, 32, 3), 10),
 }
 POOLS = ("none", "adaptivefl", "heterofl")
 FORMATS = ("table", "json")

@@ -20,9 +20,12 @@ from pipelines import _cli
 _A = flags.DEFINE_string("algorithm", "fedavg", "Algorithm to run.")
 _DATASET = flags.DEFINE_string(
     "dataset", "mnist5k",
-    "Data set: mnist5k (offline default), digits, synthetic, or TFDS mnist,"
-    " emnist, cifar10, cifar100 (need --data_dir).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory.")
+    "Data set: mnist5k (offline default), digits, synthetic, TFDS mnist,"
+    " emnist, cifar10, cifar100, or cinic10 (its release layout) (need"
+    " --data_dir).")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Root of prepared TFDS data, or the directory holding"
+    " cinic10/.")
 _MODEL = flags.DEFINE_string("model", "mnist_cnn", "Model registry name.")
 _PARTITION = flags.DEFINE_string("partition", "dirichlet",
                                  "Partition: iid, dirichlet, shards.")

@@ -4,6 +4,8 @@ r"""Reproduce FedGKT's Tables 1-5 and its efficiency comparison at reduced scale
   python -m pipelines.reproduce.fedgkt --dataset=cifar10 --data_dir=DIR \
       --gkt_server_model=fedgkt_server_resnet55 --num_clients=16 \
       --clients_per_round=16 --rounds=100 --gkt_server_epochs=20
+  python -m pipelines.reproduce.fedgkt --dataset=cinic10 --data_dir=DIR ...
+  python -m pipelines.reproduce.fedgkt --dataset=cifar100 --data_dir=DIR ...
 
 Paper: He, Annavaram and Avestimehr, "Group Knowledge Transfer: Federated
 Learning of Large CNNs at the Edge" (NeurIPS 2020), Section 4: CIFAR-10/100

@@ -45,7 +45,7 @@ def mnist5k() -> DatasetSplits:
 def test_registry_names():
   assert set(DATASETS) == {
       "mnist5k", "digits", "synthetic", "mnist", "emnist", "cifar10",
-      "cifar100",
+      "cifar100", "cinic10",
   }
 
 

@@ -33,6 +33,13 @@ Registered data sets (`DATASETS`):
   orientation (TFDS stores EMNIST images transposed, as in the original
   release). ``cifar100`` uses the 100 fine labels.
 
+* ``cinic10`` -- CINIC-10 (Darlow et al., 2018) in the layout of its release
+  archive, extracted under ``<data_dir>/cinic10/``: ``train/<class>/*.png``
+  and ``test/<class>/*.png`` (``valid/`` is not used), 32x32 images, 90,000
+  per split. Classes are the sorted sub-directory names (for CINIC-10 the
+  CIFAR-10 order, airplane .. truck); train and test must have the same ones.
+  Grey images are read as RGB. The official splits are used (the seed is not).
+
 TFDS data are opened with `tfds.builder_from_directory` on the newest
 prepared version found in ``<data_dir>/<tfds name>/<version>/`` (a version
 directory counts as prepared when it holds ``dataset_info.json``, which TFDS
@@ -65,6 +72,7 @@ __all__ = [
     "ArrayDataset",
     "DatasetLoader",
     "DatasetSplits",
+    "ImageFolderLoader",
     "TfdsLoader",
     "default_tfds_data_dir",
     "load_dataset",
@@ -271,6 +279,12 @@ def _load_synthetic(data_dir: str | None, seed: int) -> DatasetSplits:
   )
 
 
+def _first_line(error: Exception) -> str:
+  """An error's first line, without TF's "{{function_node ...}}" tags."""
+  detail = re.sub(r"\{\{.*?\}\}\s*", "", str(error)).strip()
+  return (detail.splitlines() or [type(error).__name__])[0]
+
+
 _VERSION_DIR = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -343,12 +357,9 @@ class TfdsLoader:
     except DataError:
       raise
     except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
-      # TF op errors start with a "{{function_node ...}}" tag; drop it.
-      detail = re.sub(r"\{\{.*?\}\}\s*", "", str(e)).strip()
-      first_line = (detail.splitlines() or [type(e).__name__])[0]
       raise DataError(
           f"could not read data set {self.name!r} from {version_dir}: "
-          f"{first_line}"
+          f"{_first_line(e)}"
       ) from e
     return DatasetSplits(
         name=self.name,
@@ -376,6 +387,94 @@ class TfdsLoader:
     return ArrayDataset(x=_scale(images, 255.0), y=labels.astype(np.int32))
 
 
+@attrs.frozen
+class ImageFolderLoader:
+  """Loads a data set stored as ``<root>/<split>/<class>/<image file>``.
+
+  Attributes:
+    name: the registry name; also the directory under `data_dir`.
+    image_shape: the (H, W, C) every image must have (C = 3 reads grey
+      images as RGB).
+    train_split, test_split: the split directories.
+  """
+
+  name: str
+  image_shape: tuple[int, int, int]
+  train_split: str = "train"
+  test_split: str = "test"
+
+  def __call__(self, data_dir: str | None, seed: int) -> DatasetSplits:
+    del seed  # The official splits are used.
+    if not data_dir:
+      raise DataError(
+          f"data set {self.name!r} needs --data_dir: the directory holding"
+          f" {self.name}/{self.train_split}/<class>/*.png and"
+          f" {self.name}/{self.test_split}/<class>/*.png")
+    root = os.path.join(os.path.expanduser(data_dir), self.name)
+    train_files, classes = self._list(root, self.train_split)
+    test_files, test_classes = self._list(root, self.test_split)
+    if test_classes != classes:
+      raise DataError(
+          f"data set {self.name!r}: {self.test_split}/ has classes"
+          f" {test_classes}, {self.train_split}/ has {classes}; they must"
+          f" be the same")
+    return DatasetSplits(
+        name=self.name,
+        train=self._read(train_files),
+        test=self._read(test_files),
+        num_classes=len(classes),
+        input_shape=self.image_shape,
+    )
+
+  def _list(self, root: str, split: str):
+    """(file, label) pairs of a split in sorted order, and its classes."""
+    split_dir = os.path.join(root, split)
+    if not os.path.isdir(split_dir):
+      raise DataError(
+          f"data set {self.name!r} is not under {root}: no {split}/ directory"
+          f" there; extract the release archive into {root} (it holds"
+          f" {self.train_split}/ and {self.test_split}/, one sub-directory"
+          f" per class) and pass its parent as --data_dir")
+    classes = sorted(d for d in os.listdir(split_dir)
+                     if os.path.isdir(os.path.join(split_dir, d)))
+    files = [(os.path.join(split_dir, c, f), label)
+             for label, c in enumerate(classes)
+             for f in sorted(os.listdir(os.path.join(split_dir, c)))]
+    if len(classes) < 2 or not files:
+      raise DataError(
+          f"data set {self.name!r}: {split_dir} needs at least two class"
+          f" directories of images, found {len(classes)} with {len(files)}"
+          f" files")
+    return files, classes
+
+  def _read(self, files) -> ArrayDataset:
+    """Decodes every image (in parallel, order kept) into an ArrayDataset."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    height, width, channels = self.image_shape
+    paths = [path for path, _ in files]
+
+    def decode(path):
+      image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                                 expand_animations=False)
+      right_size = tf.debugging.assert_equal(
+          tf.shape(image)[:2], tf.constant([height, width]),
+          message=tf.strings.join([path, f" is not {height}x{width}"]))
+      with tf.control_dependencies([right_size]):
+        return tf.ensure_shape(image, self.image_shape)
+
+    images = tf.data.Dataset.from_tensor_slices(paths).map(
+        decode, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True).batch(4096)
+    try:
+      x = np.concatenate([b.numpy() for b in images])
+    except tf.errors.OpError as e:
+      raise DataError(
+          f"could not read data set {self.name!r}: {_first_line(e)}") from e
+    labels = np.asarray([label for _, label in files], np.int32)
+    return ArrayDataset(x=_scale(x, 255.0), y=labels)
+
+
 DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
     {
         "mnist5k": _load_mnist5k,
@@ -387,6 +486,7 @@ DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
         ),
         "cifar10": TfdsLoader("cifar10", "cifar10"),
         "cifar100": TfdsLoader("cifar100", "cifar100"),
+        "cinic10": ImageFolderLoader("cinic10", (32, 32, 3)),
     }
 )
 """Registered data sets: name -> loader. See the module docstring."""
