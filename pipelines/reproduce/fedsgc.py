@@ -72,23 +72,31 @@ def _slug(text: str) -> str:
   return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
 
 
+# The sweeps: part -> (title, [(run name, row label, changes)]).
+SWEEPS = collections.OrderedDict(
+    sparsity=("Sparsity (shard split)", [
+        (f"{algorithm}_shards_s{int(sparsity * 100)}",
+         f"{algorithm} s={sparsity}",
+         dict(algorithm=algorithm, sparsity=sparsity))
+        for sparsity in SPARSITIES for algorithm in ("feddst", "fedsgc")]),
+    dirichlet=("Dirichlet split", [
+        (f"{algorithm}_dirichlet_{_slug(str(alpha))}",
+         f"{algorithm} alpha={alpha}",
+         dict(algorithm=algorithm, partition="dirichlet", alpha=alpha))
+        for alpha in ALPHAS
+        for algorithm in ("fedavg", "fedprox", "feddst", "fedsgc")]),
+)
+
+
 def plan_runs(base, parts):
   plan = _common.RunPlan(base)
-  add = plan.add
-
   if "table" in parts:
     for label, changes in TABLE_ROWS.items():
-      add(f"{_slug(label)}_shards", **changes)
-  if "sparsity" in parts:
-    for sparsity in SPARSITIES:
-      for algorithm in ("feddst", "fedsgc"):
-        add(f"{algorithm}_shards_s{int(sparsity * 100)}", algorithm=algorithm,
-            sparsity=sparsity)
-  if "dirichlet" in parts:
-    for alpha in ALPHAS:
-      for algorithm in ("fedavg", "fedprox", "feddst", "fedsgc"):
-        add(f"{algorithm}_dirichlet_{_slug(str(alpha))}", algorithm=algorithm,
-            partition="dirichlet", alpha=alpha)
+      plan.add(f"{_slug(label)}_shards", **changes)
+  for part, (_, runs) in SWEEPS.items():
+    if part in parts:
+      for name, _, changes in runs:
+        plan.add(name, **changes)
   return plan.runs()
 
 
@@ -136,30 +144,17 @@ def build_tables(base, reports, parts):
         f"## Shard split, sparsity {base.sparsity}\n\n" + _common.markdown_table(
             headers_for("Method") + ["paper (100/200/400/800 MiB)"], rows) + "\n")
     results["table"] = numbers
-  if "sparsity" in parts:
+  for part, (title, runs) in SWEEPS.items():
+    if part not in parts:
+      continue
     rows, numbers = [], collections.OrderedDict()
-    for sparsity in SPARSITIES:
-      for algorithm in ("feddst", "fedsgc"):
-        best = _best_within(
-            reports[f"{algorithm}_shards_s{int(sparsity * 100)}"], budgets)
-        numbers[f"{algorithm} {sparsity}"] = best
-        rows.append([f"{algorithm} s={sparsity}"] +
-                    [_common.percent(b) for b in best])
-    parts_md.append("## Sparsity (shard split)\n\n" + _common.markdown_table(
+    for name, label, _ in runs:
+      best = _best_within(reports[name], budgets)
+      numbers[label] = best
+      rows.append([label] + [_common.percent(b) for b in best])
+    parts_md.append(f"## {title}\n\n" + _common.markdown_table(
         headers_for("Run"), rows) + "\n")
-    results["sparsity"] = numbers
-  if "dirichlet" in parts:
-    rows, numbers = [], collections.OrderedDict()
-    for alpha in ALPHAS:
-      for algorithm in ("fedavg", "fedprox", "feddst", "fedsgc"):
-        report = reports[f"{algorithm}_dirichlet_{_slug(str(alpha))}"]
-        best = _best_within(report, budgets)
-        numbers[f"{algorithm} {alpha}"] = best
-        rows.append([f"{algorithm} alpha={alpha}"] +
-                    [_common.percent(b) for b in best])
-    parts_md.append("## Dirichlet split\n\n" + _common.markdown_table(
-        headers_for("Run"), rows) + "\n")
-    results["dirichlet"] = numbers
+    results[part] = numbers
   return "\n".join(parts_md), results
 
 
