@@ -27,6 +27,11 @@ _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Root of prepared TFDS data, or the directory holding"
     " cinic10/.")
 _MODEL = flags.DEFINE_string("model", "mnist_cnn", "Model registry name.")
+_AUGMENT = flags.DEFINE_string(
+    "augment", "none",
+    "Augmentation of training batches: none, crop (4-pixel padding and a"
+    " random crop), crop_flip (also a random horizontal flip; the papers'"
+    " CIFAR setting). Seeded per client batch.")
 _PARTITION = flags.DEFINE_string("partition", "dirichlet",
                                  "Partition: iid, dirichlet, shards.")
 _ALPHA = flags.DEFINE_float("alpha", 0.5, "Dirichlet concentration (> 0).")

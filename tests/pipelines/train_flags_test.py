@@ -29,6 +29,7 @@ CASES = [
     (["--dataset=nope"], "--dataset"),
     (["--model=nope"], "--model"),
     (["--partition=nope"], "--partition"),
+    (["--augment=mixup"], "--augment"),
     (["--num_clients=0"], "--num_clients"),
     (["--clients_per_round=-1"], "--clients_per_round"),
     (["--rounds=0"], "--rounds"),

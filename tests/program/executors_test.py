@@ -3,9 +3,10 @@
 The workers are started as a user would (`python -m pipelines.worker`), on
 loopback; with two, TFF's mergeable context splits each round's cohort between
 them. All three runs must end with the same weights (float tolerance: the
-order of summation differs) and the same measured traffic, for FedAvg (one
-TFF process per round) and AdaptiveFL (one federated computation per
-sub-model group, plus the server step and the static-BN queries).
+order of summation differs) and the same measured traffic, for FedAvg with
+seeded crop/flip augmentation (one TFF process per round) and AdaptiveFL (one
+federated computation per sub-model group, plus the server step and the
+static-BN queries).
 """
 
 import os
@@ -47,9 +48,9 @@ def two_workers():
     proc_testing.assert_no_workers_left(tag)
 
 
-def _run(tmp_path, name, algorithm, **executor):
+def _run(tmp_path, name, algorithm, augment, **executor):
   config = ExperimentConfig(
-      algorithm=algorithm, dataset="synthetic", model="mlp", num_clients=8,
+      algorithm=algorithm, augment=augment, dataset="synthetic", model="mlp", num_clients=8,
       clients_per_round=4,
       rounds=2, batch_size=10, client_lr=0.1, seed=3, eval_every=2,
       checkpoint_every=2, root_output_dir=str(tmp_path), experiment_name=name,
@@ -57,13 +58,16 @@ def _run(tmp_path, name, algorithm, **executor):
   return run_experiment(config)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "adaptivefl"])
+# FedAvg with seeded augmentation: the workers crop and flip exactly as the
+# local runtime does.
+@pytest.mark.parametrize("algorithm,augment",
+                         [("fedavg", "crop_flip"), ("adaptivefl", "none")])
 def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
-                                                algorithm):
-  local = _run(tmp_path, "local", algorithm)
-  one = _run(tmp_path, "one", algorithm, executor="remote",
+                                                algorithm, augment):
+  local = _run(tmp_path, "local", algorithm, augment)
+  one = _run(tmp_path, "one", algorithm, augment, executor="remote",
              workers=(two_workers[0],))
-  two = _run(tmp_path, "two", algorithm, executor="remote",
+  two = _run(tmp_path, "two", algorithm, augment, executor="remote",
              workers=tuple(two_workers))
   for other in (one, two):
     for a, b in zip(local.final_weights.trainable,

@@ -209,16 +209,19 @@ class FederatedAlgorithm(abc.ABC):
     return {}
 
   def client_dataset(self, arrays: Any, *, batch_size: int, local_epochs: int,
-                     shuffle_seed: int) -> tf.data.Dataset:
+                     shuffle_seed: int, augment: str = "none"
+                     ) -> tf.data.Dataset:
     """A sampled client's `ClientRound.dataset` from its training arrays.
 
     Default: `tff_hetero.data.make_client_dataset` (batched
-    `OrderedDict(x=, y=)`, `local_epochs` passes shuffled from the seed).
+    `OrderedDict(x=, y=)`, `local_epochs` passes shuffled from the seed,
+    each batch `augment`ed).
     """
     from tff_hetero import data  # pylint: disable=g-import-not-at-top
     return data.make_client_dataset(arrays, batch_size=batch_size,
                                     local_epochs=local_epochs,
-                                    shuffle_seed=shuffle_seed)
+                                    shuffle_seed=shuffle_seed,
+                                    augment=augment)
 
   def evaluation_models(
       self, state: Any, data: Optional[EvaluationData] = None

@@ -481,10 +481,10 @@ class FedGKT(api.FederatedAlgorithm):
                      np.zeros((0, self.num_classes), np.float32))
 
   def client_dataset(self, arrays, *, batch_size, local_epochs,
-                     shuffle_seed):
+                     shuffle_seed, augment="none"):
     return data_lib.make_indexed_client_dataset(
         arrays, batch_size=batch_size, local_epochs=local_epochs,
-        shuffle_seed=shuffle_seed)
+        shuffle_seed=shuffle_seed, augment=augment)
 
   def next(self, state: GKTState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:

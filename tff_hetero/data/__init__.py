@@ -9,11 +9,14 @@
   `tf.data.Dataset` a TFF client computation consumes;
   `make_indexed_client_dataset` adds each batch's sample positions and a
   final ordered pass (FedGKT).
+* `AUGMENTATIONS` (`augment`): seeded crop / flip of training batches
+  (`--augment`).
 * `DataError`: the one-line, user-facing error every check here raises.
 
 TensorFlow, TensorFlow Datasets and TensorFlow Federated are imported lazily.
 """
 
+from tff_hetero.data.augment import AUGMENTATIONS
 from tff_hetero.data.datasets import (
     DATASETS,
     ArrayDataset,
@@ -46,6 +49,7 @@ DEFAULT_DATASET = "mnist5k"
 """The data set used when none is named: bundled, so it works offline."""
 
 __all__ = [
+    "AUGMENTATIONS",
     "DATASETS",
     "DEFAULT_DATASET",
     "DIRICHLET_MAX_ATTEMPTS",

@@ -496,6 +496,7 @@ def make_client_dataset(
     batch_size: int,
     local_epochs: int,
     shuffle_seed: int | None,
+    augment: str = "none",
 ) -> tf.data.Dataset:
   """The batched local dataset a TFF client computation trains on.
 
@@ -510,28 +511,55 @@ def make_client_dataset(
   `tf.data`'s shuffle, whose order also depends on TensorFlow's global seed
   (`tf.random.set_seed` anywhere in the process would change a run). The
   arrays are embedded once; the dataset gathers each batch by index.
+  `augment` names an `augment.AUGMENTATIONS` entry applied to each batch,
+  seeded with (`shuffle_seed`, batch number); it needs a shuffle seed.
 
   Raises:
-    DataError: `batch_size` or `local_epochs` below 1, or a bad seed.
+    DataError: `batch_size` or `local_epochs` below 1, a bad seed, or an
+      unknown `augment`.
   """
+  order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
+  return _gathered_batches(arrays, order, batch_size, augment, shuffle_seed)
+
+
+def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
+                      augment: str, shuffle_seed: int | None, **extra):
+  """Batches of `arrays` at `order`; `augment`ed; `extra` constant fields."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
+  augment_fn = _augmentation(augment, shuffle_seed)
   x = tf.constant(arrays.x)
   y = tf.constant(arrays.y)
-  return (
-      tf.data.Dataset.from_tensor_slices(order)
-      .batch(batch_size)
-      .map(
-          lambda index: collections.OrderedDict(
-              x=tf.gather(x, index), y=tf.gather(y, index)
-          )
-      )
-  )
+
+  def gather(number, index):
+    images = tf.gather(x, index)
+    if augment_fn is not None:
+      images = augment_fn(images, tf.stack(
+          [tf.constant(shuffle_seed, tf.int64), number]))
+    batch = collections.OrderedDict(x=images, y=tf.gather(y, index))
+    for key, value in extra.items():
+      batch[key] = index if value is _INDEX else tf.constant(value)
+    return batch
+
+  return tf.data.Dataset.from_tensor_slices(order).batch(
+      batch_size).enumerate().map(gather)
+
+
+_INDEX = object()  # `_gathered_batches` extra field: the batch's positions.
+
+
+def _augmentation(augment: str, shuffle_seed: int | None):
+  from tff_hetero.data import augment as augment_lib  # pylint: disable=g-import-not-at-top
+  _checks.check_choice("--augment", augment, augment_lib.AUGMENTATIONS)
+  augment_fn = augment_lib.AUGMENTATIONS[augment]
+  if augment_fn is not None and shuffle_seed is None:
+    raise DataError(f"--augment={augment} needs a shuffle seed (training"
+                    " batches); evaluation data is not augmented")
+  return augment_fn
 
 
 def epoch_order(n: int, batch_size: int, local_epochs: int,
-                 shuffle_seed: int | None) -> np.ndarray:
+                shuffle_seed: int | None) -> np.ndarray:
   """`local_epochs` passes over range(n), each permuted from the seed."""
   _checks.check_int("--batch_size", batch_size, minimum=1)
   local_epochs = _checks.check_int("--local_epochs", local_epochs, minimum=1)
@@ -549,30 +577,24 @@ def make_indexed_client_dataset(
     batch_size: int,
     local_epochs: int,
     shuffle_seed: int | None,
+    augment: str = "none",
 ) -> tf.data.Dataset:
   """Training batches that say which samples they hold, then every sample once.
 
   For algorithms that exchange per-sample values with the server (FedGKT's
   server logits): yields ``OrderedDict(x=, y=, index=int64[b], train=bool)``,
   first the batches of `make_client_dataset` (`train=True`, `index` the
-  positions of their samples in `arrays`), then one pass over `arrays` in
-  index order (`train=False`), for the client to compute what it sends.
+  positions of their samples in `arrays`, `augment`ed), then one pass over
+  `arrays` in index order (`train=False`, never augmented), for the client
+  to compute what it sends.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
   n = len(arrays)
   order = epoch_order(n, batch_size, local_epochs, shuffle_seed)
-  x = tf.constant(arrays.x)
-  y = tf.constant(arrays.y)
-
-  def batches(indices, train):
-    return tf.data.Dataset.from_tensor_slices(indices).batch(batch_size).map(
-        lambda index: collections.OrderedDict(
-            x=tf.gather(x, index), y=tf.gather(y, index), index=index,
-            train=tf.constant(train)))
-
-  return batches(order, True).concatenate(
-      batches(np.arange(n, dtype=np.int64), False))
+  return _gathered_batches(
+      arrays, order, batch_size, augment, shuffle_seed, index=_INDEX,
+      train=True).concatenate(_gathered_batches(
+          arrays, np.arange(n, dtype=np.int64), batch_size, "none", None,
+          index=_INDEX, train=False))
 
 
 def build_federated_data(

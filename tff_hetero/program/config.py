@@ -45,6 +45,7 @@ class ExperimentConfig:
   rounds: int = 10
   local_epochs: int = 1
   batch_size: int = 20
+  augment: str = "none"
   client_lr: float = 0.05
   client_momentum: float = 0.0
   server_lr: float = 1.0
@@ -110,13 +111,14 @@ class ExperimentConfig:
     return json.dumps(settings, sort_keys=True)
 
   def validate(self, *, algorithms, datasets, models, partitions,
-               executors) -> "ExperimentConfig":
+               executors, augmentations=("none",)) -> "ExperimentConfig":
     """Checks every setting; returns self or raises `UsageError`."""
     _one_of("--algorithm", self.algorithm, algorithms)
     _one_of("--dataset", self.dataset, datasets)
     _one_of("--model", self.model, models)
     _one_of("--partition", self.partition, partitions)
     _one_of("--executor", self.executor, executors)
+    _one_of("--augment", self.augment, augmentations)
     for flag, value in (("--num_clients", self.num_clients),
                         ("--clients_per_round", self.clients_per_round),
                         ("--rounds", self.rounds),

@@ -56,6 +56,7 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
       models=models_lib.MODELS.keys(),
       partitions=data_lib.PARTITIONERS.keys(),
       executors=runtime.available_executors(),
+      augmentations=data_lib.AUGMENTATIONS.keys(),
   )
 
 
@@ -288,7 +289,7 @@ def run_experiment(
               dataset=algorithm.client_dataset(
                   arrays, batch_size=config.batch_size,
                   local_epochs=config.local_epochs,
-                  shuffle_seed=shuffle_seed),
+                  shuffle_seed=shuffle_seed, augment=config.augment),
               num_examples=len(arrays) * config.local_epochs,
               capacity=population.capacity_at_round(client_id, round_num),
               state=client_states.get(client_id, client_template),
