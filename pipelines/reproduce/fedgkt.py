@@ -3,7 +3,8 @@ r"""Reproduce FedGKT's Tables 1-5 and its efficiency comparison at reduced scale
   python -m pipelines.reproduce.fedgkt                     # offline default
   python -m pipelines.reproduce.fedgkt --dataset=cifar10 --data_dir=DIR \
       --gkt_server_model=fedgkt_server_resnet55 --num_clients=16 \
-      --clients_per_round=16 --rounds=100 --gkt_server_epochs=20
+      --clients_per_round=16 --rounds=100 --gkt_server_epochs=20 \
+      --augment=crop_flip
   python -m pipelines.reproduce.fedgkt --dataset=cinic10 --data_dir=DIR ...
   python -m pipelines.reproduce.fedgkt --dataset=cifar100 --data_dir=DIR ...
 
