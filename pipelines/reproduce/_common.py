@@ -84,22 +84,6 @@ def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
   return False
 
 
-def _same_settings(saved: Mapping[str, Any], config) -> bool:
-  """Whether a saved report's config is `config`'s.
-
-  A setting the report lacks (added to `ExperimentConfig` after the run)
-  matches when `config` leaves it at its default; settings that do not change
-  results (`RESUMABLE_SETTINGS`: where and how it ran, how often it
-  checkpointed) are not compared (rounds are checked on their own).
-  """
-  from tff_hetero.program import config as config_lib  # pylint: disable=g-import-not-at-top
-  current = json.loads(json.dumps(config.to_json_dict()))
-  defaults = json.loads(json.dumps(type(config)().to_json_dict()))
-  return all(saved[key] == value if key in saved else value == defaults[key]
-             for key, value in current.items()
-             if key not in config_lib.RESUMABLE_SETTINGS)
-
-
 def run_all(runs: Sequence[Run], *,
             log: Callable[[str], None] = print) -> dict[str, dict]:
   """Runs (or reuses, or resumes) every run; returns name -> report."""
@@ -113,7 +97,7 @@ def run_all(runs: Sequence[Run], *,
     if os.path.exists(report_path):
       with open(report_path) as f:
         report = json.load(f)
-      if (_same_settings(report.get("config") or {}, config) and
+      if (config.same_results_as(report.get("config") or {}) and
           report.get("rounds_completed") == config.rounds):
         log(f"[{i}/{len(runs)}] {run.name}: done before, reused")
         reports[run.name] = report

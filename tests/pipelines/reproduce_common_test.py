@@ -7,21 +7,27 @@ from pipelines.reproduce import _common
 from tff_hetero.program import ExperimentConfig
 
 
-def test_saved_report_matches_unless_a_result_setting_differs():
+def test_saved_settings_match_unless_a_result_setting_differs():
   config = ExperimentConfig(root_output_dir="/a", rounds=10,
                             checkpoint_every=5)
   saved = json.loads(json.dumps(config.to_json_dict()))
   # Where it ran and how often it checkpointed do not change results.
   moved = ExperimentConfig(root_output_dir="/b", rounds=10,
                            checkpoint_every=1, executor="remote", workers=2)
-  assert _common._same_settings(saved, moved)
-  assert not _common._same_settings(
-      saved, ExperimentConfig(root_output_dir="/a", rounds=10, seed=1))
+  assert moved.same_results_as(saved)
+  assert not ExperimentConfig(root_output_dir="/a", rounds=10,
+                              seed=1).same_results_as(saved)
   # A setting added after the report was written matches at its default.
   del saved["gkt_temperature"]
-  assert _common._same_settings(saved, config)
-  assert not _common._same_settings(
-      saved, ExperimentConfig(rounds=10, gkt_temperature=1.0))
+  assert config.same_results_as(saved)
+  assert not ExperimentConfig(rounds=10,
+                              gkt_temperature=1.0).same_results_as(saved)
+  # A checkpoint's fingerprint (a JSON string) likewise.
+  fingerprint = json.loads(config.fingerprint())
+  del fingerprint["augment"]
+  assert moved.same_results_as(json.dumps(fingerprint))
+  assert not ExperimentConfig(augment="crop").same_results_as(
+      json.dumps(fingerprint))
 
 
 def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(

@@ -12,6 +12,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -109,6 +111,22 @@ class ExperimentConfig:
     settings = {k: v for k, v in self.to_json_dict().items()
                 if k not in RESUMABLE_SETTINGS}
     return json.dumps(settings, sort_keys=True)
+
+  def same_results_as(self, saved: Mapping[str, Any] | str) -> bool:
+    """Whether settings saved earlier (a `fingerprint()` or a report's
+    `to_json_dict()`) determine the same results as these.
+
+    `RESUMABLE_SETTINGS` are not compared; a setting the saved ones lack
+    (added to `ExperimentConfig` after they were written) matches when this
+    config leaves it at its default.
+    """
+    if isinstance(saved, str):
+      saved = json.loads(saved)
+    current = json.loads(json.dumps(self.to_json_dict()))
+    defaults = json.loads(json.dumps(type(self)().to_json_dict()))
+    return all(saved[key] == value if key in saved else value == defaults[key]
+               for key, value in current.items()
+               if key not in RESUMABLE_SETTINGS)
 
   def validate(self, *, algorithms, datasets, models, partitions,
                executors, augmentations=("none",)) -> "ExperimentConfig":

@@ -249,7 +249,7 @@ def run_experiment(
     start_round = 1
     if config.resume:
       restored = checkpoints.load_latest(server_state, client_template)
-      if restored.fingerprint != config.fingerprint():
+      if not config.same_results_as(restored.fingerprint):
         raise UsageError(
             "--resume", f"the checkpoint in {checkpoints.root_dir} was"
             " written with different settings; use the same flags (only"
