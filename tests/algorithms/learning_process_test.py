@@ -7,6 +7,7 @@ what each client received and sent, computed here by hand.
 """
 
 import collections
+import types
 
 import numpy as np
 import pytest
@@ -130,3 +131,52 @@ def test_fedadam_state_holds_adam_moments_and_moves_weights(tff_context):
   # tiny eps, about the learning rate for every coordinate that moved.
   steps = np.concatenate([np.abs(a - b).ravel() for a, b in zip(after, before)])
   assert np.max(steps) == pytest.approx(0.01, rel=0.05)
+
+
+def _bn_keras_model():
+  inputs = tf.keras.Input((3,))
+  x = tf.keras.layers.Dense(
+      2, use_bias=False, name="fc",
+      kernel_initializer=tf.keras.initializers.Constant(
+          [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))(inputs)
+  x = tf.keras.layers.BatchNormalization(name="bn")(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(4, name="logits")(x))
+
+
+class _ClientData(api.EvaluationData):
+
+  def __init__(self, datasets):
+    self._datasets = datasets
+
+  def client_datasets(self):
+    return self._datasets
+
+
+def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
+  del tff_context
+  task = api.Task("tiny_bn", _bn_keras_model, (3,), 4, _SPEC,
+                  training_flops_per_example=1)
+  algorithm = fedavg.build_fedavg(
+      types.SimpleNamespace(client_lr=0.0, client_momentum=0.0,
+                            server_lr=1.0), task)
+  state = algorithm.initialize()
+  # TFF's FedAvg leaves the moving statistics at their initial values.
+  raw = algorithm.model_weights(state)
+  model = _bn_keras_model()
+  positions = {id(v): i for i, v in enumerate(model.non_trainable_weights)}
+  mean_at = positions[id(model.get_layer("bn").moving_mean)]
+  np.testing.assert_array_equal(raw.non_trainable[mean_at], [0, 0])
+  # Client A: one batch, x[:, :2] = (1, 2), (3, 4); client B: (5, 6). The
+  # fc layer passes the first two features through (lr 0: unchanged).
+  data = _ClientData([
+      tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+          x=np.asarray(rows, np.float32), y=np.zeros([len(rows)], np.int32)
+      )).batch(2) for rows in ([[1, 2, 9], [3, 4, 9]], [[5, 6, 9]])])
+  (evaluated,) = algorithm.evaluation_models(state, data).values()
+  np.testing.assert_allclose(evaluated.weights.non_trainable[mean_at], [3, 4],
+                             atol=1e-6)
+  for a, b in zip(evaluated.weights.trainable, raw.trainable):
+    np.testing.assert_array_equal(a, b)
+  # Without client data (or without BN) the weights are the process's.
+  (plain,) = algorithm.evaluation_models(state).values()
+  np.testing.assert_array_equal(plain.weights.non_trainable[mean_at], [0, 0])

@@ -265,3 +265,54 @@ def test_flags_reach_the_algorithm():
   assert algorithm.sparsity == 0.9 and algorithm.readjust_end_round == 5
   assert [algorithm.readjusts(r) for r in range(1, 9)] == [
       True, False, False, True, False, False, False, False]
+
+
+def _bn_mlp():
+  inputs = tf.keras.Input((6,))
+  x = tf.keras.layers.Dense(8, name="fc1",
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(1))(inputs)
+  x = tf.keras.layers.BatchNormalization(name="bn")(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(
+      3, name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+
+
+class _ClientData(api.EvaluationData):
+
+  def __init__(self, datasets):
+    self._datasets = datasets
+
+  def client_datasets(self):
+    return self._datasets
+
+
+def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
+  del tff_context
+  task = api.Task("bn_mlp6", _bn_mlp, (6,), 3, _SPEC,
+                  training_flops_per_example=1)
+  algorithm = fedsgc.build_fedsgc(_config(), task)
+  state, _ = _run(algorithm, rounds=1)
+  weights = algorithm.model_weights(state)
+  wrapped = algorithm.keras_fn()
+  positions = {id(v): i for i, v in enumerate(wrapped.non_trainable_weights)}
+  mean_at = positions[id(wrapped.get_layer("bn").moving_mean)]
+  # The server aggregates kernels and biases only.
+  np.testing.assert_array_equal(weights.non_trainable[mean_at], np.zeros(8))
+  datasets = [c.dataset for c in _clients({})]
+  (evaluated,) = algorithm.evaluation_models(
+      state, _ClientData(datasets)).values()
+  # By hand: fc1's outputs (masked kernel as the server holds it) over all
+  # clients' examples, averaged per channel.
+  def fc1(name, variables, values):
+    (value,) = [a for v, a in zip(variables, values)
+                if "fc1" in v.name and v.name.endswith(f"/{name}:0")]
+    return value
+
+  kernel = fc1("kernel", wrapped.trainable_weights, weights.trainable)
+  bias = fc1("bias", wrapped.trainable_weights, weights.trainable)
+  mask = fc1("mask", wrapped.non_trainable_weights, weights.non_trainable)
+  x = np.concatenate([b["x"] for d in datasets for b in d])
+  np.testing.assert_allclose(evaluated.weights.non_trainable[mean_at],
+                             (x @ (kernel * mask) + bias).mean(axis=0),
+                             atol=1e-5)
+  assert np.abs(evaluated.weights.non_trainable[mean_at]).max() > 1e-2

@@ -30,6 +30,7 @@ import tensorflow_federated as tff
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import tff_measure
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import static_batch_norm
 
 
 @attrs.frozen
@@ -94,6 +95,8 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     self.name = name
     self.process = process
     self._task = task
+    self._static_bn = static_batch_norm.StaticBatchNorm(task.model_fn,
+                                                        task.element_spec)
 
   def initialize(self):
     return self.process.initialize()
@@ -140,3 +143,14 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
 
   def model_weights(self, state):
     return self.process.get_model_weights(state)
+
+  def evaluation_models(self, state, data=None):
+    """The global model; with batch norm, its statistics from the clients.
+
+    TFF's algorithms aggregate trainable weights only: the moving statistics
+    of BN layers keep their initial values. They are computed for evaluation
+    (and the saved model) from the clients' training data, as the width
+    algorithms do (`static_batch_norm`).
+    """
+    return collections.OrderedDict(global_model=api.EvaluationModel(
+        self._static_bn.calibrate(self.model_weights(state), data)))

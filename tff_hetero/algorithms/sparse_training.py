@@ -89,6 +89,7 @@ from tff_hetero.aggregators import weigh
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import static_batch_norm
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
@@ -532,6 +533,8 @@ class SparseTraining(api.FederatedAlgorithm):
       return masks_lib.prune_wrap(task.model_fn())
 
     self.keras_fn = keras_fn
+    self._static_bn = static_batch_norm.StaticBatchNorm(keras_fn,
+                                                        task.element_spec)
     wrapped = keras_fn()
     self.layout = masks_lib.MaskLayout.of(wrapped)
     densities = masks_lib.erk_densities(self.layout.shapes, self.sparsity)
@@ -627,7 +630,9 @@ class SparseTraining(api.FederatedAlgorithm):
     return tf.nest.map_structure(lambda t: np.asarray(t), weights)
 
   def evaluation_models(self, state: SparseState, data=None):
-    del data
+    """The global sparse model; with batch norm, statistics from the clients
+    (the server aggregates kernels and biases only; `static_batch_norm`)."""
     return collections.OrderedDict(global_model=api.EvaluationModel(
-        self.model_weights(state), model_fn=self.keras_fn))
+        self._static_bn.calibrate(self.model_weights(state), data),
+        model_fn=self.keras_fn))
 

@@ -42,6 +42,7 @@ import collections
 from collections.abc import Callable
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -144,3 +145,34 @@ def build_statistics_query(
     return tff.federated_map(apply_statistics, (weights, sums))
 
   return statistics_query
+
+
+class StaticBatchNorm:
+  """Calibrates one model's BN statistics before evaluation (built lazily).
+
+  `calibrate(weights, data)` returns `weights` with every BN layer's moving
+  statistics from the statistics query over `data.client_datasets()` (an
+  `api.EvaluationData`); `weights` unchanged for a model without batch norm
+  or when no client data is given.
+  """
+
+  def __init__(self, keras_model_fn: Callable[[], tf.keras.Model],
+               element_spec):
+    self._keras_model_fn = keras_model_fn
+    self._element_spec = element_spec
+    self._query = None
+    self._built = False
+
+  def calibrate(self, weights: tff.learning.models.ModelWeights, data):
+    if data is None:
+      return weights
+    if not self._built:
+      self._query = build_statistics_query(self._keras_model_fn,
+                                           self._element_spec)
+      self._built = True
+    if self._query is None:
+      return weights
+    calibrated = self._query(weights, data.client_datasets())
+    return tff.learning.models.ModelWeights(
+        trainable=[np.asarray(w) for w in calibrated.trainable],
+        non_trainable=[np.asarray(w) for w in calibrated.non_trainable])

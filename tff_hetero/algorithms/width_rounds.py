@@ -227,7 +227,7 @@ class HeterogeneousRounds:
         self._outer_trainable_type, self._outer_trainable_type))
     self._groups: dict[tuple[int, int], tff.Computation] = {}
     self._parts: dict[tuple[str, int], Any] = {}
-    self._stats_queries: dict[int, Any] = {}
+    self._static_bn: dict[int, static_batch_norm.StaticBatchNorm] = {}
     self._apply = self._build_apply()
 
   # -- computations ------------------------------------------------------
@@ -461,17 +461,12 @@ class HeterogeneousRounds:
         trainable=[np.asarray(w) for w in level_map.extract(
             list(weights.trainable))],
         non_trainable=list(self.catalog.initial_weights(level).non_trainable))
-    if level.index not in self._stats_queries:
-      self._stats_queries[level.index] = (
-          static_batch_norm.build_statistics_query(
-              level.keras_fn, self.catalog.task.element_spec))
-    query = self._stats_queries[level.index]
-    if query is not None and data is not None:
-      calibrated = query(extracted, data.client_datasets())
-      extracted = tff.learning.models.ModelWeights(
-          trainable=[np.asarray(w) for w in calibrated.trainable],
-          non_trainable=[np.asarray(w) for w in calibrated.non_trainable])
-    return api.EvaluationModel(weights=extracted, model_fn=level.keras_fn)
+    if level.index not in self._static_bn:
+      self._static_bn[level.index] = static_batch_norm.StaticBatchNorm(
+          level.keras_fn, self.catalog.task.element_spec)
+    return api.EvaluationModel(
+        weights=self._static_bn[level.index].calibrate(extracted, data),
+        model_fn=level.keras_fn)
 
 
 @attrs.frozen

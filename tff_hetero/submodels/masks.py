@@ -84,16 +84,24 @@ def prune_wrap(model: tf.keras.Model) -> tf.keras.Model:
   """`model` with its convolutions and dense layers in `FixedMaskPruning`.
 
   Only layers with a kernel are wrapped (tfmot wraps every layer when given
-  a whole model). The wrappers hold the original layers, so the weights are
-  the model's.
+  a whole model). The wrappers hold the original layers; the other layers
+  are copies with the original weights (a layer shared with `model` would
+  have its input in `model`'s graph, not in the wrapped one's), so the
+  weights are the model's.
   """
+  copies = []
 
   def wrap(layer):
     if isinstance(layer, _KERNEL_LAYERS):
       return FixedMaskPruning(layer)
-    return layer
+    copy = layer.__class__.from_config(layer.get_config())
+    copies.append((layer, copy))
+    return copy
 
-  return tf.keras.models.clone_model(model, clone_function=wrap)
+  wrapped = tf.keras.models.clone_model(model, clone_function=wrap)
+  for layer, copy in copies:
+    copy.set_weights(layer.get_weights())
+  return wrapped
 
 
 @attrs.frozen
