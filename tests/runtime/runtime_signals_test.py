@@ -56,3 +56,29 @@ def test_no_op_outside_main_thread():
   thread.start()
   thread.join()
   assert not errors
+
+
+async def _absorbs_cancellation(started):
+  """A task like the release/checkpoint managers': it swallows a cancel."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  try:
+    started.append(True)
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.sleep(5)
+  except asyncio.CancelledError:
+    pass
+  return 'finished'
+
+
+def test_sigint_during_asyncio_run_is_not_lost():
+  import asyncio  # pylint: disable=g-import-not-at-top
+  # With Python's default handler, asyncio.run swaps in its own, which only
+  # cancels the task: here the interrupt vanishes.
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert asyncio.run(_absorbs_cancellation([])) == 'finished'
+  started = []
+  with pytest.raises(KeyboardInterrupt):
+    with runtime.handle_termination():
+      asyncio.run(_absorbs_cancellation(started))
+  assert started == [True]
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

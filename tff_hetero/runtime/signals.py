@@ -1,4 +1,4 @@
-"""Turn SIGTERM/SIGHUP into an exception so `with` blocks unwind.
+"""Turn SIGTERM/SIGHUP (and SIGINT, reliably) into exceptions so `with` blocks unwind.
 
 Python's default for SIGTERM and SIGHUP is to die on the spot: no `finally`,
 no `__exit__`, no `atexit`. Workers we started would then only be reaped by
@@ -51,6 +51,11 @@ def handle_termination(
 ) -> Iterator[None]:
   """Within the block, `signals` raise `Terminated` in the main thread.
 
+  SIGINT raises `KeyboardInterrupt` as usual, but from our handler: with
+  Python's default handler in place, each `asyncio.run` (the release and
+  checkpoint managers run one per round) swaps in asyncio's own, which only
+  cancels the running task, and a task that absorbs the cancellation lets
+  the interrupt vanish (the run went on).
   Only the first signal raises; later ones (while the block is unwinding and
   stopping workers) are ignored so they cannot interrupt the clean-up. The
   previous handlers are restored on exit. Outside the main thread (where
@@ -66,11 +71,13 @@ def handle_termination(
     if fired:
       return
     fired.append(signum)
+    if signum == signal.SIGINT:
+      raise KeyboardInterrupt()
     raise Terminated(signum)
 
   previous = {}
   try:
-    for signum in signals:
+    for signum in (*signals, signal.SIGINT):
       previous[signum] = signal.signal(signum, handler)
     yield
   finally:
