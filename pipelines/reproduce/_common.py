@@ -6,15 +6,20 @@ reports fill tables printed beside the paper's numbers. Runs live under
 reproduction continues where it stopped: a run whose report exists and was
 made with the same settings is reused, one with a checkpoint is resumed, any
 other is started afresh (outputs of a run stopped before its first checkpoint
-are moved aside to `<run name>.interrupted[-N]`, not deleted).
+are moved aside to `<run name>.interrupted[-N]`, not deleted). Several
+processes may work on one reproduction at once (start the same command once
+per core): each run is locked by the process doing it, the others move on and
+wait for it at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -84,36 +89,82 @@ def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
   return False
 
 
+def _saved_report(run: Run) -> dict | None:
+  """The run's report if it is complete with these settings, else None."""
+  config = run.config
+  report_path = os.path.join(config.experiment_dir, REPORT_JSON)
+  if not os.path.exists(report_path):
+    return None
+  with open(report_path) as f:
+    report = json.load(f)
+  if (config.same_results_as(report.get("config") or {}) and
+      report.get("rounds_completed") == config.rounds):
+    return report
+  raise SystemExit(
+      f"error: {config.experiment_dir} holds a run made with other settings;"
+      " choose another --experiment_name or remove it")
+
+
+@contextlib.contextmanager
+def _run_lock(run: Run, *, wait: bool) -> Iterator[bool]:
+  """An exclusive lock on the run (`<run dir>.lock`); yields whether held.
+
+  Several processes may work on one reproduction (e.g. one per core): each
+  run is done by whichever process locks it first.
+  """
+  os.makedirs(os.path.dirname(run.config.experiment_dir), exist_ok=True)
+  with open(f"{run.config.experiment_dir}.lock", "w") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+      yield False
+      return
+    try:
+      yield True
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def run_all(runs: Sequence[Run], *,
             log: Callable[[str], None] = print) -> dict[str, dict]:
-  """Runs (or reuses, or resumes) every run; returns name -> report."""
+  """Runs (or reuses, or resumes) every run; returns name -> report.
+
+  A run another process is doing (locked) is left for last, then waited for.
+  """
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
-  reports = {}
+  reports, busy = {}, []
   for i, run in enumerate(runs, start=1):
-    config = run.config
-    run_dir = config.experiment_dir
-    report_path = os.path.join(run_dir, REPORT_JSON)
-    if os.path.exists(report_path):
-      with open(report_path) as f:
-        report = json.load(f)
-      if (config.same_results_as(report.get("config") or {}) and
-          report.get("rounds_completed") == config.rounds):
-        log(f"[{i}/{len(runs)}] {run.name}: done before, reused")
+    tag = f"[{i}/{len(runs)}] {run.name}"
+    with _run_lock(run, wait=False) as held:
+      if not held:
+        log(f"{tag}: another process is running it; left for last")
+        busy.append(run)
+        continue
+      report = _saved_report(run)
+      if report is not None:
+        log(f"{tag}: done before, reused")
         reports[run.name] = report
         continue
+      config = run.config
+      action = ("resuming" if _has_checkpoint(config.experiment_dir) else
+                "running")
+      log(f"{tag}: {action} ({config.algorithm}, {config.rounds} rounds)")
+      resume = prepare_run_dir(config.experiment_dir, log)
+      result = loop.run_experiment(attrs.evolve(config, resume=resume))
+      reports[run.name] = result.report
+      accuracy = result.report["final_metrics"].get("accuracy")
+      log(f"    final accuracy {accuracy:.4f}")
+  for run in busy:
+    log(f"waiting for {run.name} (another process)")
+    with _run_lock(run, wait=True):
+      report = _saved_report(run)
+    if report is None:
       raise SystemExit(
-          f"error: {run_dir} holds a run made with other settings; choose"
-          " another --experiment_name or remove it")
-    log(f"[{i}/{len(runs)}] {run.name}: "
-        f"{'resuming' if _has_checkpoint(run_dir) else 'running'}"
-        f" ({config.algorithm}, {config.rounds} rounds)")
-    resume = prepare_run_dir(run_dir, log)
-    result = loop.run_experiment(attrs.evolve(config, resume=resume))
-    reports[run.name] = result.report
-    accuracy = result.report["final_metrics"].get("accuracy")
-    log(f"    final accuracy {accuracy:.4f}")
-  return reports
+          f"error: the process running {run.name} stopped before it ended;"
+          " run again to continue it")
+    reports[run.name] = report
+  return {run.name: reports[run.name] for run in runs}
 
 
 def final_metric(report: Mapping[str, Any], key: str) -> float:

@@ -2,6 +2,9 @@
 resumed, or started afresh."""
 
 import json
+import os
+import threading
+import time
 
 from pipelines.reproduce import _common
 from tff_hetero.program import ExperimentConfig
@@ -55,3 +58,35 @@ def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(
   (resumable / "metrics.csv").write_text("round\n1\n2\n3\n4\n")
   assert _common.prepare_run_dir(str(resumable), logged.append)
   assert (resumable / "metrics.csv").exists()
+
+
+def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
+  plan = _common.RunPlan(ExperimentConfig(root_output_dir=str(tmp_path),
+                                          experiment_name="r", rounds=3))
+  for name in ("a", "b", "c"):
+    plan.add(name, seed=ord(name))
+  runs = plan.runs()
+  for run in runs:  # Every run is done: run_all reuses the reports.
+    os.makedirs(run.config.experiment_dir)
+    with open(os.path.join(run.config.experiment_dir, "report.json"),
+              "w") as f:
+      json.dump(dict(config=run.config.to_json_dict(), rounds_completed=3,
+                     name=run.name), f)
+  logged, result = [], {}
+  with _common._run_lock(runs[0], wait=False) as held:  # "Another process".
+    assert held
+    worker = threading.Thread(
+        target=lambda: result.update(_common.run_all(runs, log=logged.append)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not any(line.startswith("waiting for a") for line in logged):
+      assert time.monotonic() < deadline, logged
+      time.sleep(0.01)
+    assert worker.is_alive()  # Blocked on run a.
+  worker.join(30)
+  assert logged == [
+      "[1/3] a: another process is running it; left for last",
+      "[2/3] b: done before, reused", "[3/3] c: done before, reused",
+      "waiting for a (another process)"]
+  assert list(result) == ["a", "b", "c"]
+  assert [r["name"] for r in result.values()] == ["a", "b", "c"]
