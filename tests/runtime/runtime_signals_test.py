@@ -70,11 +70,19 @@ async def _absorbs_cancellation(started):
   return 'finished'
 
 
-def test_sigint_during_asyncio_run_is_not_lost():
+@pytest.fixture
+def default_sigint():
+  """Python's own SIGINT handler (a background job inherits SIGINT ignored)."""
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, before)
+
+
+def test_sigint_during_asyncio_run_is_not_lost(default_sigint):
+  del default_sigint
   import asyncio  # pylint: disable=g-import-not-at-top
   # With Python's default handler, asyncio.run swaps in its own, which only
   # cancels the task: here the interrupt vanishes.
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
   assert asyncio.run(_absorbs_cancellation([])) == 'finished'
   started = []
   with pytest.raises(KeyboardInterrupt):
@@ -82,3 +90,15 @@ def test_sigint_during_asyncio_run_is_not_lost():
       asyncio.run(_absorbs_cancellation(started))
   assert started == [True]
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ignored_sigint_stays_ignored():
+  before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with runtime.handle_termination():
+      assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+      os.kill(os.getpid(), signal.SIGINT)
+      for _ in range(1000):
+        pass
+  finally:
+    signal.signal(signal.SIGINT, before)

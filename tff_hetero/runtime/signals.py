@@ -55,7 +55,8 @@ def handle_termination(
   Python's default handler in place, each `asyncio.run` (the release and
   checkpoint managers run one per round) swaps in asyncio's own, which only
   cancels the running task, and a task that absorbs the cancellation lets
-  the interrupt vanish (the run went on).
+  the interrupt vanish (the run went on). An ignored SIGINT (a background
+  job's) stays ignored.
   Only the first signal raises; later ones (while the block is unwinding and
   stopping workers) are ignored so they cannot interrupt the clean-up. The
   previous handlers are restored on exit. Outside the main thread (where
@@ -77,7 +78,9 @@ def handle_termination(
 
   previous = {}
   try:
-    for signum in (*signals, signal.SIGINT):
+    interrupt = ((signal.SIGINT,) if signal.getsignal(signal.SIGINT) is
+                 signal.default_int_handler else ())  # Not if ignored.
+    for signum in (*signals, *interrupt):
       previous[signum] = signal.signal(signum, handler)
     yield
   finally:
