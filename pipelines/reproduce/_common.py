@@ -107,13 +107,14 @@ def _saved_report(run: Run) -> dict | None:
 
 @contextlib.contextmanager
 def _run_lock(run: Run, *, wait: bool) -> Iterator[bool]:
-  """An exclusive lock on the run (`<run dir>.lock`); yields whether held.
+  """An exclusive lock on the run (`runs/.locks/<name>`); yields whether held.
 
   Several processes may work on one reproduction (e.g. one per core): each
   run is done by whichever process locks it first.
   """
-  os.makedirs(os.path.dirname(run.config.experiment_dir), exist_ok=True)
-  with open(f"{run.config.experiment_dir}.lock", "w") as f:
+  locks = os.path.join(os.path.dirname(run.config.experiment_dir), ".locks")
+  os.makedirs(locks, exist_ok=True)
+  with open(os.path.join(locks, run.name), "w") as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
