@@ -228,14 +228,16 @@ def plot_curves(path: str, curves: Mapping[str, Sequence[tuple]],
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-  for label, points in curves.items():
+  fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+  styles = ("-", "--", ":")  # After each 10 colours, the next line style.
+  for i, (label, points) in enumerate(curves.items()):
     if points:
-      ax.plot(*zip(*points), marker="o", markersize=2, label=label)
+      ax.plot(*zip(*points), marker="o", markersize=2, label=label,
+              linestyle=styles[(i // 10) % len(styles)])
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=7)
+  ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
