@@ -143,15 +143,6 @@ def _bn_keras_model():
   return tf.keras.Model(inputs, tf.keras.layers.Dense(4, name="logits")(x))
 
 
-class _ClientData(api.EvaluationData):
-
-  def __init__(self, datasets):
-    self._datasets = datasets
-
-  def client_datasets(self):
-    return self._datasets
-
-
 def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   del tff_context
   task = api.Task("tiny_bn", _bn_keras_model, (3,), 4, _SPEC,
@@ -168,7 +159,7 @@ def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   np.testing.assert_array_equal(raw.non_trainable[mean_at], [0, 0])
   # Client A: one batch, x[:, :2] = (1, 2), (3, 4); client B: (5, 6). The
   # fc layer passes the first two features through (lr 0: unchanged).
-  data = _ClientData([
+  data = api.ClientDatasets([
       tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
           x=np.asarray(rows, np.float32), y=np.zeros([len(rows)], np.int32)
       )).batch(2) for rows in ([[1, 2, 9], [3, 4, 9]], [[5, 6, 9]])])

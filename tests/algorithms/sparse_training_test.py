@@ -277,15 +277,6 @@ def _bn_mlp():
       kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
 
 
-class _ClientData(api.EvaluationData):
-
-  def __init__(self, datasets):
-    self._datasets = datasets
-
-  def client_datasets(self):
-    return self._datasets
-
-
 def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   del tff_context
   task = api.Task("bn_mlp6", _bn_mlp, (6,), 3, _SPEC,
@@ -300,7 +291,7 @@ def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   np.testing.assert_array_equal(weights.non_trainable[mean_at], np.zeros(8))
   datasets = [c.dataset for c in _clients({})]
   (evaluated,) = algorithm.evaluation_models(
-      state, _ClientData(datasets)).values()
+      state, api.ClientDatasets(datasets)).values()
   # By hand: fc1's outputs (masked kernel as the server holds it) over all
   # clients' examples, averaged per channel.
   def fc1(name, variables, values):

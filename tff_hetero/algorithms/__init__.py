@@ -10,6 +10,7 @@ from tff_hetero.algorithms.adaptivefl import AdaptiveFL
 from tff_hetero.algorithms.all_large import AllLarge
 from tff_hetero.algorithms.api import Assignment
 from tff_hetero.algorithms.api import ClientRound
+from tff_hetero.algorithms.api import ClientDatasets
 from tff_hetero.algorithms.api import EvaluationData
 from tff_hetero.algorithms.api import EvaluationModel
 from tff_hetero.algorithms.api import FederatedAlgorithm

@@ -141,6 +141,21 @@ class EvaluationData(abc.ABC):
     return {}
 
 
+class ClientDatasets(EvaluationData):
+  """`EvaluationData` over given datasets (for code outside the program)."""
+
+  def __init__(self, datasets: Sequence[tf.data.Dataset],
+               client_states: Optional[Mapping[str, Any]] = None):
+    self._datasets = list(datasets)
+    self._client_states = dict(client_states or {})
+
+  def client_datasets(self) -> list[tf.data.Dataset]:
+    return list(self._datasets)
+
+  def client_states(self) -> Mapping[str, Any]:
+    return self._client_states
+
+
 @attrs.frozen
 class RoundOutput:
   """What one round produced.

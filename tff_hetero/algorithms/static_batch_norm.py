@@ -39,6 +39,7 @@ a model without batch normalisation it returns None.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -160,17 +161,13 @@ class StaticBatchNorm:
                element_spec):
     self._keras_model_fn = keras_model_fn
     self._element_spec = element_spec
-    self._query = None
-    self._built = False
+
+  @functools.cached_property
+  def _query(self) -> Optional[tff.Computation]:
+    return build_statistics_query(self._keras_model_fn, self._element_spec)
 
   def calibrate(self, weights: tff.learning.models.ModelWeights, data):
-    if data is None:
-      return weights
-    if not self._built:
-      self._query = build_statistics_query(self._keras_model_fn,
-                                           self._element_spec)
-      self._built = True
-    if self._query is None:
+    if data is None or self._query is None:
       return weights
     calibrated = self._query(weights, data.client_datasets())
     return tff.learning.models.ModelWeights(

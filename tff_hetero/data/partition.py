@@ -523,8 +523,10 @@ def make_client_dataset(
 
 
 def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
-                      augment: str, shuffle_seed: int | None, **extra):
-  """Batches of `arrays` at `order`; `augment`ed; `extra` constant fields."""
+                      augment: str, shuffle_seed: int | None,
+                      train: bool | None = None):
+  """Batches of `arrays` at `order`, `augment`ed; with `train` given, each
+  batch also holds its sample positions (`index`) and `train`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   augment_fn = _augmentation(augment, shuffle_seed)
@@ -537,15 +539,12 @@ def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
       images = augment_fn(images, tf.stack(
           [tf.constant(shuffle_seed, tf.int64), number]))
     batch = collections.OrderedDict(x=images, y=tf.gather(y, index))
-    for key, value in extra.items():
-      batch[key] = index if value is _INDEX else tf.constant(value)
+    if train is not None:
+      batch.update(index=index, train=tf.constant(train))
     return batch
 
   return tf.data.Dataset.from_tensor_slices(order).batch(
       batch_size).enumerate().map(gather)
-
-
-_INDEX = object()  # `_gathered_batches` extra field: the batch's positions.
 
 
 def _augmentation(augment: str, shuffle_seed: int | None):
@@ -590,11 +589,11 @@ def make_indexed_client_dataset(
   """
   n = len(arrays)
   order = epoch_order(n, batch_size, local_epochs, shuffle_seed)
-  return _gathered_batches(
-      arrays, order, batch_size, augment, shuffle_seed, index=_INDEX,
-      train=True).concatenate(_gathered_batches(
-          arrays, np.arange(n, dtype=np.int64), batch_size, "none", None,
-          index=_INDEX, train=False))
+  training = _gathered_batches(arrays, order, batch_size, augment,
+                               shuffle_seed, train=True)
+  sent = _gathered_batches(arrays, np.arange(n, dtype=np.int64), batch_size,
+                           "none", None, train=False)
+  return training.concatenate(sent)
 
 
 def build_federated_data(
