@@ -76,8 +76,9 @@ _TIER_PROPORTIONS = flags.DEFINE_string(
     "tier_proportions", "4:3:3", "Tier proportions, colon-separated.")
 _TIER_CAPACITIES = flags.DEFINE_string(
     "tier_capacities", "",
-    "Tier capacities as fractions of the full model, colon-separated"
-    " (default per tier name).")
+    "Tier capacities, one per tier, colon-separated: a fraction of the full"
+    " model in (0, 1] or a whole number of trainable parameters > 1 (default"
+    " 0.25:0.5:1 for weak:medium:strong). The same for every algorithm.")
 _TIER_AVAILABILITY = flags.DEFINE_string(
     "tier_availability", "",
     "Per-tier probability of being available in a round (default 1).")
@@ -100,26 +101,46 @@ _SELECTION = flags.DEFINE_string(
     "AdaptiveFL client selection: rl (the paper's), greedy, random,"
     " curiosity, resource.")
 _MIN_START = flags.DEFINE_integer(
-    "prune_min_start_index", 0,
-    "AdaptiveFL: a device prunes only to pool members with I >= this (tau).")
+    "prune_min_start_index", 1,
+    "AdaptiveFL: tau, the smallest start index I of the pool (>= 1: the"
+    " first layer is never pruned).")
 _SPARSITY = flags.DEFINE_float(
     "sparsity", 0.8, "FedSGC/FedDST: fraction of kernel weights masked.")
 _READJUST_EVERY = flags.DEFINE_integer(
-    "readjust_every", 10,
-    "FedSGC/FedDST: readjust masks on rounds 1, 1+N, 1+2N, ... (0: never).")
+    "readjust_every", 1,
+    "FedSGC/FedDST: the server requests mask readjustment on rounds 1, 1+N,"
+    " 1+2N, ... (0: never); requested clients readjust on their epoch"
+    " schedule.")
 _READJUST_END = flags.DEFINE_integer(
     "readjust_end_round", 0,
-    "FedSGC/FedDST: last round of readjustment (0: --rounds / 2).")
+    "FedSGC/FedDST: last round the server requests readjustment (0: no"
+    " limit).")
+_READJUST_DELTA = flags.DEFINE_integer(
+    "readjust_delta_epochs", 0,
+    "FedSGC/FedDST: a client readjusts every N of its cumulative training"
+    " epochs (0: --local_epochs).")
+_READJUST_BEGIN = flags.DEFINE_integer(
+    "readjust_begin_epoch", 0,
+    "FedSGC/FedDST: the first cumulative epoch after which a client"
+    " readjusts (0: FedSGC E//2+1, mid-round; FedDST E, end of local"
+    " training).")
+_READJUST_END_EPOCH = flags.DEFINE_integer(
+    "readjust_end_epoch", 0,
+    "FedSGC/FedDST: E_end, no readjustment from this cumulative epoch on; the"
+    " cosine prune fraction reaches 0 there (0: a client's expected total"
+    " epochs, local_epochs x rounds x clients_per_round / num_clients).")
 _PRUNE_ALPHA = flags.DEFINE_float(
     "prune_alpha", 0.2,
     "FedSGC/FedDST: initial prune fraction of the cosine schedule.")
 _CONGRUITY_LAMBDA = flags.DEFINE_float(
     "congruity_lambda", 0.5,
     "FedSGC: share of each prune/grow guided by gradient congruity.")
-_SGC_REMEMBER = flags.DEFINE_bool(
-    "sgc_remember_uploads", True,
-    "FedSGC: the server also averages the last upload of clients not sampled"
-    " this round (--nosgc_remember_uploads: this round's uploads only).")
+_SGC_MEMORY = flags.DEFINE_string(
+    "sgc_memory", "models",
+    "FedSGC: what the server remembers of clients absent this round: models"
+    " (their last uploaded values and masks, the paper's literal reading),"
+    " updates (their last change to the model they were sent), none (this"
+    " round's uploads only, as FedDST).")
 _UPLOAD_BUDGETS = flags.DEFINE_string(
     "upload_budgets_mib", "",
     "Report the best accuracy reached within these cumulative uploads (MiB,"
@@ -154,8 +175,9 @@ _GKT_MODE = flags.DEFINE_string(
     " client's features as they arrive).")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
-    "HeteroFL width rate per tier of --tiers, colon-separated (default"
-    " 0.25:0.5:1 for weak:medium:strong).")
+    "HeteroFL width rate per tier of --tiers, colon-separated, each checked"
+    " against the tier's capacity (default: per tier, the largest rate in"
+    " steps of 0.01 whose sub-model fits the tier's capacity).")
 
 
 def config_from_flags():

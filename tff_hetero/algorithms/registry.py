@@ -14,13 +14,13 @@ import attrs
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import decoupled
-from tff_hetero.algorithms import feddst
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import fedprox
-from tff_hetero.algorithms import fedsgc
 from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms.sparse import feddst
+from tff_hetero.algorithms.sparse import fedsgc
 
 
 @attrs.frozen

@@ -497,12 +497,16 @@ def make_client_dataset(
     local_epochs: int,
     shuffle_seed: int | None,
     augment: str = "none",
+    epoch_aligned: bool = False,
 ) -> tf.data.Dataset:
   """The batched local dataset a TFF client computation trains on.
 
   Yields ``OrderedDict(x=float32[b, H, W, C], y=int32[b])`` batches covering
   `local_epochs` passes over `arrays`; the last batch may be smaller (no
-  drop_remainder), and batches may span an epoch boundary. With an integer
+  drop_remainder), and batches may span an epoch boundary, unless
+  `epoch_aligned`: then each epoch is batched on its own (every epoch has
+  ceil(n / batch_size) batches, its last one possibly smaller), for
+  algorithms that act at epoch boundaries. With an integer
   `shuffle_seed` the examples are reshuffled every epoch in an order fixed
   by the seed (the same on every call); with ``None`` they are not shuffled
   (index order, e.g. for evaluation).
@@ -519,14 +523,16 @@ def make_client_dataset(
       unknown `augment`.
   """
   order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
-  return _gathered_batches(arrays, order, batch_size, augment, shuffle_seed)
+  return _gathered_batches(arrays, order, batch_size, augment, shuffle_seed,
+                           epochs=local_epochs if epoch_aligned else 1)
 
 
 def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
                       augment: str, shuffle_seed: int | None,
-                      train: bool | None = None):
+                      train: bool | None = None, epochs: int = 1):
   """Batches of `arrays` at `order`, `augment`ed; with `train` given, each
-  batch also holds its sample positions (`index`) and `train`."""
+  batch also holds its sample positions (`index`) and `train`. With
+  `epochs` > 1, `order` is cut into that many equal passes batched apart."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   augment_fn = _augmentation(augment, shuffle_seed)
@@ -543,8 +549,14 @@ def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
       batch.update(index=index, train=tf.constant(train))
     return batch
 
-  return tf.data.Dataset.from_tensor_slices(order).batch(
-      batch_size).enumerate().map(gather)
+  if epochs > 1:
+    passes = tf.data.Dataset.from_tensor_slices(
+        np.reshape(order, [epochs, -1]))
+    batches = passes.flat_map(
+        lambda one: tf.data.Dataset.from_tensor_slices(one).batch(batch_size))
+  else:
+    batches = tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+  return batches.enumerate().map(gather)
 
 
 def _augmentation(augment: str, shuffle_seed: int | None):

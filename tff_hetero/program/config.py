@@ -73,15 +73,18 @@ class ExperimentConfig:
   pool_ratios: str = "0.66:0.4"
   pool_start_indices: str = ""
   adaptivefl_selection: str = "rl"
-  prune_min_start_index: int = 0
+  prune_min_start_index: int = 1
   heterofl_rates: str = ""
   # Sparse training (FedSGC, FedDST).
   sparsity: float = 0.8
-  readjust_every: int = 10
+  readjust_every: int = 1
   readjust_end_round: int = 0
+  readjust_delta_epochs: int = 0
+  readjust_begin_epoch: int = 0
+  readjust_end_epoch: int = 0
   prune_alpha: float = 0.2
   congruity_lambda: float = 0.5
-  sgc_remember_uploads: bool = True
+  sgc_memory: str = "models"
   upload_budgets_mib: str = ""
   # FedGKT.
   gkt_server_model: str = "fedgkt_server_resnet55"
@@ -165,18 +168,26 @@ class ExperimentConfig:
             0 <= self.client_momentum < 1):
       raise UsageError("--client_momentum",
                        f"must be in [0, 1), got {self.client_momentum}")
-    if self.prune_min_start_index < 0:
+    if self.prune_min_start_index < 1:
       raise UsageError("--prune_min_start_index",
-                       f"must be >= 0, got {self.prune_min_start_index}")
+                       f"must be >= 1 (tau: the first layer is never pruned),"
+                       f" got {self.prune_min_start_index}")
     if self.prox_mu is not None and not (math.isfinite(self.prox_mu) and
                                          self.prox_mu >= 0):
       raise UsageError("--prox_mu", f"must be >= 0, got {self.prox_mu}")
     if not (math.isfinite(self.sparsity) and 0 <= self.sparsity < 1):
       raise UsageError("--sparsity", f"must be in [0, 1), got {self.sparsity}")
-    for flag, value in (("--readjust_every", self.readjust_every),
-                        ("--readjust_end_round", self.readjust_end_round)):
+    for flag, value, zero in (
+        ("--readjust_every", self.readjust_every, "never"),
+        ("--readjust_end_round", self.readjust_end_round, "no limit"),
+        ("--readjust_delta_epochs", self.readjust_delta_epochs,
+         "--local_epochs"),
+        ("--readjust_begin_epoch", self.readjust_begin_epoch,
+         "the algorithm's"),
+        ("--readjust_end_epoch", self.readjust_end_epoch,
+         "a client's expected total epochs")):
       if value < 0:
-        raise UsageError(flag, f"must be >= 0 (0: {'never' if flag == '--readjust_every' else 'rounds / 2'}), got {value}")
+        raise UsageError(flag, f"must be >= 0 (0: {zero}), got {value}")
     for flag, value in (("--prune_alpha", self.prune_alpha),
                         ("--congruity_lambda", self.congruity_lambda)):
       if not (math.isfinite(value) and 0 <= value <= 1):

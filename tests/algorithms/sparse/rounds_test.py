@@ -1,0 +1,470 @@
+"""FedSGC and FedDST rounds on TFF: against TFF's FedAvg and FedProx, the
+server memory, direction maps and re-prune against hand computations from
+the uploads, readjust timing, layer densities, measured bytes, and that
+FedSGC learns."""
+
+import collections
+import math
+
+import attrs
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero import data as data_lib
+from tff_hetero.accounting import CommLedger
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms.sparse import feddst
+from tff_hetero.algorithms.sparse import fedsgc
+from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import checkpoint as checkpoint_lib
+from tff_hetero.program import loop
+
+_SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
+                                y=tf.TensorSpec([None], tf.int32))
+
+
+def _mlp():
+  inputs = tf.keras.Input((2, 3, 1))
+  x = tf.keras.layers.Flatten()(inputs)
+  x = tf.keras.layers.Dense(
+      8, activation="relu", name="fc1",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(1))(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(
+      3, name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+
+
+_TASK = api.Task("mlp6", _mlp, (2, 3, 1), 3, _SPEC,
+                 training_flops_per_example=3 * 72)
+_SIZES = (9, 5, 7)
+_IDS = ("c0", "c1", "c2")
+
+
+def _arrays(client: int, round_num: int) -> data_lib.ArrayDataset:
+  rng = np.random.default_rng(round_num * 10 + client)
+  n = _SIZES[client]
+  return data_lib.ArrayDataset(
+      rng.normal(size=[n, 2, 3, 1]).astype(np.float32),
+      rng.integers(0, 3, size=[n]).astype(np.int32))
+
+
+def _config(**changes):
+  settings = dict(sparsity=0.2, prune_alpha=0.3, congruity_lambda=0.5,
+                  client_lr=0.1, local_epochs=2, batch_size=3, rounds=4,
+                  num_clients=3, clients_per_round=3, seed=3,
+                  readjust_begin_epoch=1, readjust_delta_epochs=1)
+  settings.update(changes)
+  return ExperimentConfig(**settings)
+
+
+def _clients(algorithm, round_num, ids, states):
+  return [api.ClientRound(
+      client_id=_IDS[i], dataset=algorithm.client_dataset(
+          _arrays(i, round_num), batch_size=3, local_epochs=2,
+          shuffle_seed=round_num),
+      num_examples=2 * _SIZES[i],
+      state=states.get(_IDS[i], algorithm.initial_client_state()))
+          for i in ids]
+
+
+def _run(algorithm, cohorts, states=None):
+  """Rounds over `cohorts`; returns [(state before, output)] per round."""
+  state = algorithm.initialize()
+  states = dict(states or {})
+  history = []
+  for round_num, ids in enumerate(cohorts, start=1):
+    output = algorithm.next(state, round_num,
+                            _clients(algorithm, round_num, ids, states))
+    history.append((state, output))
+    state = output.state
+    states.update(output.client_states)
+  return history
+
+
+def _union_average(rows, previous, memory):
+  """Eq. 5 from the server's memory rows, in NumPy (the oracle)."""
+  out = []
+  weight = np.asarray(rows.weight)
+  for i, values in enumerate(rows.values):
+    values = np.asarray(values)
+    if i == 0:  # fc1's kernel
+      mask = np.asarray(rows.masks[0], np.float32)
+    elif i == 2:  # logits' kernel
+      mask = np.asarray(rows.masks[1], np.float32)
+    else:
+      mask = np.ones_like(values)
+    n = weight.reshape([-1] + [1] * (values.ndim - 1))
+    total = (n * mask * values).sum(0)
+    count = (n * mask).sum(0)
+    average = np.where(count > 0, total / np.maximum(count, 1e-12), 0)
+    if memory == "updates":
+      average = np.where(count > 0, np.asarray(previous[i]) + average, 0)
+    out.append((average, count > 0))
+  return out
+
+
+# -- one FedSGC run several tests read --------------------------------------
+#
+# sparsity 0.2 over fc1 (6 x 8) and logits (8 x 3): ERK densities are
+# proportional to 14/48 and 11/24, scaled to keep 0.8 x 72 = 57.6 weights;
+# logits would get 1.05 > 1, so it is dense (24) and fc1 keeps
+# 57.6 - 24 = 33.6 of 48 -> round(33.6) = 34. The server requests
+# readjustment on rounds 1 and 3; clients readjust after every epoch.
+
+
+@pytest.fixture(scope="module")
+def sgc_run(tff_context):
+  del tff_context
+  algorithm = fedsgc.build_fedsgc(
+      _config(readjust_every=2, congruity_lambda=1.0), _TASK, _IDS)
+  return algorithm, _run(algorithm, [(0, 1, 2), (0,), (0, 1, 2)])
+
+
+def test_erk_budgets_by_hand(sgc_run):
+  algorithm, _ = sgc_run
+  assert algorithm.keep == [34, 24]
+
+
+def test_every_layer_returns_to_its_density_dense_layers_included(sgc_run):
+  algorithm, history = sgc_run
+  requested = [o.metrics["readjust_requested"] for _, o in history]
+  assert requested == [1.0, 0.0, 1.0]
+  # Two due epochs per client on requested rounds.
+  assert [o.metrics["readjusts"] for _, o in history] == [6.0, 0.0, 6.0]
+  for _, output in history:
+    memory = output.state.memory
+    for mask, keep in zip(memory.masks, algorithm.keep):
+      assert [int(m.sum()) for m in np.asarray(mask)] == [keep] * 3
+    for mask, keep in zip(output.state.model.masks, algorithm.keep):
+      assert int(np.sum(mask)) == keep
+    assert output.metrics["sparsity/logits/kernel"] == 0.0
+    # Off-mask values are exactly zero in the uploads and the model.
+    for index, j in ((0, 0), (2, 1)):
+      off = np.asarray(memory.masks[j]) == 0
+      assert np.all(np.asarray(memory.values[index])[off] == 0)
+
+
+def test_server_memory_models_by_hand(sgc_run):
+  algorithm, history = sgc_run
+  (_, first), (before, second), _ = history
+  # Round 2 trained c0 alone: c1 and c2 are remembered from round 1.
+  for a, b in zip(first.state.memory.values, second.state.memory.values):
+    np.testing.assert_array_equal(np.asarray(a)[1:], np.asarray(b)[1:])
+    assert not np.array_equal(np.asarray(a)[0], np.asarray(b)[0])
+  expected = _union_average(second.state.memory, before.model.trainable,
+                            "models")
+  model = second.state.model
+  for i, (average, held) in enumerate(expected):
+    np.testing.assert_allclose(model.trainable[i], np.where(
+        held, average, 0) * (np.asarray(model.masks[0]) if i == 0 else 1),
+                               atol=1e-5)
+  # Re-prune: fc1 keeps the 34 largest |average| among held elements.
+  average, held = expected[0]
+  threshold = np.sort(np.abs(average[held]))[::-1][33]
+  chosen = np.asarray(model.masks[0]) > 0
+  assert np.all(np.abs(average[chosen]) >= threshold - 1e-6)
+  assert np.all(held[chosen])
+  # The running sums are those of the rows.
+  sums = second.state.sums
+  rows = second.state.memory
+  np.testing.assert_allclose(
+      sums.weight_sum[0], (np.asarray(rows.weight)[:, None, None] *
+                           np.asarray(rows.masks[0])).sum(0), atol=1e-4)
+
+
+def test_direction_map_by_hand_informs_inactive_weights(sgc_run):
+  _, history = sgc_run
+  informed_inactive = 0
+  for before, output in history:
+    expected = _union_average(output.state.memory, before.model.trainable,
+                              "models")
+    for j, i in enumerate((0, 2)):
+      average, held = expected[i]
+      previous = np.asarray(before.model.trainable[i])
+      np.testing.assert_array_equal(
+          output.state.directions[j],
+          np.where(held, np.sign(average - previous), 0).astype(np.int8))
+      inactive = np.asarray(before.model.masks[j]) == 0
+      informed_inactive += int(np.sum(
+          np.asarray(output.state.directions[j])[inactive] != 0))
+  # Weights the clients grew carry a direction (not 0, as two masked global
+  # models would give).
+  assert informed_inactive > 0
+  assert history[-1][1].metrics["direction_nonzero_inactive"] > 0
+
+
+def test_guided_readjustment_acts(sgc_run):
+  _, history = sgc_run
+  metrics = history[2][1].metrics  # The map comes from round 2.
+  assert metrics["grow_candidates_with_direction"] > 0
+  assert metrics["grown_congruent"] > 0
+  assert metrics["pruned_incongruent"] > 0
+  # Round 1's map is all zero: nothing is guided.
+  first = history[0][1].metrics
+  assert first["grown_congruent"] == first["pruned_incongruent"] == 0.0
+  assert first["grow_candidates_with_direction"] == 0.0
+
+
+def test_traffic_by_hand(sgc_run):
+  algorithm, history = sgc_run
+  kernel_sizes = (48, 24)
+  dense = (8 + 3) * 4
+  model_bytes = sum(4 * k + math.ceil(s / 8)
+                    for k, s in zip(algorithm.keep, kernel_sizes)) + dense
+  packed = sum(math.ceil(s / 4) for s in kernel_sizes)  # 2-bit maps.
+  initial_masks = history[0][0].model.masks
+  for round_num, (before, output) in enumerate(history, start=1):
+    requested = round_num in (1, 3)
+    rows = output.state.memory
+    for traffic in output.traffic:
+      assert traffic.bytes_down == model_bytes + (packed if requested else 0)
+      row = _IDS.index(traffic.client_id)
+      sent = before.model.masks if round_num > 1 else initial_masks
+      changed = [not np.array_equal(np.asarray(m)[row], np.asarray(s))
+                 for m, s in zip(rows.masks, sent)]
+      # logits is dense: its mask never changes, so it is never sent.
+      assert not changed[1] and changed[0] == requested
+      upload = (4 * sum(algorithm.keep) + dense + 4 +
+                sum(math.ceil(s / 8) for s, c in zip(kernel_sizes, changed)
+                    if c))
+      metric_bytes = traffic.bytes_up - upload
+      assert 0 < metric_bytes < 64  # The metric sums, measured separately.
+  # Compute: examples trained plus, per readjustment, the due epoch's last
+  # batch again (c1: 5 examples in batches of 3 and 2).
+  c1 = [t for t in history[0][1].traffic if t.client_id == "c1"][0]
+  assert c1.flops == (10 + 2 + 2) * _TASK.training_flops_per_example
+
+
+def test_checkpoint_holds_the_server_memory(sgc_run, tmp_path):
+  algorithm, history = sgc_run
+  state = history[1][1].state
+  manager = checkpoint_lib.CheckpointManager(str(tmp_path))
+  manager.save(checkpoint_lib.ProgramState(
+      round_num=2, server_state=state, client_states={"c0": np.int64(4)},
+      ledger=CommLedger(), rng_state={}, elapsed_s=0.0, history=(),
+      fingerprint="x"))
+  restored = manager.load_latest(algorithm.initialize(),
+                                 algorithm.initial_client_state())
+  for a, b in zip(tf.nest.flatten(state), tf.nest.flatten(
+      restored.server_state)):
+    np.testing.assert_array_equal(a, b)
+  assert int(restored.client_states["c0"]) == 4
+
+
+# -- other settings ---------------------------------------------------------
+
+
+def test_readjust_timing_follows_cumulative_epochs(tff_context):
+  del tff_context
+  # begin 3, every 2 epochs, E_end 9; two local epochs per round. c0 starts
+  # at 0 (epochs 1, 2: none due), c1 at 2 (3 due, 4 not), c2 at 6 (7 due;
+  # 9 would be, but it is E_end).
+  algorithm = fedsgc.build_fedsgc(_config(
+      readjust_begin_epoch=3, readjust_delta_epochs=2, readjust_end_epoch=9),
+                                  _TASK, _IDS)
+  (_, output), = _run(algorithm, [(0, 1, 2)],
+                      {"c0": np.int64(0), "c1": np.int64(2),
+                       "c2": np.int64(6)})
+  assert output.metrics["readjusts"] == 2.0
+  alpha = lambda t: 0.3 / 2 * (1 + math.cos(math.pi * t / 9))
+  assert output.metrics["prune_fraction"] == pytest.approx(
+      (alpha(3) + alpha(7)) / 2, rel=1e-5)
+  assert {k: int(v) for k, v in output.client_states.items()} == {
+      "c0": 2, "c1": 4, "c2": 8}
+  flops = {t.client_id: t.flops // _TASK.training_flops_per_example
+           for t in output.traffic}
+  # Examples trained, plus the readjusted epoch's last batch (c1: 5 in 3 +
+  # 2; c2: 7 in 3 + 3 + 1).
+  assert flops == {"c0": 18, "c1": 10 + 2, "c2": 14 + 1}
+
+
+def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
+  del tff_context
+  # FedDST's defaults: first at epoch E = 2, then every 2, i.e. at the end of
+  # each round; lambda 0 and no memory.
+  algorithm = feddst.build_feddst(_config(
+      readjust_begin_epoch=0, readjust_delta_epochs=0), _TASK, _IDS)
+  assert (algorithm.schedule.begin_epoch,
+          algorithm.schedule.delta_epochs) == (2, 2)
+  assert algorithm.memory == "none"
+  # Readjusting at the end, the grown weights go up at zero: in the uploads
+  # (kept by the server's memory here) the active weights whose value is
+  # exactly 0 are the newly grown ones. Readjusting after epoch 1 instead,
+  # they train for an epoch first.
+  zeros = {}
+  for begin in (2, 1):
+    algorithm = fedsgc.build_fedsgc(_config(
+        congruity_lambda=0.0, sparsity=0.5, readjust_begin_epoch=begin,
+        readjust_delta_epochs=2), _TASK, _IDS)
+    (_, output), = _run(algorithm, [(0, 1, 2)])
+    rows = output.state.memory
+    zeros[begin] = sum(
+        int(np.sum((np.asarray(rows.masks[j]) > 0) &
+                   (np.asarray(rows.values[i]) == 0)))
+        for j, i in enumerate((0, 2)))
+    assert output.metrics["readjusts"] == 3.0
+    if begin == 2:
+      assert zeros[2] == output.metrics["grown_new"] > 0
+  assert zeros[1] < zeros[2]
+
+
+def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
+  del tff_context
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      _TASK.tff_model_fn(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+  reference = feddst.build_feddst(_config(sparsity=0.0, readjust_every=0),
+                                  _TASK, _IDS)
+  fed_state = process.initialize()
+  for r in (1, 2):
+    data = [c.dataset for c in _clients(reference, r, (0, 1, 2), {})]
+    fed_state = process.next(fed_state, data).state
+  expected = process.get_model_weights(fed_state).trainable
+  for build, memory in ((fedsgc.build_fedsgc, "models"),
+                        (fedsgc.build_fedsgc, "updates"),
+                        (feddst.build_feddst, "none")):
+    algorithm = build(_config(sparsity=0.0, readjust_every=0,
+                              sgc_memory=memory), _TASK, _IDS)
+    history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
+    actual = algorithm.model_weights(history[-1][1].state).trainable
+    for a, e in zip(actual, expected):
+      np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
+
+
+def test_fedprox_term_equals_fedprox(tff_context):
+  del tff_context
+  # The oracle is `fedprox.build_fedprox_process` (checked against a hand
+  # computation in fedprox_test.py), not TFF's `build_weighted_fed_prox`,
+  # whose proximal gradient has the opposite sign (see fedprox.py).
+  process = fedprox.build_fedprox_process(_TASK, client_lr=0.1, server_lr=1.0,
+                                          prox_mu=0.5)
+  algorithm = feddst.build_feddst(
+      _config(sparsity=0.0, readjust_every=0, prox_mu=0.5), _TASK, _IDS)
+  fed_state = process.initialize()
+  for r in (1, 2):
+    data = [c.dataset for c in _clients(algorithm, r, (0, 1, 2), {})]
+    fed_state = process.next(fed_state, data).state
+  history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
+  actual = algorithm.model_weights(history[-1][1].state).trainable
+  without = feddst.build_feddst(
+      _config(sparsity=0.0, readjust_every=0), _TASK, _IDS)
+  plain = without.model_weights(_run(without, [(0, 1, 2)] * 2)[-1][1].state)
+  for a, e, p in zip(actual, process.get_model_weights(fed_state).trainable,
+                     plain.trainable):
+    np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
+  assert any(np.abs(np.asarray(a) - np.asarray(p)).max() > 1e-4
+             for a, p in zip(actual, plain.trainable))
+
+
+def test_memory_none_averages_this_round_only(tff_context):
+  del tff_context
+  # Round 2 trains c0 alone: without memory the model is c0's upload (one
+  # mask: the union is that mask, already at the budget). The upload is the
+  # one the memory-keeping run records for c0: round 1 is the same in both
+  # (all three clients upload, no readjustment).
+  settings = dict(readjust_every=0, sparsity=0.5)
+  none = fedsgc.build_fedsgc(_config(sgc_memory="none", **settings), _TASK,
+                             _IDS)
+  models = fedsgc.build_fedsgc(_config(sgc_memory="models", **settings),
+                               _TASK, _IDS)
+  assert none.initialize().memory.weight.shape == (0,)
+  cohorts = [(0, 1, 2), (0,)]
+  without = _run(none, cohorts)[-1][1].state.model
+  upload = _run(models, cohorts)[-1][1].state.memory
+  for i in range(4):
+    np.testing.assert_allclose(without.trainable[i],
+                               np.asarray(upload.values[i])[0], atol=1e-6)
+
+
+def test_memory_updates_by_hand(tff_context):
+  del tff_context
+  algorithm = fedsgc.build_fedsgc(_config(sgc_memory="updates"), _TASK, _IDS)
+  (_, first), (before, second) = _run(algorithm, [(0, 1, 2), (1,)])
+  # Rows hold changes to the model each client was sent: c0, c2 from round
+  # 1 (sent the initial model), c1 from round 2.
+  expected = _union_average(second.state.memory, before.model.trainable,
+                            "updates")
+  model = second.state.model
+  for i, (candidate, held) in enumerate(expected):
+    mask = (np.asarray(model.masks[0]) if i == 0 else
+            np.asarray(model.masks[1]) if i == 2 else 1)
+    previous = np.asarray(before.model.trainable[i])
+    value = np.where(held, candidate, previous if i in (1, 3) else 0)
+    np.testing.assert_allclose(model.trainable[i], value * mask, atol=1e-5)
+  del first
+
+
+def test_fedsgc_learns(tmp_path):
+  result = loop.run_experiment(ExperimentConfig(
+      algorithm="fedsgc", dataset="digits", model="mlp", partition="iid",
+      num_clients=10, clients_per_round=5, rounds=12, local_epochs=2,
+      batch_size=20, client_lr=0.1, sparsity=0.8, eval_every=12,
+      checkpoint_every=12, progress=False, root_output_dir=str(tmp_path),
+      experiment_name="learns"))
+  # Ten classes: chance is 0.1.
+  assert result.report["final_metrics"]["accuracy"] > 0.6
+  history = result.report["history"]
+  assert history[-1]["sparsity"] == pytest.approx(0.8, abs=0.01)
+  assert sum(r["readjusts"] for r in history) > 0
+
+
+def test_flags_reach_the_algorithm():
+  experiment = loop.build_experiment(ExperimentConfig(
+      algorithm="fedsgc", dataset="synthetic", model="mlp", num_clients=4,
+      clients_per_round=2, sparsity=0.9, readjust_every=3, prune_alpha=0.1,
+      congruity_lambda=0.25, rounds=10, local_epochs=3, sgc_memory="updates"))
+  algorithm = experiment.algorithm
+  # E_end = 3 epochs x 10 rounds x 2 / 4 clients = 15; begin E // 2 + 1.
+  assert algorithm.schedule == prune_grow.ReadjustSchedule(
+      alpha=0.1, delta_epochs=3, begin_epoch=2, end_epoch=15,
+      request_every=3, request_end_round=0)
+  assert algorithm.sparsity == 0.9 and algorithm.memory == "updates"
+  assert algorithm.initialize().memory.weight.shape == (4,)
+
+
+def _bn_mlp():
+  inputs = tf.keras.Input((2, 3, 1))
+  x = tf.keras.layers.Dense(
+      8, name="fc1", kernel_initializer=tf.keras.initializers.GlorotUniform(1))(
+          tf.keras.layers.Flatten()(inputs))
+  x = tf.keras.layers.BatchNormalization(name="bn")(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(
+      3, name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+
+
+def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
+  del tff_context
+  task = attrs.evolve(_TASK, model_name="bn_mlp6", model_fn=_bn_mlp)
+  algorithm = fedsgc.build_fedsgc(_config(), task, _IDS)
+  state = _run(algorithm, [(0, 1, 2)])[-1][1].state
+  weights = algorithm.model_weights(state)
+  wrapped = algorithm.keras_fn()
+  positions = {id(v): i for i, v in enumerate(wrapped.non_trainable_weights)}
+  mean_at = positions[id(wrapped.get_layer("bn").moving_mean)]
+  # The server aggregates kernels and biases only.
+  np.testing.assert_array_equal(weights.non_trainable[mean_at], np.zeros(8))
+  datasets = [data_lib.make_client_dataset(
+      _arrays(i, 1), batch_size=3, local_epochs=1, shuffle_seed=None)
+              for i in range(3)]
+  (evaluated,) = algorithm.evaluation_models(
+      state, api.ClientDatasets(datasets)).values()
+
+  def fc1(name, variables, values):
+    (value,) = [a for v, a in zip(variables, values)
+                if "fc1" in v.name and v.name.endswith(f"/{name}:0")]
+    return value
+
+  kernel = fc1("kernel", wrapped.trainable_weights, weights.trainable)
+  bias = fc1("bias", wrapped.trainable_weights, weights.trainable)
+  mask = fc1("mask", wrapped.non_trainable_weights, weights.non_trainable)
+  x = np.concatenate([b["x"].numpy().reshape(-1, 6) for d in datasets
+                      for b in d])
+  np.testing.assert_allclose(evaluated.weights.non_trainable[mean_at],
+                             (x @ (kernel * mask) + bias).mean(axis=0),
+                             atol=1e-5)
+  assert np.abs(evaluated.weights.non_trainable[mean_at]).max() > 1e-2

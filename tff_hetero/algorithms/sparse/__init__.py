@@ -1,0 +1,25 @@
+"""Federated sparse training: FedSGC, FedDST (and their shared mechanics).
+
+Layers: `prune_grow` (pure TF mask arithmetic), `client_update` (the
+client's `tf.function`), `computations` (typed TFF computations, one per kind
+of round), `training` (the `FederatedAlgorithm` driver); one module per
+algorithm (`fedsgc`, `feddst`).
+"""
+
+from tff_hetero.algorithms.sparse.client_update import ClientReport
+from tff_hetero.algorithms.sparse.client_update import SparseUpload
+from tff_hetero.algorithms.sparse.computations import MEMORIES
+from tff_hetero.algorithms.sparse.computations import MemoryRows
+from tff_hetero.algorithms.sparse.computations import SparseRounds
+from tff_hetero.algorithms.sparse.feddst import build_feddst
+from tff_hetero.algorithms.sparse.fedsgc import build_fedsgc
+from tff_hetero.algorithms.sparse.prune_grow import ReadjustCounts
+from tff_hetero.algorithms.sparse.prune_grow import ReadjustSchedule
+from tff_hetero.algorithms.sparse.training import SparseState
+from tff_hetero.algorithms.sparse.training import SparseTraining
+
+__all__ = [
+    "ClientReport", "MEMORIES", "MemoryRows", "ReadjustCounts",
+    "ReadjustSchedule", "SparseRounds", "SparseState", "SparseTraining",
+    "SparseUpload", "build_feddst", "build_fedsgc",
+]

@@ -1,0 +1,394 @@
+"""Dynamic sparse training, layers 2 and 3: typed TFF computations.
+
+`SparseRounds` builds (once per kind, cached) the round of one sparse model,
+with S = `SparseModel`, G = int8 direction maps (one per masked kernel),
+P = the same maps packed at 2 bits per element (`prune_grow.pack_ternary`),
+R = `MaskedSums` of the trainable weights, M = `MemoryRows` (the server's
+record of uploads, one row per client, leading dimension = rows),
+U = `ClientReport`, C = `ReadjustCounts`:
+
+    round: (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
+             {D*}@CLIENTS> ->
+            <S@SERVER, G@SERVER, R@SERVER, M@CLIENTS, U@CLIENTS,
+             metrics@SERVER>)
+
+Inputs: the global model, its direction map, the running sums over every
+remembered upload, the previous memory rows of this round's K clients (to
+replace their contributions), each client's cumulative epochs and data.
+Outputs: the new model, map and running sums, each client's new memory row
+(what the server received from it, as it remembers it), each client's report
+(upload bytes, new cumulative epochs) and measured metrics (bytes down, the
+readjust counts, per-kernel densities, training metrics).
+
+Without server memory (FedDST, `--sgc_memory=none`) R and M are neither
+inputs nor outputs:
+
+    round: (<S@SERVER, G@SERVER, int64@CLIENTS, {D*}@CLIENTS> ->
+            <S@SERVER, G@SERVER, U@CLIENTS, metrics@SERVER>)
+
+On a round the server requests readjustment, G is packed on the server
+(`pack`: G -> P) and broadcast with the model; otherwise only the model is
+sent. Memory rows come back CLIENTS-placed because TFF 0.87 has no federated
+collect: a CLIENTS-placed result is what the server received from each
+client; the driver keeps the rows (server state) and passes the next cohort's
+rows back SERVER-placed.
+
+The server step (`server_update`, a `tff.tensorflow.computation`):
+
+    (<S, R, M[K], R> -> <S, G, R, float32[kernels], float32>)
+
+replaces the cohort's old contributions in the running sums by the new ones
+(memory `models`: values; `updates`: changes to the model they were trained
+from), takes the union average (Eq. 5) over every upload that holds an
+element, computes the direction map against the previous global model,
+re-prunes each kernel by magnitude to its ERK budget, and reports densities
+and the fraction of globally inactive weights whose new direction is
+non-zero.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import tff_measure
+from tff_hetero.aggregators import MaskedSumFactory
+from tff_hetero.aggregators import MaskedSums
+from tff_hetero.aggregators import MaskedWeight
+from tff_hetero.aggregators import weigh
+from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms.sparse import client_update as client_lib
+from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.submodels import masks as masks_lib
+from tff_hetero.submodels.masks import SparseModel
+
+# What the server remembers of each client's last upload (`--sgc_memory`).
+MEMORIES = collections.OrderedDict(
+    models="the client's uploaded values (the paper's literal reading)",
+    updates="the client's change to the model it was sent",
+    none="nothing: this round's uploads only (FedDST)")
+
+
+class MemoryRows(NamedTuple):
+  """The server's record of uploads, one row per client (leading axis).
+
+  Attributes:
+    values: Per trainable tensor: the uploaded values (memory `models`) or
+      their change to the model the client was sent (`updates`), masked.
+    masks: Per masked kernel: uint8 0/1 masks of those uploads.
+    weight: float32 aggregation weights (0: no upload remembered).
+  """
+
+  values: Any
+  masks: Any
+  weight: Any
+
+
+_spec = learning_process.tensor_spec
+
+
+def _rows_spec(trainable, masks, rows) -> MemoryRows:
+  return MemoryRows(
+      values=[tf.TensorSpec([rows] + list(np.shape(w)), tf.float32)
+              for w in trainable],
+      masks=[tf.TensorSpec([rows] + list(np.shape(m)), tf.uint8)
+             for m in masks],
+      weight=tf.TensorSpec([rows], tf.float32))
+
+
+def empty_memory(initial: SparseModel, rows: int) -> MemoryRows:
+  """`rows` rows that remember nothing (weight 0), as NumPy arrays."""
+  return MemoryRows(
+      values=[np.zeros((rows,) + np.shape(w), np.float32)
+              for w in initial.trainable],
+      masks=[np.zeros((rows,) + np.shape(m), np.uint8)
+             for m in initial.masks],
+      weight=np.zeros((rows,), np.float32))
+
+
+def _full_masks(layout: masks_lib.MaskLayout, trainable, kernel_masks):
+  """One float32 mask per trainable tensor: the kernel's, ones elsewhere."""
+  out = [tf.ones_like(w) for w in trainable]
+  for kernel, mask in zip(layout.kernels, kernel_masks):
+    out[kernel.trainable_index] = tf.cast(mask, tf.float32)
+  return out
+
+
+def row_sums(layout: masks_lib.MaskLayout, rows: MemoryRows) -> MaskedSums:
+  """sum_k n_k m_k v_k and sum_k n_k m_k over the rows (leading axis)."""
+  weight = rows.weight
+  kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
+  weighted, counts = [], []
+  for i, values in enumerate(rows.values):
+    shape = [-1] + [1] * (len(values.shape) - 1)
+    n = tf.reshape(weight, shape)
+    if i in kernel_of:
+      m = tf.cast(rows.masks[kernel_of[i]], tf.float32)
+    else:
+      m = tf.ones_like(values)
+    weighted.append(tf.reduce_sum(n * m * values, axis=0))
+    counts.append(tf.reduce_sum(n * m, axis=0))
+  return MaskedSums(weighted, counts)
+
+
+def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
+                     memory: str, model: SparseModel, sums: MaskedSums):
+  """Union average, direction map and re-prune (module docstring).
+
+  Returns (new `SparseModel`, direction maps, per-kernel densities, the
+  fraction of inactive weights of the new model whose direction is non-zero).
+  """
+  trainable, directions, new_masks = [], [], []
+  kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
+  for i, (previous, weighted, counts) in enumerate(zip(
+      model.trainable, sums.weighted_sum, sums.weight_sum)):
+    average, held = prune_grow.union_average(weighted, counts)
+    if memory == "updates":
+      candidate = tf.where(held, previous + average, tf.zeros_like(average))
+    else:
+      candidate = average
+    if i not in kernel_of:  # Dense: nobody trained it -> keep it.
+      trainable.append(tf.where(held, candidate, previous))
+      continue
+    j = kernel_of[i]
+    directions.append(prune_grow.direction_map(candidate, held, previous))
+    mask = prune_grow.reprune(candidate, held, keep[j])
+    new_masks.append(mask)
+    trainable.append(candidate * mask)
+  inactive = [1.0 - m for m in new_masks]
+  informed = tf.add_n([
+      tf.reduce_sum(i * tf.cast(tf.not_equal(d, 0), tf.float32))
+      for i, d in zip(inactive, directions)])
+  inactive_total = tf.add_n([tf.reduce_sum(i) for i in inactive])
+  density = [tf.reduce_mean(m) for m in new_masks]
+  new_model = SparseModel(trainable=trainable, masks=new_masks,
+                          statistics=list(model.statistics))
+  return (new_model, directions, density,
+          tf.math.divide_no_nan(informed, inactive_total))
+
+
+class SparseRounds:
+  """Builds and caches the round computations of one sparse model.
+
+  Args:
+    keras_fn: Builds the *wrapped* Keras model (`masks.prune_wrap`).
+    element_spec: One batch of client data.
+    initial: A `SparseModel` of NumPy arrays (for the types).
+    keep: Weights each masked kernel keeps (its ERK budget).
+    client_optimizer: A `tff.learning.optimizers.Optimizer`.
+    prox_mu: FedProx strength of the local objective.
+    local_epochs: Epochs per round (to find epoch boundaries).
+    schedule: The `prune_grow.ReadjustSchedule`.
+    congruity_lambda: Share of each prune/grow guided by congruity.
+    memory: A `MEMORIES` key.
+    model_aggregator: The unweighted-sum-based factory that forms the masked
+      sums (default `MaskedSumFactory()`).
+  """
+
+  def __init__(self, keras_fn, element_spec, initial: SparseModel,
+               keep: Sequence[int], client_optimizer, *, prox_mu: float,
+               local_epochs: int, schedule: prune_grow.ReadjustSchedule,
+               congruity_lambda: float, memory: str, model_aggregator=None):
+    if memory not in MEMORIES:
+      raise ValueError(f"memory must be one of {list(MEMORIES)}, got"
+                       f" {memory!r}")
+    self._keras_fn = keras_fn
+    self._element_spec = element_spec
+    self._keep = tuple(int(k) for k in keep)
+    self._optimizer = client_optimizer
+    self._client_settings = dict(
+        prox_mu=float(prox_mu), local_epochs=int(local_epochs),
+        schedule=schedule, congruity_lambda=float(congruity_lambda))
+    self._memory = memory
+    self._aggregator = model_aggregator or MaskedSumFactory()
+    with tf.Graph().as_default():
+      self.layout = masks_lib.MaskLayout.of(keras_fn())
+    self.model_type = learning_process.type_of(initial)
+    self.directions_type = learning_process.type_of(
+        [tf.TensorSpec(np.shape(m), tf.int8) for m in initial.masks])
+    self.packed_type = learning_process.type_of(
+        [tf.TensorSpec([prune_grow.packed_ternary_size(np.shape(m))],
+                       tf.uint8) for m in initial.masks])
+    self.sums_type = learning_process.type_of(MaskedSums(
+        [_spec(w) for w in initial.trainable],
+        [_spec(w) for w in initial.trainable]))
+    self.rows_type = learning_process.type_of(
+        _rows_spec(initial.trainable, initial.masks, None))
+    self.row_type = learning_process.type_of(MemoryRows(
+        values=[_spec(w) for w in initial.trainable],
+        masks=[tf.TensorSpec(np.shape(m), tf.uint8) for m in initial.masks],
+        weight=tf.TensorSpec([], tf.float32)))
+    self.data_type = tff.SequenceType(
+        tff.types.tensorflow_to_type(element_spec))
+    self._rounds = {}
+
+  @property
+  def remembers(self) -> bool:
+    return self._memory != "none"
+
+  def zero_sums(self, initial: SparseModel) -> MaskedSums:
+    zeros = [np.zeros_like(np.asarray(w)) for w in initial.trainable]
+    return MaskedSums(zeros, [z.copy() for z in zeros])
+
+  def zero_directions(self, initial: SparseModel) -> list:
+    return [np.zeros(np.asarray(m).shape, np.int8) for m in initial.masks]
+
+  def _model_fn(self):
+    return tff.learning.models.from_keras_model(
+        self._keras_fn(),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=self._element_spec,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  def round_computation(self, readjust: bool) -> tff.Computation:
+    """The round of the module docstring (cached per kind)."""
+    if readjust in self._rounds:
+      return self._rounds[readjust]
+    layout, keep, memory = self.layout, self._keep, self._memory
+    optimizer, model_fn = self._optimizer, self._model_fn
+    settings = dict(self._client_settings, readjust=readjust)
+    shapes = [k.shape for k in layout.kernels]
+
+    with tf.Graph().as_default():
+      metrics_aggregate = tff_measure.measured_metrics_aggregator()(
+          model_fn().metric_finalizers())
+
+    @tff.tensorflow.computation(self.model_type, self.packed_type, np.int64,
+                                self.data_type)
+    def client_work(received, packed, epochs_before, data):
+      update = client_lib.build_client_update(model_fn, layout, **settings)
+      directions = [prune_grow.unpack_ternary(p, s)
+                    for p, s in zip(packed, shapes)]
+      return update(optimizer, SparseModel(*received), directions,
+                    epochs_before, data)
+
+    packed_type = self.packed_type
+
+    @tff.tensorflow.computation(self.directions_type)
+    def pack(directions):
+      return [prune_grow.pack_ternary(d) for d in directions]
+
+    @tff.tensorflow.computation
+    def no_directions():
+      return [tf.zeros(t.shape, tf.uint8) for t in packed_type]
+
+    upload_type = client_work.type_signature.result[0]
+
+    @tff.tensorflow.computation(upload_type, self.model_type)
+    def to_value(upload, received):
+      """What the masked sum adds up (values, or changes for `updates`)."""
+      if memory == "updates":
+        masks = _full_masks(layout, upload.trainable, upload.masks)
+        return [(w - w0) * m for w, w0, m in zip(upload.trainable,
+                                                  received.trainable, masks)]
+      return list(upload.trainable)
+
+    @tff.tensorflow.computation(upload_type)
+    def to_weight(upload):
+      return MaskedWeight(upload.weight,
+                          _full_masks(layout, upload.trainable, upload.masks))
+
+    value_type = to_value.type_signature.result
+
+    @tff.tensorflow.computation(value_type, upload_type)
+    def to_row(value, upload):
+      return MemoryRows(values=list(value),
+                        masks=[tf.cast(m, tf.uint8) for m in upload.masks],
+                        weight=upload.weight)
+
+    distributor = tff_measure.build_measured_broadcast_process(
+        self.model_type,
+        nbytes_fn=lambda model: client_lib.model_nbytes(
+            layout, SparseModel(*model)))
+    directions_distributor = tff_measure.build_measured_broadcast_process(
+        packed_type)  # Dense uint8: exactly the packed bytes.
+    aggregator = self._aggregator.create(value_type,
+                                         to_weight.type_signature.result)
+    sums_type, rows_type = self.sums_type, self.rows_type
+
+    def aggregate(model, sums):
+      new_model, directions, density, informed = server_aggregate(
+          layout, keep, memory, SparseModel(*model), MaskedSums(*sums))
+      return new_model, directions, sums, density, informed
+
+    if memory == "none":
+
+      @tff.tensorflow.computation(self.model_type, sums_type)
+      def server_update(model, new):
+        return aggregate(model, new)
+    else:
+
+      @tff.tensorflow.computation(self.model_type, sums_type, rows_type,
+                                  sums_type)
+      def server_update(model, running, forgotten, new):
+        running, new = MaskedSums(*running), MaskedSums(*new)
+        old = row_sums(layout, MemoryRows(*forgotten))
+        return aggregate(model, MaskedSums(
+            [r - o + n for r, o, n in zip(running.weighted_sum,
+                                          old.weighted_sum, new.weighted_sum)],
+            [r - o + n for r, o, n in zip(running.weight_sum, old.weight_sum,
+                                          new.weight_sum)]))
+
+    def body(model, directions, running, forgotten, epochs, data):
+      delivered = distributor.next(distributor.initialize(), model)
+      measurements = collections.OrderedDict(
+          distributor=delivered.measurements)
+      if readjust:
+        sent = directions_distributor.next(
+            directions_distributor.initialize(),
+            tff.federated_map(pack, directions))
+        measurements["directions_distributor"] = sent.measurements
+        client_directions = sent.result
+      else:  # Nothing but the model is sent; the client never reads these.
+        client_directions = tff.federated_value(no_directions(), tff.CLIENTS)
+      uploads, reports, counts, metrics = tff.federated_map(
+          client_work, (delivered.result, client_directions, epochs, data))
+      values = tff.federated_map(to_value, (uploads, delivered.result))
+      aggregated = aggregator.next(aggregator.initialize(), values,
+                                   tff.federated_map(to_weight, uploads))
+      if memory == "none":
+        server_inputs = (model, aggregated.result)
+      else:
+        server_inputs = (model, running, forgotten, aggregated.result)
+      new_model, new_directions, sums, density, informed = tff.federated_map(
+          server_update, server_inputs)
+      measurements["train"] = metrics_aggregate(metrics)
+      measurements["readjust"] = tff.federated_sum(counts)
+      measurements["upload_bytes"] = tff.federated_sum(
+          tff.federated_map(
+              tff.tensorflow.computation(lambda r: r.upload_bytes,
+                                         reports.type_signature.member),
+              reports))
+      measurements["density"] = density
+      measurements["direction_informed"] = informed
+      rows = (tff.federated_map(to_row, (values, uploads))
+              if memory != "none" else None)
+      return (new_model, new_directions, sums, rows, reports,
+              tff.federated_zip(measurements))
+
+    model_at = tff.FederatedType(self.model_type, tff.SERVER)
+    directions_at = tff.FederatedType(self.directions_type, tff.SERVER)
+    epochs_at = tff.FederatedType(np.int64, tff.CLIENTS)
+    data_at = tff.FederatedType(self.data_type, tff.CLIENTS)
+    if self.remembers:
+
+      @tff.federated_computation(
+          model_at, directions_at, tff.FederatedType(sums_type, tff.SERVER),
+          tff.FederatedType(rows_type, tff.SERVER), epochs_at, data_at)
+      def sparse_round(model, directions, running, forgotten, epochs, data):
+        return body(model, directions, running, forgotten, epochs, data)
+    else:
+
+      @tff.federated_computation(model_at, directions_at, epochs_at, data_at)
+      def sparse_round(model, directions, epochs, data):
+        new_model, new_directions, _, _, reports, measurements = body(
+            model, directions, None, None, epochs, data)
+        return new_model, new_directions, reports, measurements
+
+    self._rounds[readjust] = sparse_round
+    return sparse_round

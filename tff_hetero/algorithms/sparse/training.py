@@ -1,0 +1,269 @@
+"""Dynamic sparse training, the driver: `SparseTraining`, the
+`FederatedAlgorithm` that FedSGC and FedDST build (`fedsgc.py`,
+`feddst.py`).
+
+Each round it calls the cached round computation of `computations.py` (the
+readjusting kind on rounds the `ReadjustSchedule` requests), keeps the
+server state and returns the measured traffic:
+
+* server state `SparseState`: the global `SparseModel`, its direction maps,
+  and, with server memory, the running `MaskedSums` over every remembered
+  upload and the `MemoryRows` themselves (one row per client id given to the
+  builder; the cohort's rows go into the round SERVER-placed and the rows
+  that come back replace them, so the memory is part of every checkpoint);
+* client state (the client-state store): the client's cumulative training
+  epochs, an int64, read and returned by the client computation only.
+
+Traffic per client, measured in the computation on the tensors sent: the
+model download (kept kernel values + bit masks, dense biases and
+statistics), the packed direction maps on requested rounds, the upload
+(`client_update.upload_nbytes`) and its metrics. Client compute: the dense
+model's training MACs per example (TensorFlow multiplies masked zeros too)
+times the examples trained plus the examples whose gradient a readjustment
+computed again.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import ClientTraffic
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import static_batch_norm
+from tff_hetero.algorithms.sparse import computations
+from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.submodels import masks as masks_lib
+from tff_hetero.submodels.masks import SparseModel
+
+
+class SparseState(NamedTuple):
+  """Server state (module docstring)."""
+
+  model: Any       # SparseModel
+  directions: Any  # one int8 map per masked kernel
+  sums: Any        # MaskedSums over the remembered uploads
+  memory: Any      # computations.MemoryRows (zero rows without memory)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+  return numerator / denominator if denominator else math.nan
+
+
+class SparseTraining(api.FederatedAlgorithm):
+  """Federated dynamic sparse training (module docstring).
+
+  Args:
+    name: The algorithm's name.
+    task: The `api.Task` (its `model_fn` builds the dense Keras model).
+    client_ids: Every client id (rows of the server memory).
+    sparsity: Fraction of kernel weights masked (ERK over kernels).
+    schedule: A `prune_grow.ReadjustSchedule`.
+    congruity_lambda: Share of each prune/grow guided by gradient congruity
+      (0: RigL/FedDST's magnitude and gradient rule).
+    memory: A `computations.MEMORIES` key.
+    client_optimizer: A `tff.learning.optimizers.Optimizer`.
+    prox_mu: FedProx strength of the local objective.
+    local_epochs: Epochs per round.
+    seed: Seeds the initial random masks.
+  """
+
+  def __init__(self, name: str, task: api.Task, client_ids: Sequence[str], *,
+               sparsity: float, schedule: prune_grow.ReadjustSchedule,
+               congruity_lambda: float, memory: str, client_optimizer,
+               prox_mu: float, local_epochs: int, seed: int,
+               model_aggregator=None):
+    self.name = name
+    self.sparsity = float(sparsity)
+    self.schedule = schedule
+    self.memory = memory
+    self.local_epochs = int(local_epochs)
+    self._rows = {c: i for i, c in enumerate(client_ids)}
+    # What TensorFlow computes: dense kernels times 0/1 masks, so the dense
+    # model's MACs (masked weights are not skipped on this hardware).
+    self._flops_per_example = task.training_flops_per_example
+
+    def keras_fn():
+      return masks_lib.prune_wrap(task.model_fn())
+
+    self.keras_fn = keras_fn
+    self._static_bn = static_batch_norm.StaticBatchNorm(keras_fn,
+                                                        task.element_spec)
+    wrapped = keras_fn()
+    self.layout = masks_lib.MaskLayout.of(wrapped)
+    densities = masks_lib.erk_densities(self.layout.shapes, self.sparsity)
+    self.keep = masks_lib.keep_counts(self.layout.shapes, densities)
+    weights = tff.learning.models.ModelWeights.from_model(wrapped)
+    weights = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
+    initial_masks = masks_lib.random_masks(self.layout.shapes, self.keep,
+                                           int(seed))
+    self._initial = tf.nest.map_structure(np.asarray, self.layout.to_sparse(
+        tf.nest.map_structure(np.asarray, self.layout.with_masks(
+            weights, initial_masks))))
+    self.rounds = computations.SparseRounds(
+        keras_fn, task.element_spec, self._initial, self.keep,
+        client_optimizer, prox_mu=prox_mu, local_epochs=local_epochs,
+        schedule=schedule, congruity_lambda=congruity_lambda, memory=memory,
+        model_aggregator=model_aggregator)
+
+  def initialize(self) -> SparseState:
+    rows = len(self._rows) if self.rounds.remembers else 0
+    return SparseState(model=self._initial,
+                       directions=self.rounds.zero_directions(self._initial),
+                       sums=self.rounds.zero_sums(self._initial),
+                       memory=computations.empty_memory(self._initial, rows))
+
+  def initial_client_state(self) -> np.int64:
+    """A client's cumulative training epochs (none yet)."""
+    return np.int64(0)
+
+  def client_dataset(self, arrays, *, batch_size: int, local_epochs: int,
+                     shuffle_seed: int, augment: str = "none"):
+    """Batches that never span two epochs (readjustment happens at epoch
+    boundaries)."""
+    from tff_hetero import data  # pylint: disable=g-import-not-at-top
+    return data.make_client_dataset(
+        arrays, batch_size=batch_size, local_epochs=local_epochs,
+        shuffle_seed=shuffle_seed, augment=augment, epoch_aligned=True)
+
+  def _row_indices(self, clients: Sequence[api.ClientRound]) -> list[int]:
+    try:
+      return [self._rows[c.client_id] for c in clients]
+    except KeyError as e:
+      raise ValueError(f"{self.name}: client {e.args[0]!r} is not among the"
+                       " client ids the algorithm was built with") from None
+
+  def next(self, state: SparseState, round_num: int,
+           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+    requested = self.schedule.requested(round_num)
+    computation = self.rounds.round_computation(requested)
+    epochs = [np.int64(c.state if c.state is not None else 0)
+              for c in clients]
+    data = [c.dataset for c in clients]
+    memory = state.memory
+    if self.rounds.remembers:
+      rows = self._row_indices(clients)
+      forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
+      model, directions, sums, new_rows, reports, measured = computation(
+          state.model, state.directions, state.sums, forgotten, epochs, data)
+      memory = self._remember(memory, rows, new_rows)
+    else:
+      model, directions, reports, measured = computation(
+          state.model, state.directions, epochs, data)
+      sums = state.sums
+    n = len(clients)
+    down = int(measured["distributor"]["bytes_down"])
+    if requested:
+      down += int(measured["directions_distributor"]["bytes_down"])
+    bytes_down = learning_process.per_client_bytes(down, n, "download")
+    train = measured["train"]
+    metric_bytes = learning_process.per_client_bytes(
+        int(train["uploaded_bytes"]), n, "metrics upload")
+    traffic = tuple(
+        ClientTraffic(
+            client_id=c.client_id, bytes_down=bytes_down,
+            bytes_up=int(r.upload_bytes) + metric_bytes,
+            flops=(c.num_examples + int(r.gradient_examples)) *
+            self._flops_per_example,
+            examples=c.num_examples)
+        for c, r in zip(clients, reports))
+    processed = int(train["metrics"]["num_examples"])
+    expected = sum(c.num_examples for c in clients)
+    loss = float(train["metrics"]["loss"])
+    counts = prune_grow.ReadjustCounts(
+        *[float(v) for v in measured["readjust"]])
+    metrics = collections.OrderedDict(
+        loss=loss if processed == expected else math.nan,
+        train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+        readjust_requested=float(requested),
+        readjusts=counts.readjusts,
+        prune_fraction=_ratio(counts.prune_fraction, counts.readjusts),
+        pruned=counts.pruned,
+        pruned_incongruent=counts.pruned_incongruent,
+        grown=counts.grown,
+        grown_congruent=counts.grown_congruent,
+        grown_new=counts.grown_new,
+        grow_candidates_with_direction=_ratio(
+            counts.candidates_with_direction, counts.grow_candidates),
+        direction_nonzero_inactive=float(measured["direction_informed"]))
+    densities = [float(d) for d in measured["density"]]
+    sizes = [k.size for k in self.layout.kernels]
+    metrics["sparsity"] = 1.0 - sum(
+        d * s for d, s in zip(densities, sizes)) / sum(sizes)
+    for kernel, density in zip(self.layout.kernels, densities):
+      metrics[f"sparsity/{kernel.name.split(':')[0]}"] = 1.0 - density
+    client_states = {c.client_id: np.int64(r.epochs)
+                     for c, r in zip(clients, reports)}
+    return api.RoundOutput(
+        state=SparseState(model=model, directions=list(directions),
+                          sums=sums, memory=memory),
+        metrics=metrics, traffic=traffic, client_states=client_states)
+
+  @staticmethod
+  def _remember(memory, rows: list[int], new_rows) -> Any:
+    """A copy of `memory` with `rows` replaced by the received rows."""
+    def replace(array, received):
+      out = np.array(array, copy=True)
+      out[rows] = np.stack([np.asarray(r) for r in received])
+      return out
+
+    received = [computations.MemoryRows(*r) for r in new_rows]
+    return computations.MemoryRows(
+        values=[replace(a, [r.values[i] for r in received])
+                for i, a in enumerate(memory.values)],
+        masks=[replace(a, [r.masks[i] for r in received])
+               for i, a in enumerate(memory.masks)],
+        weight=replace(memory.weight, [r.weight for r in received]))
+
+  def model_weights(self, state: SparseState):
+    weights = self.layout.to_model_weights(SparseModel(*state.model))
+    return tf.nest.map_structure(np.asarray, weights)
+
+  def evaluation_models(self, state: SparseState, data=None):
+    """The global sparse model; with batch norm, statistics from the clients
+    (the server aggregates kernels and biases only; `static_batch_norm`)."""
+    return collections.OrderedDict(global_model=api.EvaluationModel(
+        self._static_bn.calibrate(self.model_weights(state), data),
+        model_fn=self.keras_fn))
+
+
+def check_memory(memory: str) -> str:
+  if memory not in computations.MEMORIES:
+    from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
+    raise UsageError("--sgc_memory", f"unknown value {memory!r}; accepted: "
+                     + ", ".join(computations.MEMORIES))
+  return memory
+
+
+def build_sparse_training(name: str, config, task: api.Task,
+                          client_ids: Sequence[str], *,
+                          congruity_lambda: float, memory: str,
+                          begin_epoch: int) -> SparseTraining:
+  """A `SparseTraining` from the run's settings (shared by FedSGC, FedDST).
+
+  `begin_epoch` is the algorithm's default first readjustment epoch, used
+  when `--readjust_begin_epoch` is 0.
+  """
+  epochs = config.local_epochs
+  expected_epochs = max(1, math.ceil(
+      epochs * config.rounds * config.clients_per_round / config.num_clients))
+  schedule = prune_grow.ReadjustSchedule(
+      alpha=config.prune_alpha,
+      delta_epochs=config.readjust_delta_epochs or epochs,
+      begin_epoch=config.readjust_begin_epoch or begin_epoch,
+      end_epoch=config.readjust_end_epoch or expected_epochs,
+      request_every=config.readjust_every,
+      request_end_round=config.readjust_end_round)
+  return SparseTraining(
+      name, task, client_ids, sparsity=config.sparsity, schedule=schedule,
+      congruity_lambda=congruity_lambda, memory=check_memory(memory),
+      client_optimizer=learning_process.client_sgd(config.client_lr,
+                                                   config.client_momentum),
+      prox_mu=config.prox_mu or 0.0, local_epochs=epochs, seed=config.seed)
