@@ -17,6 +17,16 @@ are left out) or as one JSON object with keys `params`, `non_trainable`,
 `flops`, `training_flops_per_example` and `layers`. "FLOPs" here are MACs, as
 FL papers report them (`tff_hetero/models/counting.py`).
 
+A model that is cut between a device and a server (FedGKT's edge models:
+registry `split_layer`) also reports its extractor, the part up to the
+split whose output the device sends (JSON: `split_layer`,
+`extractor_params`, `extractor_flops`), and its size against the full models
+of its family (`full_model_ratios`: per full model its `params`, `flops`,
+`params_ratio` and `flops_ratio`, full / edge; for the official code's
+`fedgkt_edge_resnet8_bottleneck` also FedGKT's printed figures,
+`paper_params_ratio` and `paper_flops_ratio`, 54x / 105x and 9x / 17x
+against ResNet-56 / ResNet-110, and `paper_params`, "11K").
+
 `--pool=adaptivefl` (ratios `--pool_ratios=M:S`, start indices
 `--pool_start_indices`, default the model's) and `--pool=heterofl` (uniform
 rates `--heterofl_rates`) print one row per pool member in the order of
@@ -248,16 +258,55 @@ def _table(header: tuple[str, ...], rows: list[tuple], right: set[int]) -> str:
   return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=16)
+def _extractor_costs(model: str, shape: tuple[int, ...], classes: int):
+  """(ParamCount, MACs) of the model up to its split layer."""
+  from tff_hetero import models  # pylint: disable=g-import-not-at-top
+  from tff_hetero.models import fedgkt  # pylint: disable=g-import-not-at-top
+  keras_model = models.build_model(model, shape, classes, seed=0)
+  extractor = fedgkt.extractor(keras_model, models.split_layer(model))
+  return models.count_params(extractor), models.count_flops(extractor)
+
+
+def _split(model: str, shape: tuple[int, ...], classes: int) -> dict:
+  """The extractor and the ratios of a split model (module docstring)."""
+  from tff_hetero import models  # pylint: disable=g-import-not-at-top
+  from tff_hetero.models import fedgkt  # pylint: disable=g-import-not-at-top
+  params, layers = _costs(model, shape, classes, None)
+  macs = sum(r.macs for r in layers)
+  extractor_params, extractor_macs = _extractor_costs(model, shape, classes)
+  out = {"split_layer": models.split_layer(model),
+         "extractor_params": extractor_params.trainable,
+         "extractor_flops": extractor_macs, "full_model_ratios": []}
+  if model in fedgkt.PAPER_EDGE_PARAMS:
+    out["paper_params"] = fedgkt.PAPER_EDGE_PARAMS[model]
+  for full in fedgkt.COMPARED_FULL_MODELS.get(fedgkt.family(model), ()):
+    full_params, full_layers = _costs(full, shape, classes, None)
+    full_macs = sum(r.macs for r in full_layers)
+    row = {"model": full, "params": full_params.trainable,
+           "flops": full_macs,
+           "params_ratio": round(full_params.trainable / params.trainable, 2),
+           "flops_ratio": round(full_macs / macs, 2)}
+    paper = fedgkt.PAPER_RATIOS.get((model, full))
+    if paper is not None:
+      row["paper_params_ratio"], row["paper_flops_ratio"] = paper
+    out["full_model_ratios"].append(row)
+  return out
+
+
 def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
   from tff_hetero import models  # pylint: disable=g-import-not-at-top
   params, layers = _costs(model, shape, classes, None)
   macs = sum(r.macs for r in layers)
+  split = (_split(model, shape, classes) if models.MODELS[model].split_layer
+           else None)
   if as_json:
     print(json.dumps({
         "model": model, "input_shape": list(shape), "num_classes": classes,
         "params": params.trainable, "non_trainable": params.non_trainable,
         "flops": macs,
         "training_flops_per_example": models.TRAINING_MACS_MULTIPLIER * macs,
+        **(split or {}),
         "layers": [{"name": r.name, "kind": r.kind, "params": r.params,
                     "non_trainable": r.non_trainable, "flops": r.macs}
                    for r in layers],
@@ -275,6 +324,22 @@ def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
         f" forward MACs per example {macs:,}; training"
         f" {models.TRAINING_MACS_MULTIPLIER} x {macs:,} ="
         f" {models.TRAINING_MACS_MULTIPLIER * macs:,}")
+  if split is None:
+    return
+  paper = (f" (paper: about {split['paper_params']:,})"
+           if "paper_params" in split else "")
+  print(f"extractor (up to {split['split_layer']}, its output goes to the"
+        f" server): params {split['extractor_params']:,}, forward MACs"
+        f" {split['extractor_flops']:,}; the whole edge model: params"
+        f" {params.trainable:,}{paper}")
+  for row in split["full_model_ratios"]:
+    paper = ""
+    if "paper_params_ratio" in row:
+      paper = (f" (paper: {row['paper_params_ratio']}x and"
+               f" {row['paper_flops_ratio']}x)")
+    print(f"{row['model']} ({row['params']:,} params, {row['flops']:,} MACs)"
+          f" / {model}: params {row['params_ratio']:.2f}x, forward MACs"
+          f" {row['flops_ratio']:.2f}x{paper}")
 
 
 def _print_pool(title: str, settings: str, rows: list[dict],

@@ -111,7 +111,8 @@ def test_edge_update_against_a_reference(experiment, with_server_logits):
                    if with_server_logits else
                    np.zeros((0, CLASSES), np.float32))
   update = fedgkt.build_edge_update(
-      algorithm.edge_fn, learning_process.client_sgd(0.0),
+      algorithm.edge_fn, algorithm.split_layer,
+      learning_process.client_sgd(0.0),
       algorithm.settings)
   initial = algorithm.initial_client_state()
   weights, upload, traffic, sums = update(
@@ -147,8 +148,8 @@ def test_edge_update_against_a_reference(experiment, with_server_logits):
     v.assign(w)
   for v, w in zip(edge.non_trainable_weights, weights.non_trainable):
     v.assign(w)
-  features, logits = gkt_models.edge_with_features(edge)(arrays.x,
-                                                         training=False)
+  features, logits = gkt_models.edge_with_features(
+      edge, algorithm.split_layer)(arrays.x, training=False)
   np.testing.assert_allclose(upload.features, features, atol=1e-5)
   np.testing.assert_allclose(upload.logits, logits, atol=1e-5)
   np.testing.assert_array_equal(upload.labels, arrays.y)

@@ -29,6 +29,11 @@ TYPICAL_SHAPES = {
     "fedgkt_server_resnet19": (32, 32, 3),
     "fedgkt_server_resnet55": (32, 32, 3),
     "fedgkt_server_resnet109": (32, 32, 3),
+    "fedgkt_edge_resnet8_bottleneck": (32, 32, 3),
+    "fedgkt_server_resnet55_bottleneck": (32, 32, 3),
+    "fedgkt_server_resnet109_bottleneck": (32, 32, 3),
+    "resnet56_bottleneck": (32, 32, 3),
+    "resnet110_bottleneck": (32, 32, 3),
 }
 
 

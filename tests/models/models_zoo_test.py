@@ -109,20 +109,99 @@ def test_fedgkt_server_is_the_resnet_without_its_stem(server, full, n):
   assert {w.name: w.shape for w in model.weights} == shapes
 
 
-def test_fedgkt_edge_features_and_composed_model_share_weights():
+@pytest.mark.parametrize("edge_name, server_name", [
+    ("fedgkt_edge_resnet8", "fedgkt_server_resnet55"),
+    ("fedgkt_edge_resnet8_bottleneck", "fedgkt_server_resnet55_bottleneck"),
+])
+def test_fedgkt_edge_is_split_after_its_stem(edge_name, server_name):
   from tff_hetero.models import fedgkt  # pylint: disable=g-import-not-at-top
-  edge = models.build_model("fedgkt_edge_resnet8", (8, 8, 3), 10, 0)
-  server = models.build_model("fedgkt_server_resnet55", (8, 8, 3), 10, 1)
+  split = models.split_layer(edge_name)
+  assert split == "stem_relu"
+  edge = models.build_model(edge_name, (8, 8, 3), 10, 0)
+  server = models.build_model(server_name, (8, 8, 3), 10, 1)
   x = np.random.default_rng(0).normal(size=(3, 8, 8, 3)).astype(np.float32)
-  features, logits = fedgkt.edge_with_features(edge)(x)
-  assert features.shape == (3, 8, 8, 16)
+  features, logits = fedgkt.edge_with_features(edge, split)(x)
+  # H is the stem's output: relu(BN(conv(x))) by hand, inference mode.
+  kernel = edge.get_layer("stem_conv").kernel.numpy()
+  gamma, beta, mean, var = edge.get_layer("stem_bn").get_weights()
+  conv = tf.nn.conv2d(x, kernel, 1, "SAME").numpy()
+  by_hand = np.maximum(
+      (conv - mean) / np.sqrt(var + blocks.BN_EPSILON) * gamma + beta, 0)
+  np.testing.assert_allclose(features, by_hand, atol=1e-5)
   np.testing.assert_allclose(logits, edge(x), atol=1e-6)
-  composed = fedgkt.extractor_and_server(edge, server)
+  composed = fedgkt.extractor_and_server(edge, server, split)
   np.testing.assert_allclose(composed(x), server(features), atol=1e-5)
-  # Extractor weights (edge minus pool/logits) then the server's.
-  edge_extractor = [w for w in edge.weights if not w.name.startswith("logits")]
+  # The extractor's weights (stem conv and BN) then the server's.
+  stem = [w for w in edge.weights if w.name.startswith("stem_")]
+  assert len(stem) == 5
   assert [id(w) for w in composed.weights] == [
-      id(w) for w in edge_extractor + server.weights]
+      id(w) for w in stem + server.weights]
+
+
+def test_a_model_without_a_split_point():
+  with pytest.raises(models.ModelError, match="no split point"):
+    models.split_layer("resnet56")
+
+
+def _bottleneck_by_hand(blocks, planes=(16, 32, 64), stem=True):
+  """(params, non-trainable, MACs) of a Bottleneck CIFAR ResNet on 32x32
+  (3 channels with the stem; FedGKT's 16-channel features without), 10
+  classes: per block 1x1 conv to p, 3x3 conv (stride 2 entering stages 2-3),
+  1x1 conv to 4p, each with BN, and a 1x1 conv + BN projection in the first
+  block of every stage."""
+  params = bn_channels = macs = 0
+  side, c = 32, 16
+  if stem:
+    params += 27 * 16 + 2 * 16
+    bn_channels += 16
+    macs += side * side * 16 * 27 + side * side * 16
+  for s, p in enumerate(planes):
+    for b in range(blocks):
+      out = side // 2 if s > 0 and b == 0 else side
+      params += c * p + 9 * p * p + p * 4 * p + 2 * (p + p + 4 * p)
+      bn_channels += 6 * p
+      macs += side * side * p * (c + 1)              # conv1 + BN
+      macs += out * out * p * (9 * p + 1)            # conv2 + BN
+      macs += out * out * 4 * p * (p + 1)            # conv3 + BN
+      if b == 0:
+        params += c * 4 * p + 2 * 4 * p
+        bn_channels += 4 * p
+        macs += out * out * 4 * p * (c + 1)          # projection + BN
+      side, c = out, 4 * p
+  return params + c * 10 + 10, 2 * bn_channels, macs + c * 10
+
+
+@pytest.mark.parametrize("name, hand, params, non_trainable, macs", [
+    ("fedgkt_edge_resnet8_bottleneck", dict(blocks=2, planes=(16,)),
+     10_586, 544, 9_896_576),
+    ("resnet56_bottleneck", dict(blocks=6), 591_322, 8_992, 88_414_720),
+    ("resnet110_bottleneck", dict(blocks=12), 1_147_738, 17_056,
+     169_662_976),
+    ("fedgkt_server_resnet55_bottleneck", dict(blocks=6, stem=False),
+     590_858, 8_960, 87_955_968),
+    ("fedgkt_server_resnet109_bottleneck", dict(blocks=12, stem=False),
+     1_147_274, 17_024, 169_204_224),
+])
+def test_bottleneck_models_by_hand(name, hand, params, non_trainable, macs):
+  assert _bottleneck_by_hand(**hand) == (params, non_trainable, macs)
+  model = models.build_model(name, (32, 32, 3), 10, 0)
+  _check_totals(model, params, non_trainable, macs)
+  kinds = [r.kind for r in models.layer_costs(model)]
+  blocks = hand["blocks"] * len(hand.get("planes", (16, 32, 64)))
+  stages = len(hand.get("planes", (16, 32, 64)))
+  # 3 convolutions a block, a projection a stage, the stem, the logits.
+  assert kinds.count("Conv2D") + kinds.count("Dense") == (
+      3 * blocks + stages + hand.get("stem", True) + 1)
+
+
+def test_bottleneck_server_is_the_full_model_without_its_stem():
+  server = models.build_model("fedgkt_server_resnet55_bottleneck",
+                              (32, 32, 3), 10, 0)
+  full = models.build_model("resnet56_bottleneck", (32, 32, 3), 10, 0)
+  assert tuple(server.input.shape) == (None, 32, 32, 16)
+  shapes = {w.name: w.shape for w in full.weights
+            if not w.name.startswith("stem_")}
+  assert {w.name: w.shape for w in server.weights} == shapes
 
 
 def test_resnet20_layers_by_hand():

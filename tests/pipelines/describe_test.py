@@ -71,6 +71,48 @@ def test_default_shapes_by_model_and_overrides(capsys):
   assert _json(capsys, "--model=mlp", "--dataset=digits")["params"] == 4_810
 
 
+def test_edge_model_reports_its_extractor_and_ratios(capsys):
+  edge = _json(capsys, "--model=fedgkt_edge_resnet8")
+  # The extractor is the stem: 3x3x3x16 kernel + BN gamma/beta; its MACs
+  # are the convolution and the BN on 32x32x16 (tests/models by hand).
+  assert edge["split_layer"] == "stem_relu"
+  assert (edge["extractor_params"], edge["extractor_flops"]) == (
+      27 * 16 + 2 * 16, 32 * 32 * 16 * 27 + 32 * 32 * 16)
+  assert [r["model"] for r in edge["full_model_ratios"]] == [
+      "resnet56", "resnet110"]
+  assert "split_layer" not in _json(capsys, "--model=resnet56")
+
+
+# FedGKT, Section 4.3 and abstract: ResNet-8 "has 11K parameters", "54 times
+# less than that of ResNet-56 and 105 times less than that of ResNet-110",
+# edge FLOPs "9 times less than that of ResNet-56 and 17 times less than
+# that of ResNet-110". The paper prints rounded figures (11K for 10,586
+# parameters) and whole ratios: ours must be within 5% of each.
+PAPER_TOLERANCE = 0.05
+
+
+def test_official_variants_match_the_papers_ratios(capsys):
+  out = _json(capsys, "--model=fedgkt_edge_resnet8_bottleneck")
+  assert out["params"] == pytest.approx(11_000, rel=PAPER_TOLERANCE)
+  assert out["paper_params"] == 11_000
+  ratios = {r["model"]: r for r in out["full_model_ratios"]}
+  paper = {"resnet56_bottleneck": (54, 9), "resnet110_bottleneck": (105, 17)}
+  assert set(ratios) == set(paper)
+  for full, (params_ratio, flops_ratio) in paper.items():
+    row = ratios[full]
+    assert (row["paper_params_ratio"], row["paper_flops_ratio"]) == (
+        params_ratio, flops_ratio)
+    assert row["params_ratio"] == pytest.approx(params_ratio,
+                                                rel=PAPER_TOLERANCE)
+    assert row["flops_ratio"] == pytest.approx(flops_ratio,
+                                               rel=PAPER_TOLERANCE)
+    assert row["params_ratio"] == round(row["params"] / out["params"], 2)
+  text = _run(capsys, "--model=fedgkt_edge_resnet8_bottleneck")
+  assert ("resnet56_bottleneck (591,322 params, 88,414,720 MACs) /"
+          " fedgkt_edge_resnet8_bottleneck: params 55.86x, forward MACs"
+          " 8.93x (paper: 54x and 9x)") in text
+
+
 def test_vgg16_adaptivefl_pool_json_and_paper_figures(capsys):
   rows = _json(capsys, "--model=vgg16", "--pool=adaptivefl")
   assert [r["level"] for r in rows] == ["L1", "M1", "M2", "M3", "S1", "S2",

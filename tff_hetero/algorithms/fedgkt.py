@@ -96,10 +96,7 @@ SERVER_OPTIMIZERS = collections.OrderedDict(
     adam=lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
     sgd=lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr,
                                                       momentum=0.9))
-# The server model -> the model the edge extractor + server stands for.
-FULL_MODEL_OF_SERVER = {"fedgkt_server_resnet19": "resnet20",
-                        "fedgkt_server_resnet55": "resnet56",
-                        "fedgkt_server_resnet109": "resnet110"}
+FULL_MODEL_OF_SERVER = gkt_models.FULL_MODEL_OF_SERVER
 
 
 @attrs.frozen
@@ -210,10 +207,11 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
 # Layer 1: pure TensorFlow.
 
 
-def build_edge_update(edge_fn, optimizer, settings: GKTSettings):
+def build_edge_update(edge_fn, split_layer: str, optimizer,
+                      settings: GKTSettings):
   """The client's `tf.function` (module docstring): train, then extract."""
   edge = edge_fn()
-  with_features = gkt_models.edge_with_features(edge)
+  with_features = gkt_models.edge_with_features(edge, split_layer)
   feature_shape = tuple(with_features.outputs[0].shape[1:])
   num_classes = int(edge.output.shape[-1])
   kd_weight = float(settings.client_kd_weight) if settings.client_kd else 0.0
@@ -313,7 +311,7 @@ class GKTComputations:
   def __init__(self, edge_fn, server_fn, element_spec, edge_initial: ModelState,
                server_initial: ModelState, client_optimizer, server_optimizer,
                settings: GKTSettings, num_classes: int,
-               feature_shape: Sequence[int]):
+               feature_shape: Sequence[int], split_layer: str):
     logits_spec = tf.TensorSpec([None, num_classes], tf.float32)
     features_spec = tf.TensorSpec([None, *feature_shape], tf.float32)
     edge_type = learning_process.type_of(ModelState(*edge_initial))
@@ -335,7 +333,8 @@ class GKTComputations:
 
     @tff.tensorflow.computation(edge_state_type, data_type)
     def client_step(state, data):
-      update = build_edge_update(edge_fn, client_optimizer, settings)
+      update = build_edge_update(edge_fn, split_layer, client_optimizer,
+                                 settings)
       return update(EdgeState(*state), data)
 
     @tff.federated_computation(
@@ -407,14 +406,11 @@ class FedGKT(api.FederatedAlgorithm):
   def __init__(self, task: api.Task, server_model: str,
                settings: GKTSettings, *, client_lr: float,
                client_momentum: float = 0.0, seed: int = 0):
-    if task.model_name not in gkt_models.EDGE_BLOCKS:
-      raise ValueError(f"FedGKT's edge model must be one of "
-                       f"{', '.join(gkt_models.EDGE_BLOCKS)}, got"
-                       f" {task.model_name!r}")
-    if server_model not in gkt_models.SERVER_BLOCKS:
+    if server_model not in gkt_models.SERVER_MODELS:
       raise ValueError(f"FedGKT's server model must be one of "
-                       f"{', '.join(gkt_models.SERVER_BLOCKS)}, got"
+                       f"{', '.join(gkt_models.SERVER_MODELS)}, got"
                        f" {server_model!r}")
+    self.split_layer = models_lib.split_layer(task.model_name)
     self.task = task
     self.settings = settings
     self.seed = int(seed)
@@ -426,11 +422,12 @@ class FedGKT(api.FederatedAlgorithm):
     self.full_model_name = FULL_MODEL_OF_SERVER[server_model]
 
     def composed_fn():
-      return gkt_models.extractor_and_server(self.edge_fn(), self.server_fn())
+      return gkt_models.extractor_and_server(self.edge_fn(), self.server_fn(),
+                                             self.split_layer)
 
     self.composed_fn = composed_fn
     edge, server = self.edge_fn(), self.server_fn()
-    composed = gkt_models.extractor_and_server(edge, server)
+    composed = gkt_models.extractor_and_server(edge, server, self.split_layer)
     self._composed_sources = (
         _sources(composed, edge, server, "trainable_weights"),
         _sources(composed, edge, server, "non_trainable_weights"))
@@ -465,7 +462,7 @@ class FedGKT(api.FederatedAlgorithm):
         self._server_initial,
         learning_process.client_sgd(client_lr, client_momentum),
         SERVER_OPTIMIZERS[settings.server_optimizer](settings.server_lr),
-        settings, classes, self.feature_shape)
+        settings, classes, self.feature_shape, self.split_layer)
 
   # -- program interface --------------------------------------------------
 
@@ -632,12 +629,14 @@ def check_flags(config) -> None:
   """Raises `UsageError` naming the first `--model` / `--gkt_*` flag FedGKT
   cannot take (the numeric ones are checked by `ExperimentConfig`)."""
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
-  if config.model not in gkt_models.EDGE_BLOCKS:
-    raise UsageError("--model", f"fedgkt trains an edge model; accepted: "
-                     f"{', '.join(gkt_models.EDGE_BLOCKS)}")
+  if config.model not in models_lib.MODELS or not models_lib.MODELS[
+      config.model].split_layer:
+    edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)
+    raise UsageError("--model", f"fedgkt trains an edge model (a model with a"
+                     f" split point); accepted: {', '.join(edges)}")
   for flag, value, accepted in (
       ("--gkt_server_model", config.gkt_server_model,
-       tuple(gkt_models.SERVER_BLOCKS)),
+       tuple(gkt_models.SERVER_MODELS)),
       ("--gkt_server_optimizer", config.gkt_server_optimizer,
        tuple(SERVER_OPTIMIZERS)),
       ("--gkt_transfer", config.gkt_transfer, TRANSFERS),

@@ -26,6 +26,7 @@ from tff_hetero.models.registry import MODELS
 from tff_hetero.models.registry import ModelSpec
 from tff_hetero.models.registry import build_model
 from tff_hetero.models.registry import model_names
+from tff_hetero.models.registry import split_layer
 from tff_hetero.models.registry import width_units
 from tff_hetero.models.width import WidthUnit
 from tff_hetero.models.width import check_widths
@@ -49,6 +50,7 @@ __all__ = [
     "full_widths",
     "layer_costs",
     "model_names",
+    "split_layer",
     "training_flops_per_example",
     "width_units",
     "widths_for",

@@ -1,48 +1,61 @@
-"""FedGKT's edge and server models: a small ResNet on the device, the rest of a
-deep one on the server.
+"""FedGKT's edge and server models: one CNN cut after its stem.
 
 He, Annavaram and Avestimehr, "Group Knowledge Transfer: Federated Learning
-of Large CNNs at the Edge" (NeurIPS 2020), Section 4 and Appendix B.3:
+of Large CNNs at the Edge" (NeurIPS 2020), Section 3.2, Figure 1(b) and
+Section 4.1: the global CNN W is divided into a small feature extractor W_e
+on the edge and a large server partition W_s; the edge adds its own
+classifier W_c (more blocks, pooling and a dense layer) to make a small
+trainable model of its own. The extractor is the CNN's stem (a 3x3
+convolution with 16 channels + BN + ReLU): its output H, 16 channels at full
+resolution, is what the device sends, and extractor + server is exactly the
+ResNet-56/110 that FedAvg trains. The official code (FedML
+`model/cv/resnet56_gkt/resnet_client.py`) takes `extracted_features` right
+after the stem's ReLU the same way.
 
-* edge model `fedgkt_edge_resnet{4,6,8}`: a 3x3 stem convolution with 16
-  channels + batch norm + ReLU, then 1, 2 or 3 BasicBlocks with 16 channels
-  (stride 1): the feature extractor, whose output H (same height and width as
-  the image, 16 channels) is what the device sends; then global average
-  pooling and a dense layer to the logits (the edge classifier). Depth =
-  1 + 2 x blocks convolutions + the dense layer.
-* server model `fedgkt_server_resnet{55,109}`: CIFAR ResNet-56/110
-  (`resnet.py`: three stages of 9/18 BasicBlocks with 16, 32 and 64
-  channels, option-A shortcuts) without its stem convolution, taking the
-  edge's 16-channel feature maps where ResNet-56/110 takes its stem's
-  output: 54/108 convolutions + the dense layer. `fedgkt_server_resnet19`
-  is ResNet-20 cut the same way (not in the paper: for fast offline runs).
-  The server model of a registry build on images of shape (H, W, C) takes
-  inputs of shape (H, W, 16) (`feature_shape`).
+The split point is a property of the edge model: its registry entry's
+`split_layer` (`SPLIT_LAYER`, "stem_relu") names the layer whose output is
+H, and `edge_with_features` / `extractor` / `extractor_and_server` take it.
 
-The edge extractor followed by the server model is therefore ResNet-56/110
-with its one-convolution stem replaced by the edge extractor (1 + 2 x blocks
-convolutions), as in the paper's Figure 1(b). FedGKT's reference code
-(FedML `resnet56_gkt`) builds its server ResNet-55 from Bottleneck blocks
-([6, 6, 6], expansion 4: 64/128/256 channels), the pretrained-ResNet variant;
-we keep the BasicBlock ResNet-56 of our zoo, the model the FedAvg baseline
-trains, so that "ResNet-56" means one model across the comparison.
+Two families, beside each other:
 
-Exact figures with 10 classes (edge on 32x32x3, server on 32x32x16;
-parameters = trainable, MACs as in `counting.py`), asserted in
-`tests/models/` (ResNet-56: 853,018 and 126,018,176):
+* ours, of the BasicBlocks of `resnet.py` (the CIFAR ResNets of He et al.
+  2016): edge `fedgkt_edge_resnet{4,6,8}` = stem + 1, 2 or 3 BasicBlocks
+  with 16 channels (the paper's Table 5: ResNet-4/6 have one and two
+  BasicBlocks) + pooling + dense; server `fedgkt_server_resnet{55,109}` =
+  CIFAR ResNet-56/110 without its stem (`fedgkt_server_resnet19`: ResNet-20
+  cut the same way, not in the paper, for fast offline runs);
+* the official code's, of the Bottleneck blocks of `bottleneck.py`, whose
+  counts are the paper's: edge `fedgkt_edge_resnet8_bottleneck` = stem + 2
+  Bottleneck blocks with 16 planes (64 channels out) + pooling + dense
+  (FedML `resnet8_56`: 8 weighted layers, 10,586 parameters, "about 11K");
+  server `fedgkt_server_resnet{55,109}_bottleneck` = `resnet56_bottleneck`
+  / `resnet110_bottleneck` without the stem (FedML `resnet56_server`, whose
+  unused stem convolution we leave out). The paper's "54x / 105x fewer
+  parameters and 9x / 17x fewer FLOPs than ResNet-56 / ResNet-110" are this
+  edge model against those full models: `pipelines.describe` prints our
+  ratios beside them (`PAPER_RATIOS`) and `tests/models/` compares them.
+
+Exact figures with 10 classes (edge on 32x32x3, server on its 32x32x16
+features; parameters = trainable, MACs as in `counting.py`), asserted in
+`tests/models/`:
 
 | model | parameters | forward MACs |
 |---|---|---|
 | fedgkt_edge_resnet4 | 5,306 | 5,210,272 |
 | fedgkt_edge_resnet6 | 9,978 | 9,961,632 |
 | fedgkt_edge_resnet8 | 14,650 | 14,712,992 |
+| fedgkt_edge_resnet8_bottleneck | 10,586 | 9,896,576 |
+| the extractor of every edge model (stem) | 464 | 458,752 |
 | fedgkt_server_resnet19 | 269,258 | 40,280,704 |
 | fedgkt_server_resnet55 | 852,554 | 125,559,424 |
 | fedgkt_server_resnet109 | 1,727,498 | 253,477,504 |
+| fedgkt_server_resnet55_bottleneck | 590,858 | 87,955,968 |
+| fedgkt_server_resnet109_bottleneck | 1,147,274 | 169,204,224 |
 
-`edge_with_features(edge)` views an edge model as image -> (features,
-logits) over the same variables; `extractor_and_server(edge, server)` is
-image -> server logits, the model FedGKT evaluates.
+`edge_with_features(edge, split_layer)` views an edge model as image ->
+(features, logits) over the same variables; `extractor_and_server(edge,
+server, split_layer)` is image -> server logits, the model FedGKT evaluates
+(and split learning trains).
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from tff_hetero.models import bottleneck
 from tff_hetero.models import resnet
 from tff_hetero.models import width as width_lib
 from tff_hetero.models.blocks import Factory
@@ -59,13 +73,42 @@ from tff_hetero.models.cnn import check_image_input
 from tff_hetero.models.errors import ModelError
 
 FEATURE_CHANNELS = 16
-# name -> BasicBlocks after the stem.
-EDGE_BLOCKS = {"fedgkt_edge_resnet4": 1, "fedgkt_edge_resnet6": 2,
-               "fedgkt_edge_resnet8": 3}
-# name -> BasicBlocks per stage (those of ResNet-56 / ResNet-110).
-SERVER_BLOCKS = {"fedgkt_server_resnet19": 3, "fedgkt_server_resnet55": 9,
-                 "fedgkt_server_resnet109": 18}
-FEATURES_LAYER_SUFFIX = "_out"
+SPLIT_LAYER = "stem_relu"
+BASIC, BOTTLENECK = "basic", "bottleneck"
+# name -> (block family, blocks after the stem).
+EDGE_MODELS = {"fedgkt_edge_resnet4": (BASIC, 1),
+               "fedgkt_edge_resnet6": (BASIC, 2),
+               "fedgkt_edge_resnet8": (BASIC, 3),
+               "fedgkt_edge_resnet8_bottleneck": (BOTTLENECK, 2)}
+# name -> (block family, blocks per stage).
+SERVER_MODELS = {"fedgkt_server_resnet19": (BASIC, 3),
+                 "fedgkt_server_resnet55": (BASIC, 9),
+                 "fedgkt_server_resnet109": (BASIC, 18),
+                 "fedgkt_server_resnet55_bottleneck": (BOTTLENECK, 6),
+                 "fedgkt_server_resnet109_bottleneck": (BOTTLENECK, 12)}
+# The server model -> the model the edge extractor + server is.
+FULL_MODEL_OF_SERVER = {
+    "fedgkt_server_resnet19": "resnet20",
+    "fedgkt_server_resnet55": "resnet56",
+    "fedgkt_server_resnet109": "resnet110",
+    "fedgkt_server_resnet55_bottleneck": "resnet56_bottleneck",
+    "fedgkt_server_resnet109_bottleneck": "resnet110_bottleneck"}
+# The edge model -> the full models of its family it is compared with.
+COMPARED_FULL_MODELS = {
+    BASIC: ("resnet56", "resnet110"),
+    BOTTLENECK: ("resnet56_bottleneck", "resnet110_bottleneck")}
+# Section 4.3 and the abstract: (edge, full) -> (parameter ratio, FLOP
+# ratio) as printed, and the edge model's parameters ("11K").
+PAPER_RATIOS = {
+    ("fedgkt_edge_resnet8_bottleneck", "resnet56_bottleneck"): (54, 9),
+    ("fedgkt_edge_resnet8_bottleneck", "resnet110_bottleneck"): (105, 17)}
+PAPER_EDGE_PARAMS = {"fedgkt_edge_resnet8_bottleneck": 11_000}
+
+
+def family(name: str) -> str:
+  """The block family (`BASIC` / `BOTTLENECK`) of an edge or server model."""
+  table = EDGE_MODELS if name in EDGE_MODELS else SERVER_MODELS
+  return table[name][0]
 
 
 def feature_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -76,20 +119,26 @@ def feature_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
 def _edge_units(name: str, input_shape: tuple[int, ...]) -> tuple[
     width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
+  kind, blocks = EDGE_MODELS[name]
+  if kind == BOTTLENECK:
+    return bottleneck.units(FEATURE_CHANNELS, blocks, (FEATURE_CHANNELS,))
   return resnet._resnet_units(  # pylint: disable=protected-access
-      FEATURE_CHANNELS, (FEATURE_CHANNELS,), EDGE_BLOCKS[name], (False,))
+      FEATURE_CHANNELS, (FEATURE_CHANNELS,), blocks, (False,))
 
 
 def _server_units(name: str, input_shape: tuple[int, ...]) -> tuple[
     width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
+  kind, blocks = SERVER_MODELS[name]
+  if kind == BOTTLENECK:
+    return bottleneck.units(None, blocks)
   return resnet._resnet_units(  # pylint: disable=protected-access
-      None, resnet.CIFAR_STAGE_WIDTHS, SERVER_BLOCKS[name],
+      None, resnet.CIFAR_STAGE_WIDTHS, blocks,
       (False,) * len(resnet.CIFAR_STAGE_WIDTHS))
 
 
 def edge_units(name: str) -> UnitsFn:
-  """Width units of edge model `name`: stem, stage1."""
+  """Width units of edge model `name`: the stem, then its blocks' units."""
 
   def units(input_shape, num_classes):
     del num_classes
@@ -99,7 +148,7 @@ def edge_units(name: str) -> UnitsFn:
 
 
 def server_units(name: str) -> UnitsFn:
-  """Width units of server model `name`: stage1..3."""
+  """Width units of server model `name`: its stages' units."""
 
   def units(input_shape, num_classes):
     del num_classes
@@ -109,65 +158,76 @@ def server_units(name: str) -> UnitsFn:
 
 
 def edge_model(name: str) -> Factory:
-  """The factory of edge model `name` (a key of `EDGE_BLOCKS`)."""
-  if name not in EDGE_BLOCKS:
+  """The factory of edge model `name` (a key of `EDGE_MODELS`)."""
+  if name not in EDGE_MODELS:
     raise KeyError(name)
+  kind, blocks = EDGE_MODELS[name]
 
   def factory(input_shape, num_classes, seed, widths=None) -> tf.keras.Model:
+    units = _edge_units(name, input_shape)
+    if kind == BOTTLENECK:
+      return bottleneck.build(name, input_shape, num_classes, seed, units,
+                              blocks, widths)
     return resnet._resnet(  # pylint: disable=protected-access
-        name, input_shape, num_classes, seed, _edge_units(name, input_shape),
-        EDGE_BLOCKS[name], (False,), widths)
+        name, input_shape, num_classes, seed, units, blocks, (False,),
+        widths)
 
   factory.__name__ = name
   return factory
 
 
 def server_model(name: str) -> Factory:
-  """The factory of server model `name` (a key of `SERVER_BLOCKS`).
+  """The factory of server model `name` (a key of `SERVER_MODELS`).
 
   `input_shape` is the image's; the model takes `feature_shape(input_shape)`.
   """
-  if name not in SERVER_BLOCKS:
+  if name not in SERVER_MODELS:
     raise KeyError(name)
+  kind, blocks = SERVER_MODELS[name]
 
   def factory(input_shape, num_classes, seed, widths=None) -> tf.keras.Model:
     units = _server_units(name, input_shape)
+    if kind == BOTTLENECK:
+      return bottleneck.build(name, feature_shape(input_shape), num_classes,
+                              seed, units, blocks, widths, stem=False,
+                              input_name="features")
     return resnet._resnet(  # pylint: disable=protected-access
-        name, feature_shape(input_shape), num_classes, seed, units,
-        SERVER_BLOCKS[name], (False,) * len(resnet.CIFAR_STAGE_WIDTHS),
-        widths, stem=False, input_name="features")
+        name, feature_shape(input_shape), num_classes, seed, units, blocks,
+        (False,) * len(resnet.CIFAR_STAGE_WIDTHS), widths, stem=False,
+        input_name="features")
 
   factory.__name__ = name
   return factory
 
 
-def features_layer(edge: tf.keras.Model) -> tf.keras.layers.Layer:
-  """The layer whose output is the edge features H (last block's output)."""
-  outs = [layer for layer in edge.layers
-          if layer.name.startswith("stage1_block") and
-          layer.name.endswith(FEATURES_LAYER_SUFFIX)]
-  if not outs:
-    raise ModelError(f"model {edge.name!r} is not a FedGKT edge model (no"
-                     " stage1_block*_out layer)")
-  return outs[-1]
+def _split_output(edge: tf.keras.Model, split_layer: str) -> tf.Tensor:
+  try:
+    return edge.get_layer(split_layer).output
+  except ValueError:
+    raise ModelError(f"model {edge.name!r} has no layer {split_layer!r} to"
+                     " split at") from None
 
 
-def edge_with_features(edge: tf.keras.Model) -> tf.keras.Model:
+def extractor(edge: tf.keras.Model, split_layer: str) -> tf.keras.Model:
+  """image -> features H: `edge` up to `split_layer`, sharing its variables."""
+  return tf.keras.Model(edge.input, _split_output(edge, split_layer),
+                        name=f"{edge.name}_extractor")
+
+
+def edge_with_features(edge: tf.keras.Model,
+                       split_layer: str) -> tf.keras.Model:
   """image -> (features H, logits), sharing `edge`'s variables."""
-  return tf.keras.Model(edge.input, [features_layer(edge).output, edge.output],
+  return tf.keras.Model(edge.input,
+                        [_split_output(edge, split_layer), edge.output],
                         name=f"{edge.name}_with_features")
 
 
-def extractor_and_server(edge: tf.keras.Model,
-                         server: tf.keras.Model) -> tf.keras.Model:
+def extractor_and_server(edge: tf.keras.Model, server: tf.keras.Model,
+                         split_layer: str) -> tf.keras.Model:
   """image -> server logits: the edge extractor, then the server model.
 
-  Its weights are the extractor's (the edge model's without the classifier)
-  followed by the server model's, in that order.
+  Its weights are the extractor's followed by the server model's.
   """
-  features = features_layer(edge).output
-  extractor = tf.keras.Model(edge.input, features,
-                             name=f"{edge.name}_extractor")
   image = tf.keras.Input(shape=edge.input.shape[1:], name="image")
-  return tf.keras.Model(image, server(extractor(image)),
+  return tf.keras.Model(image, server(extractor(edge, split_layer)(image)),
                         name=f"{edge.name}_{server.name}")

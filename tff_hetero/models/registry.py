@@ -6,7 +6,7 @@ model outputs logits, and two builds with the same arguments have identical
 initial weights (each layer's initialiser carries an explicit seed derived
 from `seed`; the TensorFlow global seed plays no part). The variants, their
 papers and their exact parameter and MAC counts are documented in `cnn.py`,
-`mlp.py`, `vgg.py`, `resnet.py` and `fedgkt.py`.
+`mlp.py`, `vgg.py`, `resnet.py`, `bottleneck.py` and `fedgkt.py`.
 
 Every model is width-capable (`width.py`): `width_units(name, input_shape,
 num_classes)` lists its width units, and `build_model(..., widths=...)`
@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import tensorflow as tf
 
+from tff_hetero.models import bottleneck
 from tff_hetero.models import cnn
 from tff_hetero.models import fedgkt
 from tff_hetero.models import mlp
@@ -57,6 +58,9 @@ class ModelSpec:
       decreasing, each below the number of units.
     images: The kind of images the model is meant for ("cifar": 32x32x3,
       "mnist": 28x28x1), e.g. for `pipelines.describe`'s default shape.
+    split_layer: For a model that is cut between a device and a server
+      (FedGKT's edge models; split learning), the layer whose output the
+      device sends: the extractor is the model up to it. None otherwise.
   """
 
   name: str
@@ -66,6 +70,7 @@ class ModelSpec:
   width_units: WidthUnitsFn
   default_start_indices: tuple[int, ...]
   images: str = "mnist"
+  split_layer: str | None = None
 
 
 _SPECS = (
@@ -142,18 +147,32 @@ _SPECS = (
         name=name,
         factory=fedgkt.edge_model(name),
         description=(
-            f"FedGKT edge ResNet-{2 * blocks + 2}: conv3x3(16)-BN-ReLU,"
-            f" {blocks} BasicBlock(16) (the feature extractor: H is the last"
-            f" block's output, 16 channels at full resolution), GAP-fc;"
-            f" {params} params on 32x32x3/10 classes"),
+            f"FedGKT edge ResNet-{2 * blocks + 2}: conv3x3(16)-BN-ReLU (the"
+            f" feature extractor: H is its output, 16 channels at full"
+            f" resolution), {blocks} BasicBlock(16), GAP-fc; {params} params"
+            f" on 32x32x3/10 classes"),
         paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
         width_units=fedgkt.edge_units(name),
         default_start_indices=(1, 0),
         images="cifar",
+        split_layer=fedgkt.SPLIT_LAYER,
     ) for name, blocks, params in (
         ("fedgkt_edge_resnet4", 1, "5,306"),
         ("fedgkt_edge_resnet6", 2, "9,978"),
         ("fedgkt_edge_resnet8", 3, "14,650"))),
+    ModelSpec(
+        name="fedgkt_edge_resnet8_bottleneck",
+        factory=fedgkt.edge_model("fedgkt_edge_resnet8_bottleneck"),
+        description=(
+            "FedGKT edge ResNet-8 of the official code (FedML resnet8_56):"
+            " conv3x3(16)-BN-ReLU (the feature extractor), 2 Bottleneck(16,"
+            " x4), GAP-fc; 10,586 params on 32x32x3/10 classes"),
+        paper="He et al. 2020 (FedGKT), Section 4.3 (11K parameters)",
+        width_units=fedgkt.edge_units("fedgkt_edge_resnet8_bottleneck"),
+        default_start_indices=(2,),
+        images="cifar",
+        split_layer=fedgkt.SPLIT_LAYER,
+    ),
     *(ModelSpec(
         name=name,
         factory=fedgkt.server_model(name),
@@ -171,6 +190,39 @@ _SPECS = (
         ("fedgkt_server_resnet19", 3, "269,258"),
         ("fedgkt_server_resnet55", 9, "852,554"),
         ("fedgkt_server_resnet109", 18, "1,727,498"))),
+    *(ModelSpec(
+        name=name,
+        factory=fedgkt.server_model(name),
+        description=(
+            f"FedGKT server ResNet-{9 * n + 1} of the official code"
+            f" (FedML resnet56_server): {full} without its stem conv, taking"
+            f" the edge's 16-channel features, 3 stages x {n}"
+            f" Bottleneck(16/32/64, x4), GAP-fc; {params} params for 10"
+            f" classes"),
+        paper="He et al. 2020 (FedGKT), official code (FedML)",
+        width_units=fedgkt.server_units(name),
+        default_start_indices=(4, 2, 1),
+        images="cifar",
+    ) for name, full, n, params in (
+        ("fedgkt_server_resnet55_bottleneck", "resnet56_bottleneck", 6,
+         "590,858"),
+        ("fedgkt_server_resnet109_bottleneck", "resnet110_bottleneck", 12,
+         "1,147,274"))),
+    *(ModelSpec(
+        name=name,
+        factory=bottleneck.resnet(name),
+        description=(
+            f"CIFAR ResNet-{9 * n + 2} of Bottleneck blocks (FedGKT's"
+            f" official code, FedML resnet{9 * n + 2}): conv3x3(16)-BN-ReLU,"
+            f" 3 stages x {n} Bottleneck(16/32/64, x4), 1x1 projection"
+            f" shortcuts, GAP-fc; {params} params on 32x32x3/10 classes"),
+        paper="He et al. 2020 (FedGKT), FedAvg's model in its official code",
+        width_units=bottleneck.resnet_units(name),
+        default_start_indices=(5, 3, 1),
+        images="cifar",
+    ) for name, n, params in (
+        ("resnet56_bottleneck", 6, "591,322"),
+        ("resnet110_bottleneck", 12, "1,147,738"))),
     ModelSpec(
         name="resnet18",
         factory=resnet.resnet18,
@@ -258,6 +310,21 @@ def get_spec(name: str) -> ModelSpec:
     raise ModelError(
         f"unknown model {name!r}; accepted: {', '.join(model_names())}")
   return spec
+
+
+def split_layer(name: str) -> str:
+  """The layer after which model `name` is cut (`ModelSpec.split_layer`).
+
+  Raises:
+    ModelError: unknown name, or a model with no split point (the message
+      lists those that have one).
+  """
+  spec = get_spec(name)
+  if spec.split_layer is None:
+    splittable = sorted(n for n, s in MODELS.items() if s.split_layer)
+    raise ModelError(f"model {name!r} has no split point; models with one:"
+                     f" {', '.join(splittable)}")
+  return spec.split_layer
 
 
 def _check_shape_and_classes(input_shape: object,
