@@ -1,7 +1,8 @@
 """Width-heterogeneous rounds against TFF itself and against hand computations.
 
-A toy width-capable CNN (conv 3x3 -> flatten -> dense -> logits, two width
-units) exercises every slicing case, the flatten->dense view included:
+A toy width-capable CNN (conv 3x3 -> conv 3x3 -> flatten -> dense -> logits,
+three width units) exercises every slicing case, the flatten->dense view
+included (AdaptiveFL's pools keep the first unit whole, I >= 1):
 
 * with one level, AdaptiveFL, HeteroFL and All-Large rounds equal TFF's
   `build_weighted_fed_avg` (the issue's correctness check);
@@ -34,8 +35,10 @@ from tff_hetero.submodels import pools
 
 _LR = 0.1
 _SHAPE = (5, 5, 1)
-_FULL = (4, 6)
-_UNITS = (WidthUnit(1, "conv1", 4, ("conv1",)), WidthUnit(2, "fc1", 6, ("fc1",)))
+_FULL = (3, 4, 6)
+_UNITS = (WidthUnit(1, "conv1", 3, ("conv1",)),
+          WidthUnit(2, "conv2", 4, ("conv2",)),
+          WidthUnit(3, "fc1", 6, ("fc1",)))
 _SPEC = collections.OrderedDict(
     x=tf.TensorSpec([None, *_SHAPE], tf.float32),
     y=tf.TensorSpec([None], tf.int32))
@@ -47,9 +50,13 @@ def _toy(widths=_FULL):
       widths[0], 3, activation="relu", name="conv1",
       kernel_initializer=tf.keras.initializers.GlorotUniform(1),
       bias_initializer=tf.keras.initializers.RandomNormal(seed=2))(inputs)
+  x = tf.keras.layers.Conv2D(
+      widths[1], 3, activation="relu", padding="same", name="conv2",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(6),
+      bias_initializer=tf.keras.initializers.RandomNormal(seed=7))(x)
   x = tf.keras.layers.Flatten()(x)
   x = tf.keras.layers.Dense(
-      widths[1], activation="relu", name="fc1",
+      widths[2], activation="relu", name="fc1",
       kernel_initializer=tf.keras.initializers.GlorotUniform(3),
       bias_initializer=tf.keras.initializers.RandomNormal(seed=4))(x)
   logits = tf.keras.layers.Dense(
@@ -140,14 +147,19 @@ def test_all_large_equals_tff_fedavg(reference_round):
   _assert_close(output.state.model.trainable, expected)
 
 
-# AdaptiveFL's pool over the toy, every unit narrowed (I = 0), so that the
-# dense layer reading the flattened convolution is sliced through its view.
-_POOL = pools.adaptivefl_pool(_UNITS, 0.5, 0.25, (0,))
+# AdaptiveFL's pool over the toy: conv1 whole (I = 1), conv2 and fc1
+# narrowed, so the dense layer reading the flattened conv2 is sliced through
+# its view.
+_POOL = pools.adaptivefl_pool(_UNITS, 0.5, 0.25, (1,))
 
 
 def test_pool_of_the_toy():
   assert [(m.level, m.widths) for m in _POOL.members] == [
-      ("S1", (1, 1)), ("M1", (2, 3)), ("L1", (4, 6))]
+      ("S1", (3, 1, 1)), ("M1", (3, 2, 3)), ("L1", (3, 4, 6))]
+  # conv1 3*3*1*3+3 = 30; conv2 9*3*c+c; flatten 3*3*c; fc1 9c*f+f; 3f+3.
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0"], client_lr=_LR)
+  assert algorithm.params == (30 + 28 + 10 + 6, 30 + 56 + 57 + 12,
+                              30 + 112 + 222 + 21)
 
 
 def test_mixed_round_equals_per_client_oracle(tff_context):
@@ -270,22 +282,30 @@ def test_round_where_nobody_can_train(tff_context):
   _assert_close(output.state.model.trainable, state.model.trainable, atol=0)
 
 
-def test_decoupled_trains_each_level_separately(tff_context):
+def test_decoupled_trains_every_model_a_device_holds(tff_context):
   del tff_context
   algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
   state = algorithm.initialize()
   params = [r.catalog.outer.params for r in algorithm.runners]  # L1, M1, S1
   clients = _clients(capacities=(params[1], params[2], params[2] - 1))
   output = algorithm.next(state, 1, clients)
-  # c0 trains M1, c1 trains S1, c2 holds nothing and takes no part.
-  assert [t.client_id for t in output.traffic] == ["c0", "c1"]
+  # c0 holds M1, so it trains M1 and S1; c1 trains S1; c2 holds nothing and
+  # takes no part. L1 is untouched.
   _assert_close(output.state.models[0].trainable, state.models[0].trainable,
                 atol=0)
-  for i, client in ((1, clients[0]), (2, clients[1])):
+  for i, members in ((1, [clients[0]]), (2, clients[:2])):
     expected = _tff_fedavg(algorithm.runners[i].catalog.outer.keras_fn,
-                           state.models[i].trainable, [client.dataset])
+                           state.models[i].trainable,
+                           [c.dataset for c in members])
     _assert_close(output.state.models[i].trainable, expected)
   assert output.metrics["M1_clients"] == 1.0
+  assert output.metrics["S1_clients"] == 2.0
+  # One traffic entry per client: c0's is the sum of its two models.
+  by_id = {t.client_id: t for t in output.traffic}
+  assert sorted(by_id) == ["c0", "c1"]
+  assert by_id["c0"].bytes_down == 4 * (params[1] + params[2])
+  assert by_id["c1"].bytes_down == 4 * params[2]
+  assert by_id["c0"].examples == 2 * clients[0].num_examples
 
 
 def test_group_computation_signature():
@@ -412,26 +432,154 @@ def test_no_query_without_batch_norm():
   assert static_batch_norm.build_statistics_query(_toy, _SPEC) is None
 
 
-def test_default_tiers_hold_exactly_their_models():
+def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
   from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   ids = [f"c{i}" for i in range(10)]
-  config = ExperimentConfig()  # weak,medium,strong 4:3:3, no capacities.
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR)
-  population = loop.build_population(config, ids, _TASK, algorithm)
-  expected = {"weak": "S1", "medium": "M1", "strong": "L1"}
-  for tier in population.tiers:
-    level = algorithm.catalog.by_name(expected[tier.name])
-    assert (tier.capacity_params, tier.capacity_flops) == (
-        level.params, level.forward_flops)
-  rates = {"weak": 0.25, "medium": 0.5, "strong": 1.0}
-  hetero = heterofl.HeteroFL(_TASK, rates, client_lr=_LR)
-  population = loop.build_population(config, ids, _TASK, hetero)
-  assert [t.capacity_params for t in population.tiers] == [
-      hetero.catalog.levels[i].params for i in range(3)]
-  # Explicit fractions win.
-  explicit = attrs.evolve(config, tier_capacities="0.5:0.5:1")
-  population = loop.build_population(explicit, ids, _TASK, algorithm)
-  full = algorithm.catalog.outer.params
-  assert [t.capacity_params for t in population.tiers] == [
-      round(full / 2), round(full / 2), full]
+  full = 385  # test_pool_of_the_toy
+  config = ExperimentConfig()  # weak,medium,strong 4:3:3, 0.25:0.5:1.
+  population = loop.build_population(config, ids, _TASK)
+  # floor(f x 385 + 0.5): 96.25 -> 96, 192.5 -> 193.
+  assert [t.capacity_params for t in population.tiers] == [96, 193, full]
+  # Parameter counts as given; HeteroFL's rates are the largest k/100 whose
+  # uniform (ceil) sub-model fits, by hand (conv1 10c1, conv2 9c1c2+c2,
+  # fc1 9c2f+f, logits 3f+3):
+  #   rate 0.5 -> (2, 2, 3): 20 + 38 + 57 + 12 = 127 <= 130;
+  #   rate 0.51 -> (2, 3, 4): 20 + 57 + 112 + 15 = 204 > 130;
+  #   rate 0.75 -> (3, 3, 5): 30 + 84 + 140 + 18 = 272 <= 300;
+  #   rate 0.76 -> (3, 4, 5): 30 + 112 + 185 + 18 = 345 > 300.
+  given = attrs.evolve(config, tier_capacities="130:300:1")
+  assert [t.capacity_params for t in loop.resolve_tiers(given, _TASK)] == [
+      130, 300, full]
+  assert heterofl.tier_rates_from_config(given, _TASK) == {
+      "weak": 0.5, "medium": 0.75, "strong": 1.0}
+  assert heterofl.sub_model_params(_TASK, 0.51) == 204
+  assert heterofl.sub_model_params(_TASK, 0.76) == 345
+  # Given rates are checked against the capacities.
+  assert heterofl.tier_rates_from_config(
+      attrs.evolve(given, heterofl_rates="0.25:0.5:1"), _TASK) == {
+          "weak": 0.25, "medium": 0.5, "strong": 1.0}
+  with pytest.raises(UsageError, match=(
+      "--heterofl_rates: rate 0.76 of tier medium needs 345 parameters, above"
+      " its capacity 300")):
+    heterofl.tier_rates_from_config(
+        attrs.evolve(given, heterofl_rates="0.5:0.76:1"), _TASK)
+  # A tier that holds nothing trains nothing.
+  assert heterofl.tier_rates_from_config(
+      attrs.evolve(config, tier_capacities="2:300:1"), _TASK)["weak"] is None
+
+
+class _Sealed:
+  """A capacity the server must not read: any use but unsealing fails."""
+
+  def __init__(self, capacity):
+    object.__setattr__(self, "_capacity", capacity)
+
+  def __getattribute__(self, name):
+    if name == "unseal":
+      return lambda: object.__getattribute__(self, "_capacity")
+    raise AssertionError(f"the server read a capacity ({name})")
+
+  def _fail(self, *args):
+    raise AssertionError("the server used a capacity")
+
+  __eq__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __int__ = _fail
+  __float__ = __index__ = __iter__ = __len__ = __getitem__ = __hash__ = _fail
+  __array__ = _fail
+
+
+def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
+  """Only the device's own reading (`device_budget`) may open a capacity."""
+  del tff_context
+  device_budget = adaptivefl.device_budget
+  monkeypatch.setattr(adaptivefl, "device_budget",
+                      lambda sealed: device_budget(sealed.unseal()))
+  with pytest.raises(AssertionError, match="read a capacity"):
+    _ = _Sealed(Capacity(1, None)).params
+  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
+                                    client_lr=_LR)
+  params = algorithm.params
+  state = algorithm.initialize()
+  # Planning never sees a capacity at all.
+  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+  plan = algorithm.plan_round(state, 1, ["c0", "c1", "c2"], 3,
+                              CohortSampler(0))
+  assert sorted(a.client_id for a in plan) == ["c0", "c1", "c2"]
+  # As in the mixed round: c0 keeps L1, c1 prunes L1 to M1, c2 M1 to S1.
+  clients = [attrs.evolve(c, capacity=_Sealed(c.capacity))
+             for c in _clients(assignments=(2, 2, 1),
+                               capacities=(None, params[1], params[0]))]
+  output = algorithm.next(state, 1, clients)
+  assert output.metrics["pruned"] == 2.0
+  assert output.metrics["failed"] == 0.0
+  np.testing.assert_array_equal(output.state.tables.resource[:, 1], [1, 2, 0])
+  by_id = {t.client_id: t for t in output.traffic}
+  assert [by_id[f"c{i}"].flops // _SIZES[i] for i in range(3)] == [
+      algorithm.catalog.levels[t].training_flops_per_example
+      for t in (2, 1, 0)]
+
+
+def test_four_algorithms_train_within_one_population(tff_context,
+                                                     monkeypatch):
+  """One population for all: no device trains more than its capacity.
+
+  Every group a round runs is recorded where the computations are called
+  (`HeterogeneousRounds.run`), with the level its clients train. All-Large
+  ignores capacities by design: everyone trains L1.
+  """
+  del tff_context
+  from tff_hetero import devices  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+  ids = [f"c{i}" for i in range(8)]
+  # S1 74, M1 155, L1 385 (test_pool_of_the_toy); capacities fluctuate
+  # across them from round to round.
+  tiers = (devices.TierSpec("weak", 2, capacity_params=120, fluctuation=0.5),
+           devices.TierSpec("medium", 1, capacity_params=200,
+                            fluctuation=0.5),
+           devices.TierSpec("strong", 1, capacity_params=390,
+                            fluctuation=0.2))
+  population = devices.assign_tiers(ids, tiers, seed=3)
+  datasets = {c: _dataset(i, 4) for i, c in enumerate(ids)}
+  trained = []
+  run = width_rounds.HeterogeneousRounds.run
+
+  def recording_run(self, weights, groups, unserved=()):
+    for group in groups:
+      trained.extend((c.client_id, group.trained.params)
+                     for c in group.clients)
+    return run(self, weights, groups, unserved)
+
+  monkeypatch.setattr(width_rounds.HeterogeneousRounds, "run", recording_run)
+  hetero_rates = {"weak": 0.5, "medium": 0.75, "strong": 1.0}
+  algorithms = {
+      "adaptivefl": adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR),
+      "heterofl": heterofl.HeteroFL(_TASK, hetero_rates, client_lr=_LR),
+      "decoupled": decoupled.Decoupled(_TASK, _POOL, client_lr=_LR),
+      "all_large": all_large.AllLarge(_TASK, client_lr=_LR),
+  }
+  seen_capacities = set()
+  for name, algorithm in algorithms.items():
+    state = algorithm.initialize()
+    sampler = CohortSampler(0)
+    for round_num in (1, 2):
+      trained.clear()
+      plan = algorithm.plan_round(state, round_num, ids, 4, sampler)
+      capacities = {a.client_id: population.capacity_at_round(a.client_id,
+                                                              round_num)
+                    for a in plan}
+      clients = [api.ClientRound(
+          client_id=a.client_id, dataset=datasets[a.client_id],
+          num_examples=4, capacity=capacities[a.client_id],
+          tier=population.tier_of(a.client_id), assignment=a.payload)
+                 for a in plan]
+      state = algorithm.next(state, round_num, clients).state
+      assert trained, name
+      for client_id, params in trained:
+        if name == "all_large":
+          assert params == 385
+        else:
+          assert params <= capacities[client_id].params, (name, client_id)
+      seen_capacities.update(c.params for c in capacities.values())
+  # The population did reach below S1 / M1 / L1 in some rounds.
+  assert min(seen_capacities) < 155 and max(seen_capacities) > 155

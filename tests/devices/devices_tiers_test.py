@@ -112,3 +112,18 @@ def test_resolve_capacities_rejects_bad_sizes():
             "full_params")
   _one_line(lambda: devices.resolve_capacities(devices.parse_tiers(), 10, 1.5),
             "full_flops")
+
+
+def test_capacities_as_parameter_counts():
+  # A value > 1 is a number of parameters: kept as given, MACs unlimited;
+  # fractions resolve against the full model: floor(f x 1000 + 0.5).
+  tiers = devices.parse_tiers("weak,medium,strong", "4:3:3",
+                              capacities="250:0.5:1")
+  assert [(t.capacity_params, t.capacity_fraction) for t in tiers] == [
+      (250, None), (None, 0.5), (None, 1.0)]
+  resolved = devices.resolve_capacities(tiers, 1000, 80)
+  assert [(t.capacity_params, t.capacity_flops) for t in resolved] == [
+      (250, None), (500, 40), (1000, 80)]
+  _one_line(lambda: devices.parse_tiers("weak,medium,strong", "4:3:3",
+                                        capacities="250.5:0.5:1"),
+            "--tier_capacities", "'250.5'", "whole number of parameters")

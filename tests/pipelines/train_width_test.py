@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _FLAGS = ["--algorithm=adaptivefl", "--dataset=synthetic", "--model=small_cnn",
           "--num_clients=8", "--clients_per_round=4", "--batch_size=10",
           "--client_lr=0.1", "--noprogress", "--checkpoint_every=1",
-          "--pool_ratios=0.5:0.25", "--pool_start_indices=1:0"]
+          "--pool_ratios=0.5:0.25", "--pool_start_indices=1"]
 
 
 def test_adaptivefl_run_resume_and_outputs(tmp_path):

@@ -51,8 +51,11 @@ def _build(name, widths=None):
 
 def _levels(name):
   units = models.width_units(name, _SHAPES[name], 10)
-  start = models.MODELS[name].default_start_indices[-1]
-  pool = pools.adaptivefl_pool(units, 0.66, 0.4, (start,))
+  starts = models.MODELS[name].default_start_indices
+  if not starts:  # One width unit (mlp): narrow it, as HeteroFL would.
+    return (models.widths_for(units, 0.66, 0, "floor"),
+            models.widths_for(units, 0.4, 0, "floor"))
+  pool = pools.adaptivefl_pool(units, 0.66, 0.4, (starts[-1],))
   return pool.member("M1").widths, pool.member("S1").widths
 
 

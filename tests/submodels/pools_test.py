@@ -2,6 +2,7 @@
 
 import pytest
 
+from tff_hetero import models
 from tff_hetero.models import ModelError
 from tff_hetero.models.width import WidthUnit
 from tff_hetero.models.width import contains
@@ -44,18 +45,60 @@ def test_adaptivefl_pool_members():
     ((0.4, 0.66), (2, 1), "below the M-level"),
     ((0.66, 1.2), (2, 1), r"in \(0, 1\)"),
     ((0.66, 0.4), (1, 2), "decreasing"),
-    ((0.66, 0.4), (3,), "0..2"),
+    ((0.66, 0.4), (3,), "1..2"),
+    ((0.66, 0.4), (1, 0), r"1..2 \(I >= tau=1"),  # I = 0 prunes layer 1.
     ((0.66, 0.4), (), "at least one"),
 ])
 def test_adaptivefl_pool_errors(ratios, starts, message):
-  with pytest.raises(ModelError, match=message):
+  with pytest.raises(ModelError, match=message) as info:
     pools.adaptivefl_pool(UNITS, *ratios, starts)
+  assert "\n" not in str(info.value)
 
 
-def test_uniform_pool_is_heterofl():
-  pool = pools.uniform_pool(UNITS, [0.25, 1.0, 0.5])
-  assert pool.levels() == ("x0.25", "x0.5", "x1")
-  assert pool.member("x0.25").widths == (16, 32, 25)
-  assert [m.size_class for m in pool.members] == ["S", "M", "L"]
-  with pytest.raises(ModelError, match="include 1"):
-    pools.uniform_pool(UNITS, [0.5])
+def test_tau_above_one():
+  with pytest.raises(ModelError, match=r"2..2 \(I >= tau=2"):
+    pools.adaptivefl_pool(UNITS, 0.66, 0.4, (2, 1), min_start_index=2)
+  assert len(pools.adaptivefl_pool(UNITS, 0.66, 0.4, (2,), 2).members) == 3
+  with pytest.raises(ModelError, match="tau must be an integer >= 1"):
+    pools.adaptivefl_pool(UNITS, 0.66, 0.4, (2, 1), min_start_index=0)
+
+
+def test_sizes_must_increase_in_pool_order():
+  pool = pools.adaptivefl_pool(UNITS, 0.66, 0.40, (2, 1))
+  pools.check_increasing_sizes(pool, [1, 2, 3, 4, 5])
+  with pytest.raises(ModelError) as info:
+    pools.check_increasing_sizes(pool, [3702, 11910, 10760, 10760, 21840])
+  assert str(info.value) == (
+      "pool sizes must increase in pool order (S1 >= M2; M2 >= M1): S2 3,702,"
+      " S1 11,910, M2 10,760, M1 10,760, L1 21,840 parameters; choose other"
+      " start indices or width ratios")
+
+
+_IMAGES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
+
+
+@pytest.mark.parametrize("name", sorted(models.MODELS))
+def test_default_pool_of_every_model_grows_in_pool_order(name):
+  """Sizes increase in pool order for every model's default start indices.
+
+  Every neighbour in pool order but (S_1, M_p) is a strict part of the next
+  member (same ratio and a larger I, or the same I and a larger ratio, or
+  L1): checked on the widths. Only S_1 < M_p needs the parameter counts
+  (two builds per model, so deep models stay cheap).
+  """
+  spec = models.MODELS[name]
+  shape = _IMAGES[spec.images]
+  units = models.width_units(name, shape, 10)
+  if not spec.default_start_indices:
+    assert len(units) == 1  # Nothing after the first unit to narrow.
+    return
+  pool = pools.adaptivefl_pool(units, 0.66, 0.40, spec.default_start_indices)
+  members = pool.members
+  s1 = pool.member("S1")
+  mp = pool.of_class("M")[0]
+  for a, b in zip(members, members[1:]):
+    if (a, b) != (s1, mp):
+      assert contains(b.widths, a.widths) and a.widths != b.widths, (a, b)
+  s1_params, mp_params = (models.count_params(models.build_model(
+      name, shape, 10, seed=0, widths=m.widths)).trainable for m in (s1, mp))
+  assert s1_params < mp_params, (name, s1_params, mp_params)

@@ -4,7 +4,9 @@ for Resource-Constrained AIoT Systems", DAC 2024).
 Each round (Algorithm 1):
 
 1. the server draws K models uniformly, with replacement, from the pool
-   R = {S_p, ..., S_1, M_p, ..., M_1, L1} (`tff_hetero.submodels.pools`);
+   R = {S_p, ..., S_1, M_p, ..., M_1, L1} (`tff_hetero.submodels.pools`; the
+   pool must be valid: start indices I >= tau >= 1 and sizes increasing in
+   pool order, else a one-line error naming the sizes);
 2. for each drawn model m it picks a client with probability proportional to
    the reward R(m, c) = min(0.5, R_s(m, c)) x R_c(m, c) among the available
    clients not yet picked this round (Section 3.3), where
@@ -14,24 +16,43 @@ Each round (Algorithm 1):
    with T_r the resource table (one row per pool member, in pool order) and
    T_c the curiosity table (one row per model type S, M, L), both 1 at the
    start;
-3. the client (its device, not the server) keeps the model if it fits its
-   resource capacity, else prunes it to the largest pool member that is part
-   of it, fits, and has I >= tau (Section 3.2), trains that, and returns it
-   with its level;
-4. the server aggregates the returned sub-models per element, weighted by
-   data size, keeping elements nobody returned (Algorithm 2,
-   `width_rounds.py`), and updates the tables from (sent, returned):
+3. phase one, on the devices: each client receives the index of the member
+   it was sent and decides, from its own capacity, what it will train: the
+   member itself if it fits, else the largest pool member that is part of it,
+   fits and has I >= tau (Section 3.2), or nothing. This runs in a
+   CLIENTS-placed computation (`DeviceDecision`,
+   `<{int32}@CLIENTS, {float64}@CLIENTS> -> {int32}@CLIENTS`); the server
+   learns only the member index each device answers (-1: nothing);
+4. phase two: the groups (member sent, member trained) train and the server
+   aggregates the returned sub-models per element, weighted by data size,
+   keeping elements nobody returned (Algorithm 2, `width_rounds.py`);
+5. the server updates the tables from (sent, returned) (`update_tables`):
      T_c[type(sent)][c] += 1;  T_c[type(returned)][c] += 1
      kept:   T_r[t][c] += 1 for every t >= sent;  T_r[L1][c] += p - 1
-     pruned: T_r[returned][c] += p; then T_r[t][c] = max(T_r[t][c] - tau, 0)
-             for t = returned, returned+1, ..., L1 with tau = 0, 1, 2, ...
+     pruned: T_r[returned][c] += p; then T_r[t][c] = max(T_r[t][c] - tau_t, 0)
+             with tau_t = t - returned, for the members t known not to fit
+             (see "Table updates" below).
 
-The server never reads a device's capacity: `plan_round` sees only the
-tables, and the capacity reaches `choose_trained_member`, the device's own
-decision, through the client's `ClientRound`. (`tier_capacities` only sets
-up the simulated devices as Section 4.1 describes them: without
-`--tier_capacities` a weak device holds exactly S1, a medium one M1, a strong
-one L1.)
+The server never reads a device's capacity: `plan_round` and
+`update_tables` see only the tables and the answers, and in `next` the
+capacity goes, unread, from `ClientRound.capacity` through `device_budget`
+(the device's own reading of it) into the client-placed decision (tested
+with capacities that fail on any other use). Capacities belong to the device
+population (`--tier_capacities`, the same for every algorithm); the device
+measures a model's size in trainable parameters (`Capacity.params`; the
+MAC budget is not used, as in the paper and its reference code).
+
+Table updates. Algorithm 1 assumes size(returned) <= Gamma < size(m^), m^
+the member right after `returned` in the pool, so every member after
+`returned` is penalised. A device here can reach only the members that are
+part of what it received (the paper's prune(W; r_w, I) of the received W),
+so a member between `returned` and the smallest larger member it could reach
+(e.g. S1 for a device sent M2: S1 keeps layers M2 narrows) may well fit.
+`update_tables` therefore penalises only the members known not to fit: every
+member from the smallest reachable member larger than `returned` on (pool
+sizes increase, so all later ones are larger); members in between keep their
+score. With nested pools (every smaller member part of every larger one)
+this is Algorithm 1 exactly.
 
 Decisions where the paper is silent or its reference code
 (mastlab-T3S/AdaptiveFL) differs:
@@ -41,8 +62,10 @@ Decisions where the paper is silent or its reference code
 * The kept branch adds p - 1 to T_r[L1] whatever was sent (Algorithm 1,
   line 21); the reference adds it only when L1 was sent.
 * A client prunes only to members that are part of what it received (the
-  paper's prune(W; r_w, I) of the received W); the reference falls back to
-  the largest pool member that fits, which need not be a sub-model of it.
+  paper's prune of the received W); the reference falls back to the largest
+  pool member that fits, which need not be a sub-model of it (its simulation
+  trains the server's own copy of that member). The table update follows
+  what the device could reach (above).
 * A client that cannot hold even the smallest part receives the model and
   returns nothing; its tables are updated as a prune to S_p without the
   credit for S_p: T_c[type(sent)] += 1 and T_r[t] -= 0, 1, 2, ... from S_p
@@ -50,6 +73,9 @@ Decisions where the paper is silent or its reference code
   capacity recover.
 * If every available client has reward 0 for a model, the client is drawn
   uniformly among the available ones.
+* Start indices I = 0 and pools whose sizes do not increase are rejected
+  (the earlier defaults of the small models had both); `--prune_min_start_index`
+  (tau) defaults to 1.
 * Batch normalisation is static (`static_batch_norm.py`); the reference
   evaluates with test-batch statistics.
 
@@ -57,7 +83,9 @@ Ablation variants (Figure 5): `greedy` always sends L1 to uniformly chosen
 clients; `random` draws models and clients uniformly; `curiosity` uses the
 reward R_c only, `resource` R_s only (without the 0.5 cap, which only exists
 to hand ties to curiosity). A pool with one start index (p = 1) is the
-coarse-grained ablation of Table 4.
+coarse-grained ablation of Table 4. `plan_selection` is the selection of
+every variant; `adaptivefl_simulation.py` runs it with `update_tables` and
+the device rule over many rounds without training.
 
 Metrics each round: `waste_rate` = 1 - sum(bytes of returned models) /
 sum(bytes of sent models), both measured on the tensors sent (and the two
@@ -71,6 +99,7 @@ statistics, and their mean (`avg_accuracy`), the paper's "full" and "avg".
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -83,12 +112,8 @@ from tff_hetero.models import width as width_lib
 from tff_hetero.submodels import pools as pools_lib
 
 SELECTIONS = ("rl", "greedy", "random", "curiosity", "resource")
-# Section 4.1: "weak devices can only accommodate weak models, medium devices
-# can train medium or small models, while strong devices can accommodate
-# models of any type". Without --tier_capacities each such tier can hold
-# exactly the largest model of its type.
-TIER_LEVELS = {"weak": "S1", "medium": "M1", "strong": "L1"}
 _TYPE_ROWS = {c: i for i, c in enumerate(pools_lib.SIZE_CLASSES)}
+NOTHING = -1  # A device's answer when no part of what it received fits.
 
 
 @attrs.frozen
@@ -175,10 +200,51 @@ def select_clients(tables: SelectionTables, pool: pools_lib.SubModelPool,
   return chosen
 
 
+def plan_selection(tables: SelectionTables, pool: pools_lib.SubModelPool,
+                   candidates: np.ndarray, count: int, selection: str,
+                   rng: np.random.Generator) -> list[tuple[int, int]]:
+  """The round's (client index, member index) pairs under `selection`.
+
+  Steps 1-2 of the module docstring for `rl`, `curiosity` and `resource`;
+  `greedy` sends L1 to `count` clients drawn uniformly, `random` draws the
+  members as `rl` does and the clients uniformly (both without repeats).
+  """
+  candidates = np.asarray(candidates, bool)
+  count = min(int(count), int(candidates.sum()))
+  if selection == "greedy":
+    drawn = [pool.full] * count
+  else:
+    drawn = [pool.members[int(i)]
+             for i in rng.integers(0, len(pool.members), size=count)]
+  if selection in ("greedy", "random"):
+    clients = rng.choice(np.flatnonzero(candidates), size=count,
+                         replace=False)
+  else:
+    clients = select_clients(tables, pool, drawn, candidates, selection, rng)
+  return [(int(c), m.index) for c, m in zip(clients, drawn)]
+
+
+def reachable(pool: pools_lib.SubModelPool, sent: int,
+              min_start_index: int) -> list[int]:
+  """Indices of the members a device sent member `sent` can train.
+
+  `sent` itself and every member that is part of it with I >= tau.
+  """
+  outer = pool.members[sent].widths
+  return [m.index for m in pool.members
+          if m.index == sent or (width_lib.contains(outer, m.widths)
+                                 and m.start_index >= min_start_index)]
+
+
 def update_tables(tables: SelectionTables, pool: pools_lib.SubModelPool,
-                  client: int, sent: int, returned: Optional[int],
-                  p: int) -> SelectionTables:
-  """Algorithm 1, lines 12-28, for one client (module docstring)."""
+                  client: int, sent: int, returned: Optional[int], p: int,
+                  min_start_index: int = 1) -> SelectionTables:
+  """Algorithm 1, lines 12-28, for one client (module docstring).
+
+  In the pruned case only the members known not to fit lose score: those
+  from the smallest member larger than `returned` that the device could
+  reach from `sent` on (pool sizes increase in pool order).
+  """
   curiosity = tables.curiosity.copy()
   resource = tables.resource.copy()
   members = pool.members
@@ -189,36 +255,96 @@ def update_tables(tables: SelectionTables, pool: pools_lib.SubModelPool,
   if returned == sent:
     resource[sent:, client] += 1
     resource[last, client] += p - 1
+    return SelectionTables(curiosity, resource)
+  base = 0 if returned is None else returned
+  if returned is None:
+    first_unfit = 0  # Nothing fitted: S_p (part of every member) did not.
   else:
-    start = 0 if returned is None else returned
-    if returned is not None:
-      resource[returned, client] += p
-    for tau, t in enumerate(range(start, last + 1)):
-      resource[t, client] = max(resource[t, client] - tau, 0)
+    resource[returned, client] += p
+    first_unfit = min(i for i in reachable(pool, sent, min_start_index)
+                      if i > returned)
+  for t in range(first_unfit, last + 1):
+    resource[t, client] = max(resource[t, client] - (t - base), 0)
   return SelectionTables(curiosity, resource)
 
 
 def choose_trained_member(pool: pools_lib.SubModelPool,
                           params: Sequence[int], sent: int,
-                          capacity_params: Optional[int],
-                          min_start_index: int = 0) -> Optional[int]:
-  """The device's choice (Section 3.2): what it trains of member `sent`.
+                          capacity_params: Optional[float],
+                          min_start_index: int = 1) -> Optional[int]:
+  """The device's rule (Section 3.2): what it trains of member `sent`.
 
   `params[i]` is member i's trainable parameter count. Returns `sent` if it
   fits `capacity_params` (None: no limit), else the largest member by
-  parameters that is part of `sent`, has I >= `min_start_index` and fits;
-  None if nothing fits.
+  parameters that `reachable` from `sent` and fits; None if nothing fits.
+  `DeviceDecision` is the same rule as a client-placed TFF computation; this
+  NumPy form is its specification (tested equal) and what the selection
+  simulation runs.
   """
   if capacity_params is None or params[sent] <= capacity_params:
     return sent
-  outer = pool.members[sent].widths
-  fitting = [m.index for m in pool.members
-             if m.index != sent and width_lib.contains(outer, m.widths)
-             and m.start_index >= min_start_index
-             and params[m.index] <= capacity_params]
+  fitting = [i for i in reachable(pool, sent, min_start_index)
+             if params[i] <= capacity_params]
   if not fitting:
     return None
   return max(fitting, key=lambda i: (params[i], i))
+
+
+def device_budget(capacity) -> np.float64:
+  """The device's own reading of its capacity: parameters it can train.
+
+  `capacity` is a `tff_hetero.devices.Capacity` or None (no limit: +inf).
+  In `AdaptiveFL.next` this is the only reader of a capacity, and its value
+  goes straight into the client-placed `DeviceDecision`.
+  """
+  if capacity is None or capacity.params is None:
+    return np.float64(math.inf)
+  return np.float64(capacity.params)
+
+
+class DeviceDecision:
+  """Phase one of a round: each device answers what it will train.
+
+      (<{int32}@CLIENTS, {float64}@CLIENTS> -> {int32}@CLIENTS)
+
+  maps each client's sent member index and its own parameter budget to the
+  member it will train (`choose_trained_member` in TensorFlow), or
+  `NOTHING`. The pool's sizes and which members each member can reach are
+  constants of the client computation.
+  """
+
+  def __init__(self, pool: pools_lib.SubModelPool, params: Sequence[int],
+               min_start_index: int):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    n = len(pool.members)
+    reach = np.zeros([n, n], bool)
+    for sent in range(n):
+      reach[sent, reachable(pool, sent, min_start_index)] = True
+    sizes = np.asarray(params, np.float64)
+
+    @tff.tensorflow.computation(np.int32, np.float64)
+    def decide_one(sent, budget):
+      fits = tf.logical_and(tf.gather(tf.constant(reach), sent),
+                            tf.constant(sizes) <= budget)
+      best = tf.cast(tf.argmax(tf.where(fits, tf.constant(sizes),
+                                        tf.constant(-1.0, tf.float64))),
+                     tf.int32)
+      return tf.where(tf.reduce_any(fits), best, tf.constant(NOTHING))
+
+    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS),
+                               tff.FederatedType(np.float64, tff.CLIENTS))
+    def decide(sent, budget):
+      return tff.federated_map(decide_one, (sent, budget))
+
+    self.computation = decide
+
+  def __call__(self, sent: Sequence[int],
+               budgets: Sequence[np.float64]) -> list[Optional[int]]:
+    if not sent:
+      return []
+    answers = self.computation([np.int32(s) for s in sent], list(budgets))
+    return [None if int(a) == NOTHING else int(a) for a in answers]
 
 
 class AdaptiveFL(api.FederatedAlgorithm):
@@ -229,7 +355,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
   def __init__(self, task: api.Task, pool: pools_lib.SubModelPool,
                client_ids: Sequence[str], *, client_lr: float,
                client_momentum: float = 0.0, server_lr: float = 1.0,
-               selection: str = "rl", min_start_index: int = 0,
+               selection: str = "rl", min_start_index: int = 1,
                prox_mu: float = 0.0):
     if selection not in SELECTIONS:
       raise ValueError(f"selection must be one of {SELECTIONS}, got"
@@ -241,16 +367,14 @@ class AdaptiveFL(api.FederatedAlgorithm):
     self._client_index = {c: i for i, c in enumerate(self.client_ids)}
     self.catalog = width_rounds.LevelCatalog(
         task, [(m.level, m.widths) for m in pool.members])
+    self.params = tuple(level.params for level in self.catalog.levels)
+    pools_lib.check_increasing_sizes(pool, self.params)
     self.rounds = width_rounds.HeterogeneousRounds(
         self.catalog, client_lr=client_lr, client_momentum=client_momentum,
         prox_mu=prox_mu, server_lr=server_lr)
-    self.params = tuple(level.params for level in self.catalog.levels)
     # p: start indices per level (the pool's M members).
     self.p = max(1, len(pool.of_class("M")))
-
-  def tier_capacities(self, tier_names):
-    return {t: self.catalog.by_name(TIER_LEVELS[t]).capacity()
-            for t in tier_names if t in TIER_LEVELS}
+    self._decision = None
 
   def initialize(self) -> AdaptiveFLState:
     return AdaptiveFLState(
@@ -261,35 +385,30 @@ class AdaptiveFL(api.FederatedAlgorithm):
                  available: Sequence[str], size: int,
                  sampler: Any) -> list[api.Assignment]:
     del round_num
-    rng = sampler.rng
-    count = min(size, len(available))
-    if self.selection == "greedy":
-      full = self.pool.full.index
-      return [api.Assignment(c, full) for c in sampler.sample(available, count)]
-    drawn = [self.pool.members[int(i)]
-             for i in rng.integers(0, len(self.pool.members), size=count)]
-    if self.selection == "random":
-      return [api.Assignment(c, m.index)
-              for c, m in zip(sampler.sample(available, count), drawn)]
     candidates = np.zeros(len(self.client_ids), bool)
     candidates[[self._client_index[c] for c in available]] = True
-    chosen = select_clients(state.tables, self.pool, drawn, candidates,
-                            self.selection, rng)
-    return [api.Assignment(self.client_ids[c], m.index)
-            for c, m in zip(chosen, drawn)]
+    pairs = plan_selection(state.tables, self.pool, candidates, size,
+                           self.selection, sampler.rng)
+    return [api.Assignment(self.client_ids[c], m) for c, m in pairs]
+
+  def decide(self, sent: Sequence[int], capacities: Sequence[Any]
+             ) -> list[Optional[int]]:
+    """Phase one: the members the devices will train (None: nothing)."""
+    if self._decision is None:
+      self._decision = DeviceDecision(self.pool, self.params,
+                                      self.min_start_index)
+    return self._decision(sent, [device_budget(c) for c in capacities])
 
   def next(self, state: AdaptiveFLState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:
     del round_num
     levels = self.catalog.levels
+    sent_members = [int(client.assignment) for client in clients]
+    answers = self.decide(sent_members, [c.capacity for c in clients])
     by_group = collections.OrderedDict()
     unserved = []
     outcomes = []
-    for client in clients:
-      sent = int(client.assignment)
-      capacity = None if client.capacity is None else client.capacity.params
-      trained = choose_trained_member(self.pool, self.params, sent, capacity,
-                                      self.min_start_index)
+    for client, sent, trained in zip(clients, sent_members, answers):
       outcomes.append((client.client_id, sent, trained))
       if trained is None:
         unserved.append((levels[sent], client))
@@ -301,7 +420,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
     tables = state.tables
     for client_id, sent, trained in outcomes:
       tables = update_tables(tables, self.pool, self._client_index[client_id],
-                             sent, trained, self.p)
+                             sent, trained, self.p, self.min_start_index)
     metrics = result.metrics
     metrics["waste_rate"] = (
         1.0 - result.returned_model_bytes / result.sent_model_bytes
@@ -326,7 +445,11 @@ class AdaptiveFL(api.FederatedAlgorithm):
 
 
 def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
-  """The AdaptiveFL pool of `--pool_ratios` and `--pool_start_indices`."""
+  """The AdaptiveFL pool of `--pool_ratios`, `--pool_start_indices` and tau.
+
+  Only the start indices are checked here; `AdaptiveFL` checks that the
+  sizes increase once the members are built.
+  """
   from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.config import parse_number_list  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
@@ -337,30 +460,44 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
     raise UsageError("--pool_ratios",
                      f"needs two ratios M:S (e.g. 0.66:0.4), got"
                      f" {config.pool_ratios!r}")
+  if not 0 < ratios[1] < ratios[0] < 1:
+    raise UsageError("--pool_ratios",
+                     f"needs 0 < S < M < 1, got {config.pool_ratios!r}")
   if config.pool_start_indices:
     starts = parse_number_list("--pool_start_indices",
                                config.pool_start_indices, int)
   else:
     starts = list(models_lib.MODELS[task.model_name].default_start_indices)
-  if not 0 < ratios[1] < ratios[0] < 1:
-    raise UsageError("--pool_ratios",
-                     f"needs 0 < S < M < 1, got {config.pool_ratios!r}")
+    if not starts:
+      raise UsageError(
+          "--model", f"{task.model_name} has {len(task.width_units)} width"
+          " unit(s): no AdaptiveFL pool keeps the first layer whole (I >= 1)"
+          " and narrows a later one")
   try:
-    return pools_lib.adaptivefl_pool(task.width_units, *ratios, starts)
+    return pools_lib.adaptivefl_pool(task.width_units, *ratios, starts,
+                                     config.prune_min_start_index)
   except models_lib.ModelError as e:
     raise UsageError("--pool_start_indices", str(e)) from None
 
 
 def build_adaptivefl(config, task: api.Task,
                      client_ids: Sequence[str]) -> AdaptiveFL:
+  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if config.adaptivefl_selection not in SELECTIONS:
     raise UsageError(
         "--adaptivefl_selection",
         f"unknown value {config.adaptivefl_selection!r}; accepted: "
         + ", ".join(SELECTIONS))
-  return AdaptiveFL(
-      task, pool_from_config(config, task), client_ids,
-      client_lr=config.client_lr, client_momentum=config.client_momentum,
-      server_lr=config.server_lr, selection=config.adaptivefl_selection,
-      min_start_index=config.prune_min_start_index)
+  pool = pool_from_config(config, task)
+  try:
+    return AdaptiveFL(
+        task, pool, client_ids,
+        client_lr=config.client_lr, client_momentum=config.client_momentum,
+        server_lr=config.server_lr, selection=config.adaptivefl_selection,
+        min_start_index=config.prune_min_start_index)
+  except models_lib.ModelError as e:
+    raise UsageError(
+        "--pool_start_indices",
+        f"{e} (--pool_ratios={config.pool_ratios}, --pool_start_indices="
+        f"{config.pool_start_indices or 'the model default'})") from None

@@ -85,8 +85,10 @@ class ClientRound:
     num_examples: Examples in `dataset` (all epochs): what the client will
       process if it trains on all of it.
     capacity: Its device capacity this round (`tff_hetero.devices.Capacity`)
-      or None when the population has no capacities. Algorithms that must not
-      read it (AdaptiveFL's server) only pass it to the client computation.
+      or None when the population has no capacities. It belongs to the
+      device population, the same for every algorithm. Algorithms whose
+      server must not know it (AdaptiveFL) only hand it to a client-placed
+      computation.
     state: Its persistent state from the client-state store (or the
       algorithm's `initial_client_state()` the first time).
     tier: Its device tier name. Only algorithms whose paper assumes the
@@ -202,18 +204,6 @@ class FederatedAlgorithm(abc.ABC):
   @abc.abstractmethod
   def model_weights(self, state: Any) -> Any:
     """The global model's `tff.learning.models.ModelWeights` in `state`."""
-
-  def tier_capacities(self, tier_names: Sequence[str]) -> Mapping[str, Any]:
-    """Default device capacities (`tff_hetero.devices.Capacity`) by tier name.
-
-    Used when `--tier_capacities` is not given, for the tiers it names: an
-    algorithm whose paper defines its device classes by the models they can
-    hold (AdaptiveFL: a weak device holds the S models, a medium one the M
-    models) states them here, exactly. Default: none (the tier fractions of
-    `tff_hetero.devices` apply).
-    """
-    del tier_names
-    return {}
 
   def initial_client_state(self) -> Optional[Any]:
     """Persistent state of a client never seen before; None if stateless."""

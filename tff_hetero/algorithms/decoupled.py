@@ -6,14 +6,24 @@ separate models (i.e., L1, M1, S1 models) for each level using the available
 data of affordable clients"): three independent models, shaped like the
 AdaptiveFL pool's L1, M1 and S1, that never share weights. The server knows
 what each device can hold (it is not AdaptiveFL's setting): every sampled
-client trains the largest of the three that fits its capacity this round;
-a client that can hold none trains nothing and receives nothing.
+client trains every one of the three that fits its capacity this round (the
+device population's, the same as every other algorithm's), each from that
+model's global weights, so the S1 model learns from all the devices that
+can hold it, as the paper ("using the available data of affordable
+clients") and the reference code (S1 sampled among all clients) have it. A
+client that can hold none trains nothing and receives nothing.
+
+Compute: a device that holds L1 trains L1, M1 and S1 in one round, so its
+round costs the three models' training MACs (about 1.75 times L1's for the
+VGG-16 pool, whose M1 and S1 are 0.50 and 0.25 of it), and it downloads and
+uploads all three; the measured traffic and MACs of each client are the sums
+over the models it trained (one `ClientTraffic` per client and round).
 
 Decision: the reference code (mastlab-T3S/AdaptiveFL,
 `Training_Decoupled.py`) runs three FedAvg processes that each sample m
-clients among the eligible ones, i.e. three times the cohort; here one cohort
-of `--clients_per_round` clients is shared, so every method of a comparison
-trains the same number of clients per round. Each model is its own
+clients among the eligible ones, i.e. three cohorts; here one cohort of
+`--clients_per_round` clients is shared by the three models, so every method
+of a comparison samples the same clients per round. Each model is its own
 `width_rounds` server model, so its accounting and static batch
 normalisation are those of the other width algorithms.
 """
@@ -26,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.submodels import pools as pools_lib
@@ -41,7 +52,7 @@ class DecoupledState:
 
 
 class Decoupled(api.FederatedAlgorithm):
-  """Independent FedAvg models L1, M1, S1; clients train the largest that fits."""
+  """Independent FedAvg models L1, M1, S1; clients train every one that fits."""
 
   name = "decoupled"
 
@@ -57,31 +68,22 @@ class Decoupled(api.FederatedAlgorithm):
           catalog, client_lr=client_lr, client_momentum=client_momentum,
           prox_mu=prox_mu, server_lr=server_lr))
 
-  def tier_capacities(self, tier_names):
-    from tff_hetero.algorithms.adaptivefl import TIER_LEVELS  # pylint: disable=g-import-not-at-top
-    outers = {r.catalog.outer.name: r.catalog.outer for r in self.runners}
-    return {t: outers[TIER_LEVELS[t]].capacity()
-            for t in tier_names if t in TIER_LEVELS}
-
   def initialize(self) -> DecoupledState:
     return DecoupledState(models=tuple(
         r.catalog.initial_weights(r.catalog.outer) for r in self.runners))
 
-  def level_for(self, client: api.ClientRound):
-    """Index of the largest model the client can hold, or None."""
+  def levels_for(self, client: api.ClientRound) -> list[int]:
+    """Indices of the models the client can hold this round."""
     capacity = None if client.capacity is None else client.capacity.params
-    for i, runner in enumerate(self.runners):  # Largest first.
-      if capacity is None or runner.catalog.outer.params <= capacity:
-        return i
-    return None
+    return [i for i, runner in enumerate(self.runners)
+            if capacity is None or runner.catalog.outer.params <= capacity]
 
   def next(self, state: DecoupledState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:
     del round_num
     by_level = collections.defaultdict(list)
     for client in clients:
-      level = self.level_for(client)
-      if level is not None:
+      for level in self.levels_for(client):
         by_level[level].append(client)
     models = list(state.models)
     traffic = []
@@ -107,7 +109,7 @@ class Decoupled(api.FederatedAlgorithm):
     for i, member in enumerate(self.members):
       metrics[f"{member.level}_clients"] = float(len(by_level[i]))
     return api.RoundOutput(state=DecoupledState(models=tuple(models)),
-                           metrics=metrics, traffic=tuple(traffic))
+                           metrics=metrics, traffic=_per_client(traffic))
 
   def model_weights(self, state: DecoupledState):
     return state.models[0]
@@ -118,6 +120,20 @@ class Decoupled(api.FederatedAlgorithm):
             model, runner.catalog.outer, data))
         for member, runner, model in zip(self.members, self.runners,
                                          state.models))
+
+
+def _per_client(traffic) -> tuple[ClientTraffic, ...]:
+  """One `ClientTraffic` per client: the sums over the models it trained."""
+  merged = collections.OrderedDict()
+  for item in traffic:
+    if item.client_id in merged:
+      old = merged[item.client_id]
+      item = ClientTraffic(
+          client_id=item.client_id, bytes_down=old.bytes_down + item.bytes_down,
+          bytes_up=old.bytes_up + item.bytes_up, flops=old.flops + item.flops,
+          examples=old.examples + item.examples)
+    merged[item.client_id] = item
+  return tuple(merged.values())
 
 
 def build_decoupled(config, task: api.Task, client_ids=()) -> Decoupled:

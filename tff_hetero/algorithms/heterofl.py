@@ -20,15 +20,25 @@ Decisions (HeteroFL's code, diaoenmao/HeteroFL-...):
   training), the masking of logits of classes a client does not hold, and
   the "dynamic" mode that re-draws rates each round.
 
-Rates come one per device tier (`--heterofl_rates`, in `--tiers` order;
-default 0.25 / 0.5 / 1 for weak / medium / strong). Evaluation: every rate's
-sub-model, widest first (`accuracy` is the full model), and their mean.
+Rates come one per device tier and respect the device population's
+capacities (`--tier_capacities`, the same for every algorithm): by default a
+tier's rate is the largest rate in steps of 0.01 whose sub-model fits the
+tier's nominal capacity (in trainable parameters; a tier without a limit gets
+rate 1, a tier that holds no sub-model trains nothing); rates given with
+`--heterofl_rates` (in `--tiers` order) are checked against the capacities
+(one-line error). When a device's capacity fluctuates below its tier's
+sub-model in a round, it trains the largest of HeteroFL's sub-models that
+fits that round (or nothing): no device trains more than its capacity. The
+server reads tiers and capacities (HeteroFL assigns widths by device class).
+Evaluation: every rate's sub-model, widest first (`accuracy` is the full
+model), and their mean.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Mapping, Sequence
+from typing import Optional
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
@@ -40,12 +50,12 @@ class HeteroFL(api.FederatedAlgorithm):
 
   name = "heterofl"
 
-  def __init__(self, task: api.Task, tier_rates: Mapping[str, float], *,
-               client_lr: float, client_momentum: float = 0.0,
+  def __init__(self, task: api.Task, tier_rates: Mapping[str, Optional[float]],
+               *, client_lr: float, client_momentum: float = 0.0,
                server_lr: float = 1.0, prox_mu: float = 0.0):
     self.tier_rates = dict(tier_rates)
-    self.pool = pools_lib.uniform_pool(
-        task.width_units, list(self.tier_rates.values()) + [1.0], "ceil")
+    rates = [r for r in self.tier_rates.values() if r is not None]
+    self.pool = pools_lib.uniform_pool(task.width_units, rates + [1.0], "ceil")
     self.catalog = width_rounds.LevelCatalog(
         task, [(m.level, m.widths) for m in self.pool.members])
     self.rounds = width_rounds.HeterogeneousRounds(
@@ -54,33 +64,46 @@ class HeteroFL(api.FederatedAlgorithm):
     self._level_of_rate = {m.ratio: self.catalog.levels[m.index]
                            for m in self.pool.members}
 
-  def tier_capacities(self, tier_names):
-    """Each tier holds exactly the sub-model of its rate."""
-    return {t: self._level_of_rate[float(self.tier_rates[t])].capacity()
-            for t in tier_names if t in self.tier_rates}
-
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
         model=self.catalog.initial_weights(self.catalog.outer))
 
-  def level_of(self, client: api.ClientRound) -> width_rounds.Level:
-    return self._level_of_rate[float(self.tier_rates[client.tier])]
+  def level_of(self, client: api.ClientRound
+               ) -> Optional[width_rounds.Level]:
+    """The client's tier level, or the largest that fits this round."""
+    rate = self.tier_rates.get(client.tier, 1.0)
+    level = None if rate is None else self._level_of_rate[float(rate)]
+    capacity = None if client.capacity is None else client.capacity.params
+    if level is None or capacity is None or level.params <= capacity:
+      return level
+    fitting = [lv for lv in self.catalog.levels if lv.params <= capacity]
+    return max(fitting, key=lambda lv: lv.params) if fitting else None
 
   def next(self, state: width_rounds.WidthState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:
     del round_num
     by_level = collections.OrderedDict()
     for client in clients:
-      by_level.setdefault(self.level_of(client).index, []).append(client)
+      level = self.level_of(client)
+      if level is not None:
+        by_level.setdefault(level.index, []).append(client)
     levels = self.catalog.levels
     groups = [width_rounds.Group(levels[i], levels[i], tuple(members))
               for i, members in sorted(by_level.items())]
     result = self.rounds.run(state.model, groups)
+    metrics = result.metrics
+    metrics["idle_clients"] = float(len(clients) - sum(
+        len(m) for m in by_level.values()))
     return api.RoundOutput(state=width_rounds.WidthState(model=result.model),
-                           metrics=result.metrics, traffic=result.traffic)
+                           metrics=metrics, traffic=result.traffic)
 
   def model_weights(self, state: width_rounds.WidthState):
     return state.model
+
+  def report_extras(self):
+    return collections.OrderedDict(
+        tier_rates=self.tier_rates,
+        level_params={lv.name: lv.params for lv in self.catalog.levels})
 
   def evaluation_models(self, state: width_rounds.WidthState, data=None):
     return collections.OrderedDict(
@@ -88,22 +111,55 @@ class HeteroFL(api.FederatedAlgorithm):
         for level in reversed(self.catalog.levels))
 
 
-DEFAULT_TIER_RATES = {"weak": 0.25, "medium": 0.5, "strong": 1.0}
+RATE_STEP = 0.01
 
 
-def tier_rates_from_config(config) -> dict[str, float]:
-  """`--heterofl_rates`, one per tier of `--tiers` (defaults for weak/medium/strong)."""
+def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
+  """Trainable parameters of HeteroFL's sub-model at `rate`."""
+  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero.models import width as width_lib  # pylint: disable=g-import-not-at-top
+  widths = width_lib.widths_for(task.width_units, rate, 0, "ceil")
+  cache = {} if cache is None else cache
+  if widths not in cache:
+    cache[widths] = models_lib.count_params(
+        task.width_model_fn(widths)).trainable
+  return cache[widths]
+
+
+def largest_fitting_rate(task: api.Task, capacity_params: Optional[int],
+                         cache=None) -> Optional[float]:
+  """The largest rate k x 0.01 whose sub-model fits; None if none does.
+
+  Sizes grow with the rate, so a binary search over k = 1..100 suffices.
+  """
+  if capacity_params is None:
+    return 1.0
+  cache = {} if cache is None else cache
+  if sub_model_params(task, 1.0, cache) <= capacity_params:
+    return 1.0
+  if sub_model_params(task, RATE_STEP, cache) > capacity_params:
+    return None
+  lo, hi = 1, int(round(1 / RATE_STEP))  # k = lo fits, k = hi does not.
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if sub_model_params(task, mid * RATE_STEP, cache) <= capacity_params:
+      lo = mid
+    else:
+      hi = mid
+  return round(lo * RATE_STEP, 2)
+
+
+def tier_rates_from_config(config, task: api.Task
+                           ) -> dict[str, Optional[float]]:
+  """HeteroFL's rate per tier of `--tiers` (module docstring)."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.config import parse_number_list  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
-  tiers = [t.strip() for t in config.tiers.split(",")]
+  tiers = loop.resolve_tiers(config, task)
+  cache = {}
   if not config.heterofl_rates:
-    missing = [t for t in tiers if t not in DEFAULT_TIER_RATES]
-    if missing:
-      raise UsageError(
-          "--heterofl_rates",
-          f"no default rate for tier(s) {', '.join(missing)}; give one rate"
-          f" per tier of --tiers={config.tiers}")
-    return {t: DEFAULT_TIER_RATES[t] for t in tiers}
+    return {t.name: largest_fitting_rate(task, t.capacity_params, cache)
+            for t in tiers}
   rates = parse_number_list("--heterofl_rates", config.heterofl_rates)
   if len(rates) != len(tiers):
     raise UsageError(
@@ -113,7 +169,18 @@ def tier_rates_from_config(config) -> dict[str, float]:
   if not all(0 < r <= 1 for r in rates):
     raise UsageError("--heterofl_rates",
                      f"rates must lie in (0, 1], got {config.heterofl_rates}")
-  return dict(zip(tiers, rates))
+  for tier, rate in zip(tiers, rates):
+    if tier.capacity_params is None:
+      continue
+    params = sub_model_params(task, rate, cache)
+    if params > tier.capacity_params:
+      raise UsageError(
+          "--heterofl_rates",
+          f"rate {rate:g} of tier {tier.name} needs {params:,} parameters,"
+          f" above its capacity {tier.capacity_params:,} (--tier_capacities);"
+          f" the largest that fits is"
+          f" {largest_fitting_rate(task, tier.capacity_params, cache)}")
+  return {t.name: r for t, r in zip(tiers, rates)}
 
 
 def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
@@ -121,7 +188,7 @@ def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
   from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
-  return HeteroFL(task, tier_rates_from_config(config),
+  return HeteroFL(task, tier_rates_from_config(config, task),
                   client_lr=config.client_lr,
                   client_momentum=config.client_momentum,
                   server_lr=config.server_lr)

@@ -19,17 +19,22 @@ them in its errors):
 
     --tiers=weak,medium,strong          unique names, comma-separated
     --tier_proportions=4:3:3            positive numbers, one per tier
-    --tier_capacities=0.25:0.5:1.0      fractions of the full model in (0, 1],
-                                        one per tier (defaults exist only for
-                                        weak, medium and strong)
+    --tier_capacities=0.25:0.5:1.0      one per tier: a fraction of the full
+                                        model in (0, 1], or a whole number of
+                                        trainable parameters > 1 (e.g.
+                                        9742:15402:22714); defaults exist
+                                        only for weak, medium and strong
     --tier_availability=0.9 | 1:0.9:0.8 in (0, 1]: one for all tiers or one
                                         per tier (default 1)
     --tier_fluctuation=0.1 | 0.2:0.1:0  relative std >= 0: one for all tiers or
                                         one per tier (default 0)
 
-Capacities are parsed as fractions (`TierSpec.capacity_fraction`) because the
-full model is not known when flags are parsed; `resolve_capacities` turns them
-into absolute parameter and MAC budgets once it is.
+Capacities belong to the population: every algorithm run on it (AdaptiveFL,
+HeteroFL, Decoupled; All-Large ignores them by design) trains within the same
+budgets. A fraction is kept as `TierSpec.capacity_fraction` because the full
+model is not known when flags are parsed; `resolve_capacities` turns it into
+absolute parameter and MAC budgets once it is. A parameter count sets
+`capacity_params` directly and leaves the MAC budget unlimited.
 """
 
 from __future__ import annotations
@@ -223,14 +228,16 @@ def parse_tiers(tiers: str = DEFAULT_TIERS,
   Args:
     tiers: `--tiers`, e.g. "weak,medium,strong".
     proportions: `--tier_proportions`, e.g. "4:3:3".
-    capacities: `--tier_capacities`, fractions of the full model, e.g.
-      "0.25:0.5:1.0"; None uses the defaults of weak/medium/strong.
+    capacities: `--tier_capacities`, fractions of the full model or
+      parameter counts, e.g. "0.25:0.5:1.0" or "9742:0.5:1"; None uses the
+      defaults of weak/medium/strong.
     availability: `--tier_availability`; None means always available.
     fluctuation: `--tier_fluctuation`; None means constant capacity.
 
   Returns:
-    One `TierSpec` per tier, in flag order, with `capacity_fraction` set and
-    absolute capacities still None (see `resolve_capacities`).
+    One `TierSpec` per tier, in flag order: a fraction in
+    `capacity_fraction` with absolute capacities still None (see
+    `resolve_capacities`), or a parameter count in `capacity_params`.
 
   Raises:
     DeviceError: a one-line message naming the flag at fault.
@@ -242,9 +249,13 @@ def parse_tiers(tiers: str = DEFAULT_TIERS,
   if capacities is None:
     fractions = _default_fractions(names)
   else:
-    fractions = _parse_values(CAPACITIES_FLAG, capacities, names,
-                              lambda v: 0 < v <= 1, "a fraction in (0, 1]",
-                              "0.25:0.5:1.0", broadcast=False)
+    fractions = _parse_values(
+        CAPACITIES_FLAG, capacities, names,
+        lambda v: 0 < v <= 1 or (v > 1 and v == int(v)),
+        "a fraction in (0, 1] or a whole number of parameters > 1",
+        "0.25:0.5:1.0", broadcast=False)
+  budgets = [int(f) if f > 1 else None for f in fractions]
+  fractions = [None if f > 1 else f for f in fractions]
   available = ([1.0] * len(names) if availability is None else _parse_values(
       AVAILABILITY_FLAG, availability, names, lambda v: 0 < v <= 1,
       "a probability in (0, 1]", "0.9", broadcast=True))
@@ -253,9 +264,10 @@ def parse_tiers(tiers: str = DEFAULT_TIERS,
       "a relative standard deviation >= 0", "0.1", broadcast=True))
   return tuple(
       TierSpec(name=name, proportion=share, availability=avail,
-               fluctuation=spr, capacity_fraction=fraction)
-      for name, share, fraction, avail, spr in zip(
-          names, shares, fractions, available, spread))
+               fluctuation=spr, capacity_fraction=fraction,
+               capacity_params=budget)
+      for name, share, fraction, budget, avail, spr in zip(
+          names, shares, fractions, budgets, available, spread))
 
 
 def _budget(fraction: float, full: int | None) -> int | None:

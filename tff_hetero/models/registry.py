@@ -13,8 +13,13 @@ num_classes)` lists its width units, and `build_model(..., widths=...)`
 builds the sub-model keeping the first `widths[k]` channels of unit k (same
 layers, names and variable order as the full model, narrower variables).
 `ModelSpec.default_start_indices` are the start indices I of AdaptiveFL's
-pool for the model (decreasing): the paper's (8, 6, 4) for VGG-16, and for the
-small models one, two or three indices down to 0 (I = 0 narrows every unit).
+pool for the model (decreasing, each >= 1: the first unit stays whole): the
+paper's (8, 6, 4) for VGG-16, the official code's ResNet-18 setting (its
+`depth_saved` 2, 3, 4 keep the stem and the first 1, 2, 3 stages whole: 4, 3,
+2 here), and for the other models the largest indices (up to three) whose
+pool, with the default ratios 0.66 / 0.4 on the model's images, has sizes
+increasing in pool order (tested for every model); a model with one width
+unit has none.
 
 A new model is added by appending its `ModelSpec` to `_SPECS`.
 """
@@ -55,7 +60,8 @@ class ModelSpec:
     width_units: `(input_shape, num_classes) -> tuple[WidthUnit, ...]`; may
       raise `ModelError` for shapes the model cannot take.
     default_start_indices: AdaptiveFL's start indices I for this model's pool,
-      decreasing, each below the number of units.
+      decreasing, each in 1..(number of units - 1), such that the pool's
+      sizes increase in pool order; empty when no such pool exists.
     images: The kind of images the model is meant for ("cifar": 32x32x3,
       "mnist": 28x28x1), e.g. for `pipelines.describe`'s default shape.
     split_layer: For a model that is cut between a device and a server
@@ -81,7 +87,7 @@ _SPECS = (
                      "21,840 params on 28x28x1/10 classes; needs >= 16x16"),
         paper="Bibikar et al. 2022 (FedDST), as used by FedSGC",
         width_units=cnn.mnist_cnn_units,
-        default_start_indices=(2, 1, 0),
+        default_start_indices=(2,),
     ),
     ModelSpec(
         name="mnist_cnn_feddst",
@@ -90,7 +96,7 @@ _SPECS = (
                      "-pool3/1-fc50-fc; 261,840 params on 28x28x1/10 classes"),
         paper="Bibikar et al. 2022 (FedDST), code bibikar/feddst models.py",
         width_units=cnn.mnist_cnn_feddst_units,
-        default_start_indices=(2, 1, 0),
+        default_start_indices=(2, 1),
     ),
     ModelSpec(
         name="cifar_cnn",
@@ -100,7 +106,7 @@ _SPECS = (
                      "32x32x3/10 classes"),
         paper="McMahan et al. 2017 (FedAvg), from the TensorFlow CIFAR-10 tutorial",
         width_units=cnn.cifar_cnn_units,
-        default_start_indices=(3, 2, 1),
+        default_start_indices=(2, 1),
         images="cifar",
     ),
     ModelSpec(
@@ -110,7 +116,7 @@ _SPECS = (
                      "params on 8x8x1/10 classes; for tiny images"),
         paper="none (this project's test model)",
         width_units=cnn.small_cnn_units,
-        default_start_indices=(1, 0),
+        default_start_indices=(1,),
     ),
     ModelSpec(
         name="mlp",
@@ -118,7 +124,7 @@ _SPECS = (
         description="flatten-fc64-fc; 4,810 params on 8x8x1/10 classes",
         paper="none (this project's test model)",
         width_units=mlp.mlp_units,
-        default_start_indices=(0,),
+        default_start_indices=(),
     ),
     ModelSpec(
         name="mnist_2nn",
@@ -126,7 +132,7 @@ _SPECS = (
         description="flatten-fc200-fc200-fc; 199,210 params on 28x28x1/10 classes",
         paper="McMahan et al. 2017 (FedAvg), the 2NN",
         width_units=mlp.mnist_2nn_units,
-        default_start_indices=(1, 0),
+        default_start_indices=(1,),
     ),
     *(ModelSpec(
         name=name,
@@ -153,7 +159,7 @@ _SPECS = (
             f" on 32x32x3/10 classes"),
         paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
         width_units=fedgkt.edge_units(name),
-        default_start_indices=(1, 0),
+        default_start_indices=(1,),
         images="cifar",
         split_layer=fedgkt.SPLIT_LAYER,
     ) for name, blocks, params in (
@@ -184,7 +190,7 @@ _SPECS = (
         paper=("He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19:"
                " this project's small variant)"),
         width_units=fedgkt.server_units(name),
-        default_start_indices=(2, 1, 0),
+        default_start_indices=(2, 1),
         images="cifar",
     ) for name, n, params in (
         ("fedgkt_server_resnet19", 3, "269,258"),
@@ -232,7 +238,7 @@ _SPECS = (
         paper=("He et al. 2016 (ResNet); CIFAR form of kuangliu/pytorch-cifar,"
                " as used by AdaptiveFL (whose code has 96 channels in stage 1)"),
         width_units=resnet.resnet18_units,
-        default_start_indices=(3, 2, 1),
+        default_start_indices=(4, 3, 2),
         images="cifar",
     ),
     ModelSpec(

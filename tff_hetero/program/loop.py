@@ -101,15 +101,14 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
   )
 
 
-def build_population(
-    config: ExperimentConfig, client_ids, task: api.Task,
-    algorithm: Optional[api.FederatedAlgorithm] = None
-) -> devices_lib.DevicePopulation:
-  """Device tiers from the flags, capacities relative to the task's model.
+def resolve_tiers(config: ExperimentConfig,
+                  task: api.Task) -> tuple[devices_lib.TierSpec, ...]:
+  """The device tiers of the flags, capacities resolved on the task's model.
 
-  Without `--tier_capacities`, a tier the algorithm gives a default capacity
-  (`FederatedAlgorithm.tier_capacities`) takes it; the others take their
-  default fraction of the full model.
+  Capacities belong to the population, not to an algorithm: every algorithm
+  of a comparison sees the same budgets (fractions of the full model, or
+  parameter counts, from `--tier_capacities`; by default 0.25 / 0.5 / 1 of
+  the full model for weak / medium / strong).
   """
   tiers = devices_lib.parse_tiers(
       config.tiers, config.tier_proportions,
@@ -117,17 +116,16 @@ def build_population(
       availability=config.tier_availability or None,
       fluctuation=config.tier_fluctuation or None)
   model = task.model_fn()
-  tiers = devices_lib.resolve_capacities(
+  return devices_lib.resolve_capacities(
       tiers, models_lib.count_params(model).trainable,
       models_lib.count_flops(model))
-  if algorithm is not None and not config.tier_capacities:
-    budgets = algorithm.tier_capacities([t.name for t in tiers])
-    tiers = tuple(
-        attrs.evolve(t, capacity_params=budgets[t.name].params,
-                     capacity_flops=budgets[t.name].flops,
-                     capacity_fraction=None) if t.name in budgets else t
-        for t in tiers)
-  return devices_lib.assign_tiers(client_ids, tiers, seed=config.seed)
+
+
+def build_population(config: ExperimentConfig, client_ids,
+                     task: api.Task) -> devices_lib.DevicePopulation:
+  """The device population of the flags (`resolve_tiers`), seeded."""
+  return devices_lib.assign_tiers(client_ids, resolve_tiers(config, task),
+                                  seed=config.seed)
 
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
@@ -148,8 +146,7 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   task = build_task(config, splits)
   algorithm = ALGORITHMS[config.algorithm].builder(
       config, task, federated_data.client_ids)
-  population = build_population(config, federated_data.client_ids, task,
-                                algorithm)
+  population = build_population(config, federated_data.client_ids, task)
   return Experiment(config, splits, federated_data, population, task,
                     algorithm)
 

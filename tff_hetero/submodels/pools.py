@@ -20,7 +20,14 @@ ceil(width * rate) channels, as HeteroFL's code rounds.
 
 Members are listed in the paper's order (S_p first, L1 last); `index` is a
 member's position in that order, which the selection tables of AdaptiveFL
-are indexed by.
+are indexed by. An AdaptiveFL pool is valid when (1) every start index I is
+at least tau >= 1 (Section 3.2: the pruning "does not prune shallow layers",
+I >= tau; I = 0 would narrow the first layer) and (2) the members' sizes
+increase strictly in pool order, S_p < ... < S_1 < M_p < ... < M_1 < L1: the
+resource table and the resource reward read "a member and every member after
+it" as "this size or larger" (Algorithm 1, lines 18 and 25), which holds only
+then. `adaptivefl_pool` checks (1); `check_increasing_sizes` checks (2) once
+the members' parameter counts are known.
 """
 
 from __future__ import annotations
@@ -93,8 +100,13 @@ def _check_ratio(name: str, ratio: float) -> float:
 
 def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
                     medium_ratio: float = 0.66, small_ratio: float = 0.40,
-                    start_indices: Sequence[int] = (8, 6, 4)) -> SubModelPool:
-  """AdaptiveFL's pool L1, M1..Mp, S1..Sp (module docstring)."""
+                    start_indices: Sequence[int] = (8, 6, 4),
+                    min_start_index: int = 1) -> SubModelPool:
+  """AdaptiveFL's pool L1, M1..Mp, S1..Sp (module docstring).
+
+  `min_start_index` is the paper's tau (>= 1): every start index must reach
+  it.
+  """
   units = tuple(units)
   medium_ratio = _check_ratio("the M-level width ratio", medium_ratio)
   small_ratio = _check_ratio("the S-level width ratio", small_ratio)
@@ -111,9 +123,19 @@ def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
     raise ModelError(
         f"start indices must be distinct and decreasing (I_1 > I_2 > ...),"
         f" got {':'.join(map(str, starts))}")
-  if starts[0] >= len(units) or starts[-1] < 0:
+  if (isinstance(min_start_index, bool) or not isinstance(min_start_index, int)
+      or min_start_index < 1):
     raise ModelError(
-        f"start indices must lie in 0..{len(units) - 1} (the model has"
+        f"the minimum start index tau must be an integer >= 1 (the first"
+        f" layer is never pruned), got {min_start_index!r}")
+  if starts[0] >= len(units) or starts[-1] < min_start_index:
+    if min_start_index >= len(units):
+      raise ModelError(
+          f"the model has {len(units)} width unit(s): no start index I can be"
+          f" >= tau={min_start_index} and prune a unit after it")
+    raise ModelError(
+        f"start indices must lie in {min_start_index}..{len(units) - 1} (I >="
+        f" tau={min_start_index} keeps the shallow layers whole; the model has"
         f" {len(units)} width units), got {':'.join(map(str, starts))}")
   members = []
   for size_class, ratio in (("S", small_ratio), ("M", medium_ratio)):
@@ -125,6 +147,24 @@ def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
   members.append(("L1", "L", 1.0, len(units), width_lib.full_widths(units)))
   return SubModelPool(units, tuple(
       PoolMember(i, *m) for i, m in enumerate(members)))
+
+
+def check_increasing_sizes(pool: SubModelPool, sizes: Sequence[int]) -> None:
+  """`ModelError` (one line, naming every size) unless `sizes` increase.
+
+  `sizes[i]` is member i's size (trainable parameters), in pool order.
+  """
+  sizes = [int(s) for s in sizes]
+  if len(sizes) != len(pool.members):
+    raise ValueError(f"{len(sizes)} sizes for {len(pool.members)} members")
+  bad = [(a, b) for a, b, x, y in zip(pool.members, pool.members[1:], sizes,
+                                      sizes[1:]) if not x < y]
+  if bad:
+    listed = ", ".join(f"{m.level} {s:,}" for m, s in zip(pool.members, sizes))
+    broken = "; ".join(f"{a.level} >= {b.level}" for a, b in bad)
+    raise ModelError(
+        f"pool sizes must increase in pool order ({broken}): {listed}"
+        " parameters; choose other start indices or width ratios")
 
 
 def uniform_pool(units: Sequence[width_lib.WidthUnit],
