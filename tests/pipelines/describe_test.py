@@ -158,14 +158,15 @@ def test_other_settings_show_no_paper_columns(capsys):
 
 def test_small_model_pools(capsys):
   rows = _json(capsys, "--model=mnist_cnn", "--pool=adaptivefl")
-  # default I = 2:1:0; floor: conv1 10 -> 6 / 4, conv2 20 -> 13 / 8,
-  # fc1 50 -> 33 / 20
+  # default I = 2 (with 1 as well, S1 would outgrow M2); floor: fc1 50 ->
+  # 33 / 20
   assert [(r["level"], r["I"], r["widths"]) for r in rows] == [
-      ("L1", 3, [10, 20, 50]), ("M1", 2, [10, 20, 33]), ("M2", 1, [10, 13, 33]),
-      ("M3", 0, [6, 13, 33]), ("S1", 2, [10, 20, 20]), ("S2", 1, [10, 8, 20]),
-      ("S3", 0, [4, 8, 20])]
+      ("L1", 3, [10, 20, 50]), ("M1", 2, [10, 20, 33]),
+      ("S1", 2, [10, 20, 20])]
   # M1: fc1 320*33+33, logits 33*10+10: 260 + 5,020 + 10,593 + 340
   assert rows[1]["params"] == 16_213
+  # S1: fc1 320*20+20, logits 20*10+10: 260 + 5,020 + 6,420 + 210
+  assert rows[2]["params"] == 11_910
   rows = _json(capsys, "--model=resnet20", "--pool=heterofl",
                "--heterofl_rates=1:0.5")
   assert [(r["level"], r["r_w"], r["I"], r["widths"]) for r in rows] == [
