@@ -122,13 +122,14 @@ _READJUST_DELTA = flags.DEFINE_integer(
 _READJUST_BEGIN = flags.DEFINE_integer(
     "readjust_begin_epoch", 0,
     "FedSGC/FedDST: the first cumulative epoch after which a client"
-    " readjusts (0: FedSGC E//2+1, mid-round; FedDST E, end of local"
+    " readjusts (0: FedSGC ceil(E/2), mid-round; FedDST E, end of local"
     " training).")
 _READJUST_END_EPOCH = flags.DEFINE_integer(
     "readjust_end_epoch", 0,
     "FedSGC/FedDST: E_end, no readjustment from this cumulative epoch on; the"
     " cosine prune fraction reaches 0 there (0: a client's expected total"
-    " epochs, local_epochs x rounds x clients_per_round / num_clients).")
+    " epochs, local_epochs x rounds x clients_per_round / num_clients; give"
+    " it explicitly to resume with another --rounds).")
 _PRUNE_ALPHA = flags.DEFINE_float(
     "prune_alpha", 0.2,
     "FedSGC/FedDST: initial prune fraction of the cosine schedule.")
@@ -172,7 +173,20 @@ _GKT_TRANSFER = flags.DEFINE_string(
 _GKT_MODE = flags.DEFINE_string(
     "gkt_mode", "sync",
     "FedGKT: sync (server waits for the cohort) | async (trains on each"
-    " client's features as they arrive).")
+    " client's features as they arrive, in the order the device population's"
+    " simulated clock says; --clients_per_round devices work at once).")
+_GKT_KD_T_SQUARED = flags.DEFINE_bool(
+    "gkt_kd_t_squared", True,
+    "FedGKT: multiply the KL terms by T^2 (the official code; Eq. 6/7 have"
+    " no T^2: --nogkt_kd_t_squared).")
+_GKT_LR_PATIENCE = flags.DEFINE_integer(
+    "gkt_lr_patience", 10,
+    "FedGKT: rounds without a new best server accuracy on fresh features"
+    " before its learning rate is reduced (PyTorch ReduceLROnPlateau).")
+_GKT_LR_FACTOR = flags.DEFINE_float(
+    "gkt_lr_factor", 0.1,
+    "FedGKT: factor of each server learning-rate reduction, in (0, 1]"
+    " (1: never reduce).")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
     "HeteroFL width rate per tier of --tiers, colon-separated, each checked"

@@ -14,11 +14,15 @@ wait for it at the end.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import datetime
 import fcntl
 import json
 import math
 import os
+import statistics
+import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +36,12 @@ REPORT_JSON = "report.json"
 PARTS_FLAG = flags.DEFINE_list(
     "parts", [], "Which parts of the paper to run (the pipeline's PARTS,"
     " comma-separated; default all).")
+# Seeds of the runs a pipeline repeats (its own default when not given).
+SEEDS_FLAG = flags.DEFINE_list(
+    "seeds", [], "Seeds of the repeated runs (comma-separated integers;"
+    " default the pipeline's).")
 MIB = float(1 << 20)
+PROVENANCE_JSON = "provenance.json"
 
 
 @attrs.frozen
@@ -60,8 +69,124 @@ class RunPlan:
           resume=False, **changes))
     return name
 
+  def add_seeds(self, name: str, seeds: Sequence[int], **changes) -> list[str]:
+    """Adds `name` once per seed (`<name>_seed<k>`); returns their names."""
+    return [self.add(seed_name(name, seed), seed=int(seed), **changes)
+            for seed in seeds]
+
   def runs(self) -> list[Run]:
     return list(self._runs.values())
+
+
+def seed_name(name: str, seed: int) -> str:
+  return f"{name}_seed{int(seed)}"
+
+
+def seeds_from_flag(default: Sequence[int]) -> list[int]:
+  """`--seeds` as integers (the pipeline's `default` when not given);
+  a one-line error naming the flag when malformed."""
+  from pipelines import _cli  # pylint: disable=g-import-not-at-top
+  if not SEEDS_FLAG.value:
+    return [int(s) for s in default]
+  try:
+    seeds = [int(s) for s in SEEDS_FLAG.value]
+  except ValueError:
+    _cli.fail(f"--seeds: {','.join(SEEDS_FLAG.value)!r} is not a list of"
+              " integers")
+  if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+    _cli.fail(f"--seeds: need distinct integers >= 0, got"
+              f" {','.join(SEEDS_FLAG.value)}")
+  return seeds
+
+
+def code_version(repo_dir: str | None = None) -> dict:
+  """The git commit the code runs at, and whether its sources differ from
+  it (`dirty`: uncommitted changes under tff_hetero/ or pipelines/)."""
+  repo_dir = repo_dir or os.path.dirname(os.path.dirname(
+      os.path.dirname(os.path.abspath(__file__))))
+
+  def git(*args):
+    try:
+      return subprocess.run(("git", "-C", repo_dir) + args, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+      return None
+
+  commit = git("rev-parse", "HEAD")
+  changes = git("status", "--porcelain", "--", "tff_hetero", "pipelines")
+  return collections.OrderedDict(commit=commit, dirty=bool(changes))
+
+
+def _record_segment(run_dir: str, action: str) -> None:
+  """Appends when and at which commit a run was started or resumed."""
+  path = os.path.join(run_dir, PROVENANCE_JSON)
+  segments = []
+  if os.path.exists(path):
+    with open(path) as f:
+      segments = json.load(f)["segments"]
+  segment = code_version()
+  segment.update(action=action, at=datetime.datetime.now(
+      datetime.timezone.utc).isoformat(timespec="seconds"))
+  os.makedirs(run_dir, exist_ok=True)
+  write_text(path, json.dumps({"segments": segments + [segment]}, indent=1))
+
+
+def provenance(report_dir: str) -> list[dict]:
+  """The commits a run ran at (`[]` for runs made before this was kept)."""
+  path = os.path.join(report_dir, PROVENANCE_JSON)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return json.load(f)["segments"]
+
+
+def run_record(run: Run, report: Mapping[str, Any]) -> collections.OrderedDict:
+  """One run for `results.json`: settings, seed, final and best metrics,
+  and the commits it ran at."""
+  return collections.OrderedDict(
+      name=run.name, seed=run.config.seed, settings=report.get("config"),
+      final_metrics=report.get("final_metrics"),
+      best_accuracy=report.get("best_accuracy"),
+      best_accuracy_by_upload_mib=report.get("best_accuracy_by_upload_mib"),
+      rounds_completed=report.get("rounds_completed"),
+      bytes_up_total=report.get("bytes_up_total"),
+      wall_time_s=report.get("wall_time_s"),
+      code=provenance(run.config.experiment_dir))
+
+
+def seed_stats(values: Sequence[float]) -> collections.OrderedDict:
+  """Mean, sample standard deviation, min and max over seeds (NaNs out)."""
+  kept = [float(v) for v in values if v is not None and not math.isnan(v)]
+  if not kept:
+    return collections.OrderedDict(mean=math.nan, std=math.nan, min=math.nan,
+                                   max=math.nan, n=0)
+  return collections.OrderedDict(
+      mean=statistics.fmean(kept),
+      std=statistics.stdev(kept) if len(kept) > 1 else 0.0,
+      min=min(kept), max=max(kept), n=len(kept))
+
+
+def mean_std_percent(values: Sequence[float]) -> str:
+  """`mean ± std` of fractions, in percent (one value: just it)."""
+  stats = seed_stats(values)
+  if stats["n"] == 0:
+    return "-"
+  if stats["n"] == 1:
+    return f"{100 * stats['mean']:.1f}"
+  return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
+
+
+def claim_verdict(ours: Sequence[float], baseline: Sequence[float]) -> str:
+  """Whether `ours` beats `baseline` over seeds: "within noise" when the
+  difference of the means is not larger than the larger standard deviation
+  of the two, else "supported" (higher) or "not supported" (lower)."""
+  a, b = seed_stats(ours), seed_stats(baseline)
+  if a["n"] == 0 or b["n"] == 0:
+    return "not measured"
+  difference = a["mean"] - b["mean"]
+  if abs(difference) <= max(a["std"], b["std"]):
+    return "within noise"
+  return "supported" if difference > 0 else "not supported"
 
 
 def _has_checkpoint(run_dir: str) -> bool:
@@ -152,6 +277,8 @@ def run_all(runs: Sequence[Run], *,
                 "running")
       log(f"{tag}: {action} ({config.algorithm}, {config.rounds} rounds)")
       resume = prepare_run_dir(config.experiment_dir, log)
+      _record_segment(config.experiment_dir,
+                      "resumed" if resume else "started")
       result = loop.run_experiment(attrs.evolve(config, resume=resume))
       reports[run.name] = result.report
       accuracy = result.report["final_metrics"].get("accuracy")

@@ -1,30 +1,37 @@
-r"""Reproduce FedSGC's MNIST table at reduced scale, with sparsity and Dirichlet sweeps.
+r"""Reproduce FedSGC's MNIST table (and CIFAR-10's when the data are present).
 
   python -m pipelines.reproduce.fedsgc                     # offline default
-  python -m pipelines.reproduce.fedsgc --dataset=mnist --data_dir=DIR \
-      --rounds=400 --local_epochs=5 --batch_size=50 --upload_budgets_mib=100:200:400:800
+  python -m pipelines.reproduce.fedsgc --dataset=cifar10 --data_dir=DIR \
+      --model=cifar_cnn --upload_budgets_mib=50:100:200:400 ...
 
 Paper: "Gradient-Congruity Guided Federated Sparse Training" (FedSGC), Section
 4.1: MNIST, 100 clients, 10 per round, 400 rounds of 5 local epochs, batch
-50, the pathological non-IID split (200 label-sorted shards, two per
-client), the FedDST MNIST CNN; the table reports the best accuracy reached
-within cumulative uploads of 100, 200, 400 and 800 MiB.
+50, the pathological non-IID split (label-sorted shards, two per client), the
+FedDST MNIST CNN, sparsity 0.8; the table reports the best test accuracy
+reached within cumulative uploads of 100, 200, 400 and 800 MiB.
 
-Runs (every flag of `pipelines.train` applies to all of them):
+Parts (`--parts`, every flag of `pipelines.train` applies to all runs):
 
-* Table: FedAvg, FedProx, FedDST, FedDST (mu = 1), FedSGC, FedSGC (mu = 1)
-  on the shard split at `--sparsity` (default 0.8);
-* sparsity sweep: FedDST and FedSGC at sparsity 0.6, 0.7 and 0.8;
-* Dirichlet sweep: FedAvg, FedProx, FedDST and FedSGC with alpha 0.1, 0.5
-  and 1.0.
+* `table`: the paper's eight rows, FedAvg, FedProx, PruneFL, GraSP, FedDST,
+  FedDST (mu = 1), FedSGC, FedSGC (mu = 1), once per seed (`--seeds`,
+  default 0, 1, 2);
+* `ablation`: FedSGC with the other readings of its server memory
+  (`--sgc_memory=updates`, `none`) and without congruity guidance
+  (lambda = 0, memory kept), once per seed;
+* `sparsity`: FedDST and FedSGC at sparsity 0.6 and 0.7 (0.8 is the table),
+  first seed only;
+* `dirichlet`: FedAvg, FedProx, FedDST and FedSGC on Dirichlet splits with
+  alpha 0.1, 0.5 and 1.0 (the paper's Figure 4, on CIFAR-10), first seed
+  only; not run by default.
 
-The offline default is the embedded 5,000-image MNIST subset (4,000 train
-images: 200 shards of 20, two per client) with the MNIST CNN, 100 clients,
-10 per round, 100 rounds of 5 local epochs, batch 20, SGD lr 0.05; the
-upload budgets are 1/8, 1/4, 1/2 and all of what FedAvg uploads in the run
-(`--upload_budgets_mib` sets them). Writes `tables.md`, `results.json` and
-`accuracy_vs_upload.png` under `<root_output_dir>/<experiment_name>/`; an
-interrupted reproduction continues where it stopped.
+The offline default is the paper's setting on the embedded 5,000-image MNIST
+subset: its 4,000 training images make 200 shards of 20 (the paper: 300), so
+a client holds 40 images (one batch of 50 per epoch) instead of 600. SGD lr
+0.05 (the paper's value was lost in conversion). Writes `tables.md`,
+`results.json` (every run: settings, seed, final and best metrics, the
+commits it ran at) and `accuracy_vs_upload.png` under
+`<root_output_dir>/<experiment_name>/`; an interrupted reproduction continues
+where it stopped, and several processes may share it.
 """
 
 from __future__ import annotations
@@ -33,53 +40,81 @@ import collections
 import math
 import os
 
-
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
 
-# --parts: the table and the two sweeps.
-PARTS = ("table", "sparsity", "dirichlet")
+PARTS = ("table", "ablation", "sparsity", "dirichlet")
+DEFAULT_PARTS = ("table", "ablation", "sparsity")
+DEFAULT_SEEDS = (0, 1, 2)
 OFFLINE_DEFAULTS = collections.OrderedDict(
-    dataset="mnist5k", model="mnist_cnn", num_clients=100,
-    clients_per_round=10, rounds=100, local_epochs=5, batch_size=20,
+    dataset="mnist5k", model="mnist_cnn_feddst", num_clients=100,
+    clients_per_round=10, rounds=400, local_epochs=5, batch_size=50,
     client_lr=0.05, partition="shards", shards_per_client=2,
-    min_samples_per_client=1, eval_every=5, checkpoint_every=10,
+    min_samples_per_client=1, sparsity=0.8, eval_every=2,
+    checkpoint_every=20, upload_budgets_mib="100:200:400:800",
     experiment_name="fedsgc_reproduction", progress=False)
 
-TABLE_ROWS = collections.OrderedDict(
-    [("FedAvg", dict(algorithm="fedavg")),
-     ("FedProx", dict(algorithm="fedprox")),
-     ("FedDST", dict(algorithm="feddst")),
-     ("FedDST mu=1.0", dict(algorithm="feddst", prox_mu=1.0)),
-     ("FedSGC", dict(algorithm="fedsgc")),
-     ("FedSGC mu=1.0", dict(algorithm="fedsgc", prox_mu=1.0)),
-     # Ablation (not in the paper): the congruity-guided readjustment
-     # without the memory of absent clients' uploads.
-     ("FedSGC no upload memory", dict(algorithm="fedsgc",
-                                       sgc_remember_uploads=False))])
-SPARSITIES = (0.6, 0.7, 0.8)
-ALPHAS = (0.1, 0.5, 1.0)
-# The paper's MNIST table (percent at 100 / 200 / 400 / 800 MiB).
-PAPER_TABLE = {
-    "FedAvg": (21.3, 45.2, 73.4, 81.3), "FedProx": (23.5, 58.3, 74.3, 82.0),
-    "FedDST": (22.4, 55.4, 75.1, 79.9), "FedDST mu=1.0": (17.3, 43.7, 71.1, 78.1),
-    "FedSGC": (19.2, 59.7, 77.7, 84.4), "FedSGC mu=1.0": (19.6, 46.9, 74.4, 83.3),
+
+
+def table_rows(base) -> "collections.OrderedDict[str, dict]":
+  """The paper's rows; the FedProx strength is its table's (1.0 on MNIST,
+  0.1 on CIFAR-10), FedProx's own row included."""
+  mu = 0.1 if base.dataset.startswith("cifar") else 1.0
+  return collections.OrderedDict(
+      [("FedAvg", dict(algorithm="fedavg")),
+       ("FedProx", dict(algorithm="fedprox", prox_mu=mu)),
+       ("PruneFL", dict(algorithm="prunefl")),
+       ("GraSP", dict(algorithm="grasp")),
+       ("FedDST", dict(algorithm="feddst")),
+       (f"FedDST mu={mu}", dict(algorithm="feddst", prox_mu=mu)),
+       ("FedSGC", dict(algorithm="fedsgc")),
+       (f"FedSGC mu={mu}", dict(algorithm="fedsgc", prox_mu=mu))])
+
+
+ABLATION_ROWS = collections.OrderedDict(
+    [("FedSGC memory=updates", dict(algorithm="fedsgc", sgc_memory="updates")),
+     ("FedSGC memory=none", dict(algorithm="fedsgc", sgc_memory="none")),
+     ("FedSGC lambda=0", dict(algorithm="fedsgc", congruity_lambda=0.0))])
+# The paper's tables (percent at its four budgets).
+PAPER_TABLES = {
+    "mnist": ((100, 200, 400, 800), {
+        "FedAvg": (21.3, 45.2, 73.4, 81.3), "FedProx": (23.5, 58.3, 74.3, 82.0),
+        "PruneFL": (18.1, 40.2, 60.7, 75.3), "GraSP": (20.2, 42.4, 66.1, 70.3),
+        "FedDST": (22.4, 55.4, 75.1, 79.9),
+        "FedDST mu=1.0": (17.3, 43.7, 71.1, 78.1),
+        "FedSGC": (19.2, 59.7, 77.7, 84.4),
+        "FedSGC mu=1.0": (19.6, 46.9, 74.4, 83.3)}),
+    "cifar10": ((50, 100, 200, 400), {
+        "FedAvg": (18.3, 22.5, 31.7, 35.2), "FedProx": (14.9, 22.3, 24.0, 34.3),
+        "PruneFL": (19.3, 21.3, 30.9, 36.0), "GraSP": (21.3, 24.3, 30.5, 34.9),
+        "FedDST": (28.5, 36.2, 38.6, 40.1),
+        "FedDST mu=0.1": (30.5, 35.2, 37.2, 41.2),
+        "FedSGC": (33.3, 36.6, 41.1, 44.6),
+        "FedSGC mu=0.1": (32.3, 36.0, 40.2, 43.5)}),
 }
+SPARSITIES = (0.6, 0.7)
+ALPHAS = (0.1, 0.5, 1.0)
 
 
 def _slug(text: str) -> str:
   return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
 
 
-# The sweeps: part -> (title, [(run name, row label, changes)]).
+def _paper(base):
+  """The paper's table for the data set (mnist5k is MNIST), or None."""
+  key = "mnist" if base.dataset in ("mnist", "mnist5k") else base.dataset
+  return PAPER_TABLES.get(key)
+
+
+# Secondary sweeps: part -> (title, [(run name, row label, changes)]).
 SWEEPS = collections.OrderedDict(
-    sparsity=("Sparsity (shard split)", [
+    sparsity=("Sparsity (shard split), first seed", [
         (f"{algorithm}_shards_s{int(sparsity * 100)}",
          f"{algorithm} s={sparsity}",
          dict(algorithm=algorithm, sparsity=sparsity))
         for sparsity in SPARSITIES for algorithm in ("feddst", "fedsgc")]),
-    dirichlet=("Dirichlet split", [
+    dirichlet=("Dirichlet split, first seed", [
         (f"{algorithm}_dirichlet_{_slug(str(alpha))}",
          f"{algorithm} alpha={alpha}",
          dict(algorithm=algorithm, partition="dirichlet", alpha=alpha))
@@ -88,25 +123,32 @@ SWEEPS = collections.OrderedDict(
 )
 
 
-def plan_runs(base, parts):
+def _row_runs(label: str) -> str:
+  return _slug(label)
+
+
+def _rows(base, part):
+  return table_rows(base) if part == "table" else ABLATION_ROWS
+
+
+def plan_runs(base, parts, seeds=DEFAULT_SEEDS):
+  """Seed by seed (a first complete table comes first), then the sweeps."""
   plan = _common.RunPlan(base)
-  if "table" in parts:
-    for label, changes in TABLE_ROWS.items():
-      plan.add(f"{_slug(label)}_shards", **changes)
+  for seed in seeds:
+    for part in ("table", "ablation"):
+      if part in parts:
+        for label, changes in _rows(base, part).items():
+          plan.add(_common.seed_name(_row_runs(label), seed), seed=seed,
+                   **changes)
   for part, (_, runs) in SWEEPS.items():
     if part in parts:
       for name, _, changes in runs:
-        plan.add(name, **changes)
+        plan.add(_common.seed_name(name, seeds[0]), seed=seeds[0], **changes)
   return plan.runs()
 
 
-def _budgets(base, reports) -> list[float]:
-  if base.upload_budgets_mib:
-    return [float(b) for b in base.upload_budgets_mib.split(":")]
-  reference = [r for name, r in reports.items() if name.startswith("fedavg")]
-  total = (max(r["bytes_up_total"] for r in reference) if reference else
-           max(r["bytes_up_total"] for r in reports.values()))
-  return [round(total / _common.MIB * f, 1) for f in (0.125, 0.25, 0.5, 1.0)]
+def _budgets(base) -> list[float]:
+  return [float(b) for b in base.upload_budgets_mib.split(":")]
 
 
 def _best_within(report, budgets) -> list[float]:
@@ -118,63 +160,136 @@ def _best_within(report, budgets) -> list[float]:
   return [math.nan if v is None else v for v in best.values()]
 
 
-def build_tables(base, reports, parts):
-  budgets = _budgets(base, reports)
-  scale = (f"Ours: {base.dataset}, {base.model}, {base.num_clients} clients,"
-           f" {base.clients_per_round} per round, {base.rounds} rounds of"
-           f" {base.local_epochs} local epochs, batch {base.batch_size}, SGD lr"
-           f" {base.client_lr}, readjust every {base.readjust_every} rounds"
-           f" up to round {base.readjust_end_round or base.rounds // 2},"
-           f" prune alpha {base.prune_alpha}, congruity lambda"
-           f" {base.congruity_lambda}, seed {base.seed}. Paper: MNIST, 400"
-           " rounds, 5 local epochs, batch 50. Accuracy in % at cumulative"
-           " upload (all clients, measured) within each budget.")
+def _seeded(reports, name, seeds):
+  return [reports[_common.seed_name(name, s)] for s in seeds
+          if _common.seed_name(name, s) in reports]
+
+
+def _per_budget(reports, budgets):
+  """[budget][seed] best accuracies of a row's seed runs."""
+  per_seed = [_best_within(r, budgets) for r in reports]
+  return [[values[i] for values in per_seed] for i in range(len(budgets))]
+
+
+def _claims(numbers, budgets):
+  """The paper's qualitative claims, judged over seeds per budget."""
+  claims = []
+
+  def judge(text, ours, theirs):
+    for i, budget in enumerate(budgets):
+      if ours in numbers and theirs in numbers:
+        a, b = numbers[ours][i], numbers[theirs][i]
+        claims.append((text, f"{budget:g} MiB",
+                       _common.mean_std_percent(a),
+                       _common.mean_std_percent(b),
+                       _common.claim_verdict(a, b)))
+
+  judge("FedSGC > FedDST", "FedSGC", "FedDST")
+  judge("FedSGC > FedAvg", "FedSGC", "FedAvg")
+  mus = [label.split("=")[1] for label in numbers
+         if label.startswith("FedSGC mu=")]
+  for mu in mus:
+    judge(f"FedSGC (mu={mu}) > FedDST (mu={mu})", f"FedSGC mu={mu}",
+          f"FedDST mu={mu}")
+    judge(f"mu={mu} effect: FedSGC (mu={mu}) > FedSGC", f"FedSGC mu={mu}",
+          "FedSGC")
+  judge("guidance: FedSGC > FedSGC lambda=0", "FedSGC", "FedSGC lambda=0")
+  judge("memory: FedSGC (models) > FedSGC memory=none", "FedSGC",
+        "FedSGC memory=none")
+  return claims
+
+
+def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
+  budgets = _budgets(base)
+  paper = _paper(base)
+  scale = (f"Ours: {base.dataset}, {base.model}, {base.partition}"
+           f" ({base.shards_per_client} shards per client),"
+           f" {base.num_clients} clients, {base.clients_per_round} per round,"
+           f" {base.rounds} rounds of {base.local_epochs} local epochs, batch"
+           f" {base.batch_size}, SGD lr {base.client_lr}, sparsity"
+           f" {base.sparsity}, prune alpha {base.prune_alpha}, congruity"
+           f" lambda {base.congruity_lambda}, seeds"
+           f" {', '.join(str(s) for s in seeds)}. Best test accuracy (%)"
+           " reached within each cumulative upload budget (all clients,"
+           " measured), mean ± sample standard deviation over seeds.")
   parts_md = [f"# FedSGC reproduction\n\n{scale}\n"]
-  results = collections.OrderedDict(scale=scale, budgets_mib=budgets)
-  headers_for = lambda first: [first] + [f"<= {b:g} MiB" for b in budgets]
-  if "table" in parts:
-    rows, numbers = [], collections.OrderedDict()
-    for label in TABLE_ROWS:
-      best = _best_within(reports[f"{_slug(label)}_shards"], budgets)
-      numbers[label] = best
-      rows.append([label] + [_common.percent(b) for b in best] + [
-          " / ".join(f"{v:.1f}" for v in PAPER_TABLE[label])
-          if label in PAPER_TABLE else "-"])
-    parts_md.append(
-        f"## Shard split, sparsity {base.sparsity}\n\n" + _common.markdown_table(
-            headers_for("Method") + ["paper (100/200/400/800 MiB)"], rows) + "\n")
-    results["table"] = numbers
+  results = collections.OrderedDict(scale=scale, budgets_mib=budgets,
+                                    seeds=list(seeds))
+  header = lambda first: [first] + [f"<= {b:g} MiB" for b in budgets]
+  numbers = collections.OrderedDict()
+  for part, title in (("table", "Table (the paper's rows)"),
+                      ("ablation", "Ablations (not in the paper)")):
+    if part not in parts:
+      continue
+    lines, part_numbers = [], collections.OrderedDict()
+    for label in _rows(base, part):
+      per_budget = _per_budget(_seeded(reports, _row_runs(label), seeds),
+                               budgets)
+      numbers[label] = part_numbers[label] = per_budget
+      paper_row = paper[1].get(label) if paper else None
+      lines.append([label] + [_common.mean_std_percent(v) for v in per_budget]
+                   + ([" / ".join(f"{v:.1f}" for v in paper_row)
+                       if paper_row else "-"] if paper else []))
+    paper_header = ([f"paper ({' / '.join(str(b) for b in paper[0])} MiB)"]
+                    if paper else [])
+    parts_md.append(f"## {title}\n\n" + _common.markdown_table(
+        header("Method") + paper_header, lines) + "\n")
+    results[part] = part_numbers
+  claims = _claims(numbers, budgets)
+  if claims:
+    parts_md.append("## Claims\n\n" + _common.markdown_table(
+        ["Claim", "budget", "ours", "baseline", "verdict"],
+        [list(c) for c in claims]) + "\n\n\"within noise\": the difference"
+        " of the means is not larger than the larger standard deviation.\n")
+    results["claims"] = [dict(zip(("claim", "budget", "ours", "baseline",
+                                   "verdict"), c)) for c in claims]
   for part, (title, runs) in SWEEPS.items():
     if part not in parts:
       continue
-    rows, numbers = [], collections.OrderedDict()
+    lines, part_numbers = [], collections.OrderedDict()
     for name, label, _ in runs:
-      best = _best_within(reports[name], budgets)
-      numbers[label] = best
-      rows.append([label] + [_common.percent(b) for b in best])
+      best = _best_within(reports[_common.seed_name(name, seeds[0])], budgets)
+      part_numbers[label] = best
+      lines.append([label] + [_common.percent(b) for b in best])
     parts_md.append(f"## {title}\n\n" + _common.markdown_table(
-        headers_for("Run"), rows) + "\n")
-    results[part] = numbers
+        header("Run"), lines) + "\n")
+    results[part] = part_numbers
+  results["runs"] = [_common.run_record(run, reports[run.name])
+                     for run in plan_runs(base, parts, seeds)]
   return "\n".join(parts_md), results
 
 
-def plot(out_dir, reports, parts) -> list[str]:
+def plot(base, out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
   if "table" not in parts:
     return []
+  rows = list(table_rows(base)) + (list(ABLATION_ROWS) if "ablation" in parts
+                                   else [])
   return [_common.plot_curves(
       os.path.join(out_dir, "accuracy_vs_upload.png"),
-      {label: _common.curve(reports[f"{_slug(label)}_shards"],
-                            "bytes_up_cumulative", x_scale=_common.MIB)
-       for label in TABLE_ROWS},
+      {f"{label} (seed {seeds[0]})": _common.curve(
+          reports[_common.seed_name(_row_runs(label), seeds[0])],
+          "bytes_up_cumulative", x_scale=_common.MIB) for label in rows},
       xlabel="cumulative upload (MiB, all clients)")]
 
 
 def main(argv):
+  seeds = _common.seeds_from_flag(DEFAULT_SEEDS)
   _common.reproduce_main(
-      argv, flag="--parts", selected=_common.PARTS_FLAG.value or PARTS,
-      accepted=PARTS,
-      defaults=OFFLINE_DEFAULTS, plan_runs=plan_runs,
-      build_tables=build_tables, plot=plot)
+      argv, flag="--parts", selected=_common.PARTS_FLAG.value or DEFAULT_PARTS,
+      accepted=PARTS, defaults=OFFLINE_DEFAULTS,
+      plan_runs=lambda base, parts: plan_runs(base, parts, seeds),
+      build_tables=lambda base, reports, parts: build_tables(
+          base, reports, parts, seeds),
+      plot=lambda out_dir, reports, parts: plot(
+          _common.base_config(OFFLINE_DEFAULTS), out_dir, reports, parts,
+          seeds),
+      check=_check_budgets)
+
+
+def _check_budgets(base) -> None:
+  if not base.upload_budgets_mib:
+    _cli.fail("--upload_budgets_mib: the table needs upload budgets (MiB,"
+              " colon-separated)")
 
 
 if __name__ == "__main__":

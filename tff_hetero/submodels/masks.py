@@ -290,15 +290,17 @@ def random_masks(shapes: Sequence[Sequence[int]], counts: Sequence[int],
 def top_k_mask(scores, count, candidates):
   """0/1 float mask of the `count` largest `scores` among `candidates` (TF).
 
-  Ties go to the lower flat index. If fewer than `count` candidates exist,
-  all of them are chosen.
+  Ties go to the lower flat index (a stable sort, so the choice does not
+  depend on the kernel `tf.math.top_k` happens to use). If fewer than
+  `count` candidates exist, all of them are chosen.
   """
   flat = tf.reshape(scores, [-1])
   allowed = tf.reshape(tf.cast(candidates, tf.bool), [-1])
   available = tf.reduce_sum(tf.cast(allowed, tf.int32))
   k = tf.minimum(tf.cast(count, tf.int32), available)
   masked_scores = tf.where(allowed, flat, tf.fill(tf.shape(flat), -np.inf))
-  _, indices = tf.math.top_k(masked_scores, k=k, sorted=False)
+  order = tf.argsort(masked_scores, direction="DESCENDING", stable=True)
+  indices = order[:k]
   chosen = tf.scatter_nd(tf.expand_dims(indices, 1),
                          tf.ones([k], tf.float32), tf.shape(flat))
   return tf.reshape(chosen, tf.shape(scores))

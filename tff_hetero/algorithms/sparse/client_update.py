@@ -14,15 +14,19 @@ over a model wrapped by `tff_hetero.submodels.masks.prune_wrap`:
   moves them; an optional FedProx term prox_mu (w - w_received) joins the
   gradient;
 * with `readjust` (a round the server requested it), after every epoch
-  boundary whose cumulative epoch t the `ReadjustSchedule` marks due: the
-  loss gradient of the epoch's last batch (recomputed after the step,
-  without the FedProx term, as FedDST's code does) and the pseudo-gradient
-  (weights now minus received) drive `prune_grow.readjust_mask` on every
-  kernel with alpha_t; grown weights that were inactive start at zero;
-  training continues on the new masks;
+  boundary whose cumulative epoch t the `ReadjustSchedule` marks due: a
+  dense loss gradient (`GROWTH_GRADIENTS`: the mean over the batches trained
+  since the round began or since the last readjustment, or the last batch's,
+  recomputed after its step without the FedProx term as FedDST's code does)
+  and the pseudo-gradient (weights now minus received) drive
+  `prune_grow.readjust_mask` on every kernel with alpha_t; grown weights
+  that were inactive start at zero; training continues on the new masks;
 * upload `SparseUpload`: masked values, masks, weight (examples trained),
   and per kernel whether the mask is part of the message (only when it
-  differs from the received one: otherwise the server knows it).
+  differs from the received one: otherwise the server knows it);
+* with `importance` (PruneFL's reconfiguration rounds), also the sum over
+  the local steps of every kernel's squared loss gradient (dense: masked
+  weights included), uploaded as float32 per element.
 
 Epoch boundaries are found by counting batches: the data must hold
 `local_epochs` passes whose batches do not span two epochs
@@ -43,8 +47,12 @@ from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
 
+# Which dense loss gradient ranks growth.
+GROWTH_GRADIENTS = ("accumulated", "last_batch")
+
+
 class SparseUpload(NamedTuple):
-  """What a client sends.
+  """What a client sends (`importance`: an empty tuple unless requested).
 
   Attributes:
     trainable: Every trainable tensor, masked kernels zero off-mask.
@@ -52,12 +60,15 @@ class SparseUpload(NamedTuple):
     weight: float32 examples trained (the aggregation weight).
     mask_sent: float32 [num kernels]: 1 where that kernel's mask differs
       from the one received (it is then sent; otherwise the server knows it).
+    importance: Per kernel, the sum over local steps of its squared loss
+      gradient (PruneFL), or ().
   """
 
   trainable: Any
   masks: Any
   weight: Any
   mask_sent: Any
+  importance: Any = ()
 
 
 class ClientReport(NamedTuple):
@@ -76,13 +87,14 @@ class ClientReport(NamedTuple):
 
 
 def upload_nbytes(layout: masks_lib.MaskLayout, trainable, masks,
-                  mask_sent) -> tf.Tensor:
+                  mask_sent, importance=()) -> tf.Tensor:
   """Bytes of an upload: each kernel's kept values (4 bytes each) plus its
-  bit mask (ceil(size / 8) bytes) where sent, the other tensors dense, and
-  the float32 weight."""
+  bit mask (ceil(size / 8) bytes) where sent, the other tensors dense, the
+  float32 weight, and any importance tensors dense."""
   masked = {k.trainable_index for k in layout.kernels}
   total = payload.tf_dense_nbytes(
       [v for i, v in enumerate(trainable) if i not in masked]) + 4
+  total += payload.tf_dense_nbytes(list(importance))
   for j, kernel in enumerate(layout.kernels):
     value = trainable[kernel.trainable_index]
     total += (tf.math.count_nonzero(masks[j], dtype=tf.int64) *
@@ -102,39 +114,97 @@ def model_nbytes(layout: masks_lib.MaskLayout, model: SparseModel) -> tf.Tensor:
           payload.tf_dense_nbytes(model.statistics))
 
 
+class MaskedTraining:
+  """Masked local SGD on a wrapped model (every sparse client uses it).
+
+  Call `load` and `step` inside a `tf.function`: `load(received)` assigns a
+  `SparseModel` to the model's weights and returns the received trainable
+  values; `step(optimizer, state, batch, received_trainable)` takes one
+  optimizer step on the loss gradient, each masked kernel's gradient
+  multiplied by its mask, plus prox_mu (w - w_received) when `prox_mu` > 0,
+  and returns (optimizer state, the raw dense loss gradients, the examples
+  in the batch). Masked weights stay zero in every forward pass and upload
+  (tfmot's wrapper sets kernel := kernel x mask before each call); with
+  momentum, a weight pruned in the middle of local training keeps its
+  velocity in the optimizer state until the round ends.
+  """
+
+  def __init__(self, model, layout: masks_lib.MaskLayout, prox_mu: float):
+    self.model = model
+    self.layout = layout
+    self.weights = tff.learning.models.ModelWeights.from_model(model)
+    self.mask_vars = [self.weights.non_trainable[k.mask_index]
+                      for k in layout.kernels]
+    self._kernel_of = {k.trainable_index: j
+                       for j, k in enumerate(layout.kernels)}
+    self._prox_mu = float(prox_mu)
+
+  def load(self, received: SparseModel) -> list:
+    start = self.layout.to_model_weights(received)
+    tf.nest.map_structure(lambda v, t: v.assign(t), self.weights, start,
+                          check_types=False)
+    return [tf.identity(t) for t in start.trainable]
+
+  def initial_state(self, optimizer):
+    return optimizer.initialize(tuple(
+        tf.TensorSpec(v.shape, v.dtype) for v in self.weights.trainable))
+
+  def step(self, optimizer, optimizer_state, batch, received_trainable):
+    weights = self.weights
+    with tf.GradientTape() as tape:
+      output = self.model.forward_pass(batch, training=True)
+    # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
+    # get their gradient too.
+    raw = tape.gradient(output.loss, weights.trainable)
+    gradients = []
+    for i, (g, w, w0) in enumerate(zip(raw, weights.trainable,
+                                       received_trainable)):
+      if self._prox_mu:
+        g = g + self._prox_mu * (w - w0)
+      if i in self._kernel_of:
+        g = g * self.mask_vars[self._kernel_of[i]]
+      gradients.append(g)
+    optimizer_state, updated = optimizer.next(
+        optimizer_state, tuple(weights.trainable), tuple(gradients))
+    for variable, value in zip(weights.trainable, updated):
+      variable.assign(value)
+    if output.num_examples is None:
+      count = tf.shape(output.predictions, out_type=tf.int64)[0]
+    else:
+      count = tf.cast(output.num_examples, tf.int64)
+    return optimizer_state, raw, count
+
+  def upload_values(self) -> tuple[list, list]:
+    """(masked trainable values, float32 masks) as they are now."""
+    masks = [tf.cast(tf.identity(m), tf.float32) for m in self.mask_vars]
+    trainable = [tf.identity(w) for w in self.weights.trainable]
+    for j, kernel in enumerate(self.layout.kernels):
+      trainable[kernel.trainable_index] *= masks[j]
+    return trainable, masks
+
+
 def build_client_update(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     layout: masks_lib.MaskLayout, *, prox_mu: float, local_epochs: int,
     schedule: prune_grow.ReadjustSchedule, congruity_lambda: float,
-    readjust: bool):
+    readjust: bool, importance: bool = False,
+    growth_gradient: str = "accumulated"):
   """The client's `tf.function` (module docstring)."""
+  if growth_gradient not in GROWTH_GRADIENTS:
+    raise ValueError(f"growth_gradient must be one of {GROWTH_GRADIENTS},"
+                     f" got {growth_gradient!r}")
+  accumulate = readjust and growth_gradient == "accumulated"
   model = model_fn()
-  kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
-  prox_mu = float(prox_mu)
+  trainer = MaskedTraining(model, layout, prox_mu)
   local_epochs = int(local_epochs)
 
   @tf.function
   def client_update(optimizer, received: SparseModel, directions,
                     epochs_before, data):
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    start = layout.to_model_weights(received)
-    tf.nest.map_structure(lambda v, t: v.assign(t), weights, start,
-                          check_types=False)
-    received_trainable = [tf.identity(t) for t in start.trainable]
+    weights, mask_vars = trainer.weights, trainer.mask_vars
+    received_trainable = trainer.load(received)
     received_masks = [tf.cast(m, tf.float32) for m in received.masks]
-    mask_vars = [weights.non_trainable[k.mask_index] for k in layout.kernels]
     epochs_before = tf.cast(epochs_before, tf.int64)
-
-    def masked(gradients):
-      out = []
-      for i, (g, w, w0) in enumerate(zip(gradients, weights.trainable,
-                                         received_trainable)):
-        if prox_mu:
-          g = g + prox_mu * (w - w0)
-        if i in kernel_of:
-          g = g * mask_vars[kernel_of[i]]
-        out.append(g)
-      return out
 
     def loss_gradient(batch):
       # Not `forward_pass`: that would count the batch in the metrics again.
@@ -147,22 +217,29 @@ def build_client_update(
       # get their gradient too.
       return tape.gradient(loss, weights.trainable)
 
-    def readjust_all(batch, epochs_done):
-      gradients = loss_gradient(batch)
+    def readjust_all(batch, epochs_done, summed, batches):
+      if accumulate:
+        gradients = [g / tf.cast(tf.maximum(batches, 1), tf.float32)
+                     for g in summed]
+      else:
+        gradients = loss_gradient(batch)
       fraction = schedule.prune_fraction(epochs_done)
       counts = prune_grow.ReadjustCounts.zeros()
       for j, kernel in enumerate(layout.kernels):
         i = kernel.trainable_index
+        j_gradient = gradients[j] if accumulate else gradients[i]
         new_mask, newly_active, kernel_counts = prune_grow.readjust_mask(
             mask_vars[j], weights.trainable[i], received_trainable[i],
-            gradients[i], directions[j], fraction, congruity_lambda)
+            j_gradient, directions[j], fraction, congruity_lambda)
         mask_vars[j].assign(tf.cast(new_mask, mask_vars[j].dtype))
         weights.trainable[i].assign(
             weights.trainable[i] * new_mask * (1.0 - newly_active))
         # One event per client and due epoch, not per kernel.
         counts += kernel_counts._replace(
             readjusts=tf.constant(0.0), prune_fraction=tf.constant(0.0))
-      examples = tf.cast(tf.shape(batch["y"])[0], tf.float32)
+      # The last-batch gradient is computed again: compute beyond training.
+      examples = (tf.constant(0.0) if accumulate else
+                  tf.cast(tf.shape(batch["y"])[0], tf.float32))
       return counts._replace(readjusts=tf.constant(1.0),
                              prune_fraction=tf.cast(fraction, tf.float32),
                              gradient_examples=examples)
@@ -172,44 +249,46 @@ def build_client_update(
 
     def train(state, numbered):
       number, batch = numbered
-      examples, optimizer_state, counts = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = masked(tape.gradient(output.loss, weights.trainable))
-      optimizer_state, updated = optimizer.next(
-          optimizer_state, tuple(weights.trainable), tuple(gradients))
-      for variable, value in zip(weights.trainable, updated):
-        variable.assign(value)
-      if output.num_examples is None:
-        count = tf.shape(output.predictions, out_type=tf.int64)[0]
-      else:
-        count = tf.cast(output.num_examples, tf.int64)
+      examples, optimizer_state, counts, squares, summed, batches = state
+      optimizer_state, raw, count = trainer.step(optimizer, optimizer_state,
+                                                 batch, received_trainable)
+      if importance:
+        squares = tuple(s + tf.square(raw[k.trainable_index])
+                        for s, k in zip(squares, layout.kernels))
+      if accumulate:
+        summed = tuple(s + raw[k.trainable_index]
+                       for s, k in zip(summed, layout.kernels))
+        batches += 1
       if readjust:
         done = number + 1
         epochs_done = epochs_before + done // per_epoch
         due = tf.logical_and(tf.equal(done % per_epoch, 0),
                              schedule.due(epochs_done))
-        counts = tf.cond(
-            due, lambda: counts + readjust_all(batch, epochs_done),
-            lambda: counts)
-      return examples + count, optimizer_state, counts
+        counts, summed, batches = tf.cond(
+            due, lambda: (counts + readjust_all(batch, epochs_done, summed,
+                                                batches),
+                          tuple(tf.zeros_like(s) for s in summed),
+                          tf.zeros_like(batches)),
+            lambda: (counts, summed, batches))
+      return examples + count, optimizer_state, counts, squares, summed, batches
 
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in weights.trainable)
-    state = (tf.constant(0, tf.int64), optimizer.initialize(specs),
-             prune_grow.ReadjustCounts.zeros())
-    examples, _, counts = data.enumerate().reduce(state, train)
-    masks = [tf.cast(tf.identity(m), tf.float32) for m in mask_vars]
-    trainable = [tf.identity(w) for w in weights.trainable]
-    for j, kernel in enumerate(layout.kernels):
-      trainable[kernel.trainable_index] *= masks[j]
+    # Tuples: tf.data would stack a list of tensors into one tensor.
+    zeros = tuple(tf.zeros(k.shape, tf.float32) for k in layout.kernels)
+    state = (tf.constant(0, tf.int64), trainer.initial_state(optimizer),
+             prune_grow.ReadjustCounts.zeros(), zeros if importance else (),
+             zeros if accumulate else (), tf.constant(0, tf.int64))
+    examples, _, counts, squares, _, _ = data.enumerate().reduce(state, train)
+    trainable, masks = trainer.upload_values()
     mask_sent = tf.stack([
         tf.cast(tf.reduce_any(tf.not_equal(m, r)), tf.float32)
         for m, r in zip(masks, received_masks)])
     upload = SparseUpload(trainable=trainable, masks=masks,
                           weight=tf.cast(examples, tf.float32),
-                          mask_sent=mask_sent)
+                          mask_sent=mask_sent,
+                          importance=list(squares) if importance else ())
     report = ClientReport(
-        upload_bytes=upload_nbytes(layout, trainable, masks, mask_sent),
+        upload_bytes=upload_nbytes(layout, trainable, masks, mask_sent,
+                                   squares if importance else ()),
         epochs=epochs_before + total // per_epoch,
         gradient_examples=tf.cast(counts.gradient_examples, tf.int64))
     return upload, report, counts, model.report_local_unfinalized_metrics()

@@ -27,8 +27,8 @@ inputs nor outputs:
             <S@SERVER, G@SERVER, U@CLIENTS, metrics@SERVER>)
 
 On a round the server requests readjustment, G is packed on the server
-(`pack`: G -> P) and broadcast with the model; otherwise only the model is
-sent. Memory rows come back CLIENTS-placed because TFF 0.87 has no federated
+(`pack`: G -> P) and broadcast with the model when clients read it
+(congruity_lambda > 0: not FedDST); otherwise only the model is sent. Memory rows come back CLIENTS-placed because TFF 0.87 has no federated
 collect: a CLIENTS-placed result is what the server received from each
 client; the driver keeps the rows (server state) and passes the next cohort's
 rows back SERVER-placed.
@@ -111,7 +111,7 @@ def empty_memory(initial: SparseModel, rows: int) -> MemoryRows:
       weight=np.zeros((rows,), np.float32))
 
 
-def _full_masks(layout: masks_lib.MaskLayout, trainable, kernel_masks):
+def full_masks(layout: masks_lib.MaskLayout, trainable, kernel_masks):
   """One float32 mask per trainable tensor: the kernel's, ones elsewhere."""
   out = [tf.ones_like(w) for w in trainable]
   for kernel, mask in zip(layout.kernels, kernel_masks):
@@ -137,12 +137,19 @@ def row_sums(layout: masks_lib.MaskLayout, rows: MemoryRows) -> MaskedSums:
 
 
 def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
-                     memory: str, model: SparseModel, sums: MaskedSums):
+                     memory: str, model: SparseModel, sums: MaskedSums,
+                     importance=None, reconfigure=None):
   """Union average, direction map and re-prune (module docstring).
+
+  With `importance` (per kernel) and `reconfigure` (PruneFL), the new masks
+  are `reconfigure(importance)` instead of the magnitude re-prune: weights
+  it adds that no upload held start at zero.
 
   Returns (new `SparseModel`, direction maps, per-kernel densities, the
   fraction of inactive weights of the new model whose direction is non-zero).
   """
+  chosen = (reconfigure(list(importance)) if importance is not None
+            else None)
   trainable, directions, new_masks = [], [], []
   kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
   for i, (previous, weighted, counts) in enumerate(zip(
@@ -157,7 +164,8 @@ def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
       continue
     j = kernel_of[i]
     directions.append(prune_grow.direction_map(candidate, held, previous))
-    mask = prune_grow.reprune(candidate, held, keep[j])
+    mask = (prune_grow.reprune(candidate, held, keep[j]) if chosen is None
+            else tf.cast(chosen[j], tf.float32))
     new_masks.append(mask)
     trainable.append(candidate * mask)
   inactive = [1.0 - m for m in new_masks]
@@ -188,12 +196,17 @@ class SparseRounds:
     memory: A `MEMORIES` key.
     model_aggregator: The unweighted-sum-based factory that forms the masked
       sums (default `MaskedSumFactory()`).
+    reconfigure: PruneFL's server mask rule, a TF function of the per-kernel
+      importance (the clients' example-weighted mean) returning the new
+      per-kernel masks; used on rounds built with `importance=True`.
+    growth_gradient: `client_update.GROWTH_GRADIENTS` entry.
   """
 
   def __init__(self, keras_fn, element_spec, initial: SparseModel,
                keep: Sequence[int], client_optimizer, *, prox_mu: float,
                local_epochs: int, schedule: prune_grow.ReadjustSchedule,
-               congruity_lambda: float, memory: str, model_aggregator=None):
+               congruity_lambda: float, memory: str, model_aggregator=None,
+               reconfigure=None, growth_gradient: str = "accumulated"):
     if memory not in MEMORIES:
       raise ValueError(f"memory must be one of {list(MEMORIES)}, got"
                        f" {memory!r}")
@@ -203,9 +216,13 @@ class SparseRounds:
     self._optimizer = client_optimizer
     self._client_settings = dict(
         prox_mu=float(prox_mu), local_epochs=int(local_epochs),
-        schedule=schedule, congruity_lambda=float(congruity_lambda))
+        schedule=schedule, congruity_lambda=float(congruity_lambda),
+        growth_gradient=growth_gradient)
+    # The direction maps go out only if clients read them (lambda > 0).
+    self.sends_directions = float(congruity_lambda) > 0
     self._memory = memory
     self._aggregator = model_aggregator or MaskedSumFactory()
+    self._reconfigure = reconfigure
     with tf.Graph().as_default():
       self.layout = masks_lib.MaskLayout.of(keras_fn())
     self.model_type = learning_process.type_of(initial)
@@ -238,20 +255,35 @@ class SparseRounds:
   def zero_directions(self, initial: SparseModel) -> list:
     return [np.zeros(np.asarray(m).shape, np.int8) for m in initial.masks]
 
-  def _model_fn(self):
+  def model_fn(self):
+    """The wrapped model as a `tff.learning.models.VariableModel`."""
     return tff.learning.models.from_keras_model(
         self._keras_fn(),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=self._element_spec,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
 
-  def round_computation(self, readjust: bool) -> tff.Computation:
-    """The round of the module docstring (cached per kind)."""
-    if readjust in self._rounds:
-      return self._rounds[readjust]
+  def round_computation(self, readjust: bool,
+                        importance: bool = False) -> tff.Computation:
+    """The round of the module docstring (cached per kind).
+
+    `importance`: clients also upload their squared-gradient sums, the server
+    averages them (by examples) and sets the masks with `reconfigure`; the
+    round then has `importance@SERVER` among its metrics' inputs to the
+    server step (PruneFL).
+    """
+    kind = (bool(readjust), bool(importance))
+    if kind in self._rounds:
+      return self._rounds[kind]
+    if importance and (self._reconfigure is None or self.remembers):
+      raise ValueError("importance rounds need a reconfigure rule and no"
+                       " server memory")
     layout, keep, memory = self.layout, self._keep, self._memory
-    optimizer, model_fn = self._optimizer, self._model_fn
-    settings = dict(self._client_settings, readjust=readjust)
+    optimizer, model_fn = self._optimizer, self.model_fn
+    sends_directions = self.sends_directions
+    reconfigure = self._reconfigure
+    settings = dict(self._client_settings, readjust=readjust,
+                    importance=importance)
     shapes = [k.shape for k in layout.kernels]
 
     with tf.Graph().as_default():
@@ -283,7 +315,7 @@ class SparseRounds:
     def to_value(upload, received):
       """What the masked sum adds up (values, or changes for `updates`)."""
       if memory == "updates":
-        masks = _full_masks(layout, upload.trainable, upload.masks)
+        masks = full_masks(layout, upload.trainable, upload.masks)
         return [(w - w0) * m for w, w0, m in zip(upload.trainable,
                                                   received.trainable, masks)]
       return list(upload.trainable)
@@ -291,7 +323,7 @@ class SparseRounds:
     @tff.tensorflow.computation(upload_type)
     def to_weight(upload):
       return MaskedWeight(upload.weight,
-                          _full_masks(layout, upload.trainable, upload.masks))
+                          full_masks(layout, upload.trainable, upload.masks))
 
     value_type = to_value.type_signature.result
 
@@ -311,12 +343,19 @@ class SparseRounds:
                                          to_weight.type_signature.result)
     sums_type, rows_type = self.sums_type, self.rows_type
 
-    def aggregate(model, sums):
+    def aggregate(model, sums, importance=None):
       new_model, directions, density, informed = server_aggregate(
-          layout, keep, memory, SparseModel(*model), MaskedSums(*sums))
+          layout, keep, memory, SparseModel(*model), MaskedSums(*sums),
+          importance, reconfigure if importance is not None else None)
       return new_model, directions, sums, density, informed
 
-    if memory == "none":
+    importance_type = upload_type.importance
+    if importance:
+
+      @tff.tensorflow.computation(self.model_type, sums_type, importance_type)
+      def server_update(model, new, importance_mean):
+        return aggregate(model, new, importance_mean)
+    elif memory == "none":
 
       @tff.tensorflow.computation(self.model_type, sums_type)
       def server_update(model, new):
@@ -338,20 +377,27 @@ class SparseRounds:
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(
           distributor=delivered.measurements)
-      if readjust:
+      if readjust and sends_directions:
         sent = directions_distributor.next(
             directions_distributor.initialize(),
             tff.federated_map(pack, directions))
         measurements["directions_distributor"] = sent.measurements
         client_directions = sent.result
-      else:  # Nothing but the model is sent; the client never reads these.
+      else:  # Nothing but the model is sent; no client reads these.
         client_directions = tff.federated_value(no_directions(), tff.CLIENTS)
       uploads, reports, counts, metrics = tff.federated_map(
           client_work, (delivered.result, client_directions, epochs, data))
       values = tff.federated_map(to_value, (uploads, delivered.result))
       aggregated = aggregator.next(aggregator.initialize(), values,
                                    tff.federated_map(to_weight, uploads))
-      if memory == "none":
+      if importance:
+        mean_importance = tff.federated_mean(
+            tff.federated_map(tff.tensorflow.computation(
+                lambda u: u.importance, upload_type), uploads),
+            weight=tff.federated_map(tff.tensorflow.computation(
+                lambda u: u.weight, upload_type), uploads))
+        server_inputs = (model, aggregated.result, mean_importance)
+      elif memory == "none":
         server_inputs = (model, aggregated.result)
       else:
         server_inputs = (model, running, forgotten, aggregated.result)
@@ -390,5 +436,5 @@ class SparseRounds:
             model, directions, None, None, epochs, data)
         return new_model, new_directions, reports, measurements
 
-    self._rounds[readjust] = sparse_round
+    self._rounds[kind] = sparse_round
     return sparse_round

@@ -22,58 +22,87 @@ Readings and departures, each on purpose:
   reading: 0 non-zero entries among ~17,500 inactive weights), and on a
   weight the server just dropped it points to zero. Here it is
   sign(w~_t - w_{t-1}) with w~_t the server's aggregate *before* the global
-  re-prune (the union average over every upload that holds an element) and
-  0 where no upload holds the element: on a weight some client grew and
-  trained, it is the direction the clients moved it, which is what the
-  growth criterion compares a local gradient with. The metrics
-  `grow_candidates_with_direction` (share of growth candidates whose map
-  entry is non-zero), `grown_congruent` (grown weights taken from the
-  congruent set) and `direction_nonzero_inactive` (share of the new global
-  model's inactive weights with a non-zero entry) show how much it informs.
+  re-prune (the union average over every upload it holds, remembered ones
+  included) and 0 where no upload holds the element: on a weight some
+  client grew and trained it is the direction the clients moved it; on one
+  the global model had dropped but a remembered upload still holds, the
+  sign of that remembered value. The metrics `grow_candidates_with_direction`
+  (share of growth candidates whose map entry is non-zero), `grown_congruent`
+  (grown weights taken from the congruent set), `pruned_incongruent` and
+  `direction_nonzero_inactive` (share of the new global model's inactive
+  weights with a non-zero entry) show how much it informs. Round 1's map is
+  all zero (nothing aggregated yet): its readjustments follow FedDST's rule.
+* Congruence. The map is a change (w_t - w_{t-1}); a client's
+  pseudo-gradient is compared in the same convention (w_now - w_received),
+  and an inactive weight's "learning direction" is minus its loss gradient
+  (the way SGD would move it), so "the same learning direction sign as the
+  global direction" means -sign(g) = sign(map). A weight whose map entry is
+  0 is neither congruent nor incongruent.
 * `congruity_lambda` is one share for pruning and growing (the paper's
   lambda names the pruning share; a code sketch in FedPruning/FedPruning,
   not confirmed as the authors', uses 0.01 for pruning and 0.1 for
-  growing); default 0.5.
-* "Learning direction" of a weight is minus its loss gradient; a weight whose
-  map entry is 0 is neither congruent nor incongruent.
+  growing); default 0.5. `--prune_alpha` defaults to 0.2 (the paper's value
+  was lost; FedDST's code defaults to 0.5, its CIFAR example uses 0.01,
+  RigL 0.3).
 * Growth picks among the weights inactive after the pruning, a weight just
   pruned included (RigL), so every layer returns to its ERK density and a
   layer ERK makes dense stays dense ("the same portion is regrown ... to
   achieve the target sparsity level"); a regrown weight keeps its value,
   newly active ones start at zero.
+* The loss gradient that ranks growth is dense (masked weights included)
+  and averaged over the batches trained since the round began or since the
+  client's previous readjustment (Appendix A.1: "few epochs of full training
+  are needed in the re-adjust round for neuron growth"); FedDST's code uses
+  the last batch's.
 * Schedule (Section 3.1). The server requests readjustment every
   `--readjust_every` rounds (default every round) up to
   `--readjust_end_round` (default: no limit); a requested client readjusts
   after each cumulative training epoch t with t >= `--readjust_begin_epoch`
-  (default E // 2 + 1 of E local epochs: mid-round, as the code sketch
-  does, so grown weights train before the upload and the direction map has
-  values on them), every `--readjust_delta_epochs` (default E) and t < E_end
+  (default ceil(E / 2) of E local epochs: mid-round, as the code sketch
+  does (its E // 2 + 1 for odd E), so grown weights train before the upload
+  and the map has values on them; with E = 1 it is the end of training),
+  every `--readjust_delta_epochs` (default E) and t < E_end
   (`--readjust_end_epoch`, default the client's expected total epochs
   E x rounds x clients per round / clients), pruning alpha_t =
   `--prune_alpha` / 2 (1 + cos(pi t / E_end)). The paper gives no values for
   Delta, E_end or the request interval.
-* The loss gradient that ranks growth is that of the due epoch's last batch,
-  recomputed after its step without the FedProx term (FedDST's code).
 * Server memory (`--sgc_memory`): "we still consider the parameters and
   masks that are held by those clients who do not participate". `models`
   (default, the literal reading): the last uploaded values and mask of every
-  client count in Eq. 5; `updates`: instead their last change to the model
-  they were sent, added to the current model; `none`: this round's uploads
-  only (FedDST's aggregation). The memory is server state (one row per
-  client, checkpointed).
+  client count in Eq. 5, weighted by its examples, until it uploads again
+  (clients never sampled count for nothing); `updates`: instead their last
+  change to the model they were sent, added to the current model (re-added
+  every round until replaced); `none`: this round's uploads only (FedDST's
+  aggregation). The memory is server state (one row per client,
+  checkpointed); its running sums are float32 and updated by subtracting a
+  client's old row, so value sums may drift by rounding over many rounds
+  (weight sums are integers and exact).
 * Server re-prune per kernel to its ERK budget (FedDST's layer-wise
-  re-prune), not one global threshold, so the ERK distribution holds.
+  re-prune; the paper's wording reads as one global count), every round.
+* Masks cover convolution and dense kernels only (RigL, FedDST); biases and
+  batch-norm parameters are dense, always sent, and have no map entry. The
+  initial masks are random at each kernel's ERK budget ("a random sparse
+  topology"); FedDST's code magnitude-prunes the random initial weights.
+* Clients are weighted by the examples they trained (FedDST's code weighs by
+  `train_size()`, which counts two per batch).
 * Accounting (the paper's appendix charges the direction map and the mask on
   readjust rounds only): the direction map goes, packed at 2 bits per
-  element, only on requested rounds; an upload carries a kernel's bit mask
-  only when the client's readjustment changed it; the model download always
-  carries the global bit masks, because the union re-prune can change the
-  global mask in any round (with memory it does in most) and a client does
-  not hold the previous global model. Message headers are not counted.
+  element (three values), only on requested rounds; an upload carries a
+  kernel's bit mask only when the client's readjustment changed it; the
+  model download always carries the global bit masks, because the union
+  re-prune can change the global mask in any round (with memory it does in
+  most) and a client does not hold the previous global model. Uploads add
+  the float32 aggregation weight and the metric sums; message headers are
+  not counted. Client compute is the dense model's training MACs (the
+  masked zeros are multiplied too on this hardware), not the sparse count
+  of the paper's Appendix A.1.
+* Local training is vanilla SGD (the paper; `--client_momentum` applies);
+  FedDST's code uses momentum 0.9 and L2 0.001.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tff_hetero.algorithms import api
@@ -85,4 +114,5 @@ def build_fedsgc(config, task: api.Task,
   return training.build_sparse_training(
       "fedsgc", config, task, client_ids,
       congruity_lambda=config.congruity_lambda, memory=config.sgc_memory,
-      begin_epoch=config.local_epochs // 2 + 1)
+      begin_epoch=math.ceil(config.local_epochs / 2),
+      growth_gradient="accumulated")

@@ -240,12 +240,25 @@ def reprune(values, held, keep):
   return masks_lib.top_k_mask(tf.abs(values), keep, held)
 
 
+# A change smaller than this, relative to the larger of the two values and
+# the kernel's mean magnitude, is no change: the server's running sums
+# subtract and add float32 rows, so a value nobody moved comes back within
+# rounding of where it was (even of 0).
+DIRECTION_TOLERANCE = 1e-5
+
+
 def direction_map(candidate, held, previous):
-  """sign(candidate - previous) where some upload held the element, else 0;
-  int8. `candidate` is the server's aggregate before the global re-prune
-  (over the union of the masks) and `previous` the last global model."""
-  return tf.cast(tf.where(held, tf.sign(candidate - previous),
-                          tf.zeros_like(candidate)), tf.int8)
+  """sign(candidate - previous) where some upload held the element and the
+  change exceeds `DIRECTION_TOLERANCE` times max(|candidate|, |previous|,
+  the kernel's mean |previous|), else 0; int8. `candidate` is the server's
+  aggregate before the global re-prune (over the union of the masks) and
+  `previous` the last global model."""
+  change = candidate - previous
+  scale = tf.maximum(tf.maximum(tf.abs(candidate), tf.abs(previous)),
+                     tf.reduce_mean(tf.abs(previous)))
+  moved = tf.logical_and(held, tf.abs(change) > DIRECTION_TOLERANCE * scale)
+  return tf.cast(tf.where(moved, tf.sign(change), tf.zeros_like(change)),
+                 tf.int8)
 
 
 # --------------------------------------------------------------------------

@@ -53,6 +53,18 @@ class SparseState(NamedTuple):
   memory: Any      # computations.MemoryRows (zero rows without memory)
 
 
+def _combined(traffic: ClientTraffic, more) -> ClientTraffic:
+  """One client's round traffic plus its traffic in `prepare_round`."""
+  if more is None:
+    return traffic
+  return ClientTraffic(
+      client_id=traffic.client_id,
+      bytes_down=traffic.bytes_down + more.bytes_down,
+      bytes_up=traffic.bytes_up + more.bytes_up,
+      flops=traffic.flops + more.flops,
+      examples=traffic.examples + more.examples)
+
+
 def _ratio(numerator: float, denominator: float) -> float:
   return numerator / denominator if denominator else math.nan
 
@@ -79,7 +91,8 @@ class SparseTraining(api.FederatedAlgorithm):
                sparsity: float, schedule: prune_grow.ReadjustSchedule,
                congruity_lambda: float, memory: str, client_optimizer,
                prox_mu: float, local_epochs: int, seed: int,
-               model_aggregator=None):
+               model_aggregator=None, reconfigure=None,
+               growth_gradient: str = "accumulated"):
     self.name = name
     self.sparsity = float(sparsity)
     self.schedule = schedule
@@ -102,16 +115,31 @@ class SparseTraining(api.FederatedAlgorithm):
     self.keep = masks_lib.keep_counts(self.layout.shapes, densities)
     weights = tff.learning.models.ModelWeights.from_model(wrapped)
     weights = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
-    initial_masks = masks_lib.random_masks(self.layout.shapes, self.keep,
-                                           int(seed))
     self._initial = tf.nest.map_structure(np.asarray, self.layout.to_sparse(
         tf.nest.map_structure(np.asarray, self.layout.with_masks(
-            weights, initial_masks))))
+            weights, self.initial_masks(int(seed))))))
     self.rounds = computations.SparseRounds(
         keras_fn, task.element_spec, self._initial, self.keep,
         client_optimizer, prox_mu=prox_mu, local_epochs=local_epochs,
         schedule=schedule, congruity_lambda=congruity_lambda, memory=memory,
-        model_aggregator=model_aggregator)
+        model_aggregator=model_aggregator, reconfigure=reconfigure,
+        growth_gradient=growth_gradient)
+
+  def initial_masks(self, seed: int) -> list[np.ndarray]:
+    """Masks of the initial model: random, at each kernel's ERK budget."""
+    return masks_lib.random_masks(self.layout.shapes, self.keep, seed)
+
+  def round_kind(self, round_num: int) -> tuple[bool, bool]:
+    """(clients readjust, clients upload importance) in `round_num`."""
+    return self.schedule.requested(round_num), False
+
+  def prepare_round(self, state: SparseState, round_num: int,
+                    clients: Sequence[api.ClientRound]
+                    ) -> tuple[SparseState, dict]:
+    """Work before the round's training (e.g. pruning on one client): the
+    new state and measured `ClientTraffic` by client id. Default: none."""
+    del round_num, clients
+    return state, {}
 
   def initialize(self) -> SparseState:
     rows = len(self._rows) if self.rounds.remembers else 0
@@ -142,8 +170,9 @@ class SparseTraining(api.FederatedAlgorithm):
 
   def next(self, state: SparseState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:
-    requested = self.schedule.requested(round_num)
-    computation = self.rounds.round_computation(requested)
+    state, extra = self.prepare_round(state, round_num, clients)
+    requested, importance = self.round_kind(round_num)
+    computation = self.rounds.round_computation(requested, importance)
     epochs = [np.int64(c.state if c.state is not None else 0)
               for c in clients]
     data = [c.dataset for c in clients]
@@ -160,7 +189,7 @@ class SparseTraining(api.FederatedAlgorithm):
       sums = state.sums
     n = len(clients)
     down = int(measured["distributor"]["bytes_down"])
-    if requested:
+    if "directions_distributor" in measured:
       down += int(measured["directions_distributor"]["bytes_down"])
     bytes_down = learning_process.per_client_bytes(down, n, "download")
     train = measured["train"]
@@ -174,6 +203,7 @@ class SparseTraining(api.FederatedAlgorithm):
             self._flops_per_example,
             examples=c.num_examples)
         for c, r in zip(clients, reports))
+    traffic = tuple(_combined(t, extra.get(t.client_id)) for t in traffic)
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
     loss = float(train["metrics"]["loss"])
@@ -183,6 +213,7 @@ class SparseTraining(api.FederatedAlgorithm):
         loss=loss if processed == expected else math.nan,
         train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
         readjust_requested=float(requested),
+        reconfigured=float(importance),
         readjusts=counts.readjusts,
         prune_fraction=_ratio(counts.prune_fraction, counts.readjusts),
         pruned=counts.pruned,
@@ -209,12 +240,18 @@ class SparseTraining(api.FederatedAlgorithm):
   @staticmethod
   def _remember(memory, rows: list[int], new_rows) -> Any:
     """A copy of `memory` with `rows` replaced by the received rows."""
-    def replace(array, received):
+    received = [computations.MemoryRows(*r) for r in new_rows]
+    # A client that trained on nothing sent nothing: its row stays.
+    kept = [(row, r) for row, r in zip(rows, received) if float(r.weight) > 0]
+    rows = [row for row, _ in kept]
+    received = [r for _, r in kept]
+
+    def replace(array, values):
       out = np.array(array, copy=True)
-      out[rows] = np.stack([np.asarray(r) for r in received])
+      if rows:
+        out[rows] = np.stack([np.asarray(v) for v in values])
       return out
 
-    received = [computations.MemoryRows(*r) for r in new_rows]
     return computations.MemoryRows(
         values=[replace(a, [r.values[i] for r in received])
                 for i, a in enumerate(memory.values)],
@@ -245,11 +282,15 @@ def check_memory(memory: str) -> str:
 def build_sparse_training(name: str, config, task: api.Task,
                           client_ids: Sequence[str], *,
                           congruity_lambda: float, memory: str,
-                          begin_epoch: int) -> SparseTraining:
+                          begin_epoch: int,
+                          growth_gradient: str) -> SparseTraining:
   """A `SparseTraining` from the run's settings (shared by FedSGC, FedDST).
 
   `begin_epoch` is the algorithm's default first readjustment epoch, used
-  when `--readjust_begin_epoch` is 0.
+  when `--readjust_begin_epoch` is 0. E_end defaults to the clients'
+  expected total epochs, which depends on `--rounds`: a run resumed with
+  another `--rounds` then continues with another schedule (give
+  `--readjust_end_epoch` to fix it).
   """
   epochs = config.local_epochs
   expected_epochs = max(1, math.ceil(
@@ -266,4 +307,5 @@ def build_sparse_training(name: str, config, task: api.Task,
       congruity_lambda=congruity_lambda, memory=check_memory(memory),
       client_optimizer=learning_process.client_sgd(config.client_lr,
                                                    config.client_momentum),
-      prox_mu=config.prox_mu or 0.0, local_epochs=epochs, seed=config.seed)
+      prox_mu=config.prox_mu or 0.0, local_epochs=epochs, seed=config.seed,
+      growth_gradient=growth_gradient)
