@@ -10,29 +10,55 @@ from pipelines.reproduce import adaptivefl as reproduce
 from tff_hetero.program import ExperimentConfig
 
 
-def test_plan_covers_every_table_once():
-  base = ExperimentConfig(model="vgg16_eighth", root_output_dir="/r",
-                          experiment_name="x")
-  runs = reproduce.plan_runs(base, ["2", "3", "4", "5"])
+def test_plan_puts_every_method_on_one_population_per_seed():
+  base = ExperimentConfig(model="mnist_cnn", pool_start_indices="2:1",
+                          tier_capacities="9743:15402:22714",
+                          tier_fluctuation="0.125:0.0625:0.057",
+                          root_output_dir="/r", experiment_name="x")
+  runs = reproduce.plan_runs(base, reproduce.PARTS, seeds=(0, 1, 2))
   names = [r.name for r in runs]
-  assert len(names) == len(set(names)) == 12 + 6 + 3 + 4
+  # Table 2: 4 methods x 2 distributions x 3 seeds; Table 4: the coarse pool
+  # x 2 x 3; Figure 5: greedy and random x 3, C and S x 1; Table 3: HeteroFL
+  # and AdaptiveFL at 8:1:1 and 1:1:8, first seed.
+  assert len(names) == len(set(names)) == 24 + 6 + 8 + 4
   by_name = {r.name: r.config for r in runs}
-  assert by_name["adaptivefl_alpha_0_3"].alpha == 0.3
-  assert by_name["adaptivefl_alpha_0_3"].partition == "dirichlet"
-  assert by_name["heterofl_iid_181"].tier_proportions == "1:8:1"
-  assert by_name["adaptivefl_coarse_iid"].pool_start_indices == "8"
-  assert by_name["adaptivefl_curiosity_iid"].adaptivefl_selection == "curiosity"
-  assert by_name["all_large_iid"].root_output_dir == "/r/x/runs"
-  # Table 5 alone needs the five selection variants on IID data only.
-  assert sorted(r.name for r in reproduce.plan_runs(base, ["5"])) == sorted(
-      ["adaptivefl_iid", "adaptivefl_greedy_iid", "adaptivefl_random_iid",
-       "adaptivefl_curiosity_iid", "adaptivefl_resource_iid"])
+  assert by_name["adaptivefl_alpha_0_3_seed2"].alpha == 0.3
+  assert by_name["adaptivefl_alpha_0_3_seed2"].partition == "dirichlet"
+  assert by_name["heterofl_iid_118_seed0"].tier_proportions == "1:1:8"
+  assert by_name["adaptivefl_coarse_iid_seed1"].pool_start_indices == "2"
+  assert by_name["adaptivefl_curiosity_iid_seed0"].adaptivefl_selection == (
+      "curiosity")
+  assert "adaptivefl_curiosity_iid_seed1" not in by_name
+  assert by_name["all_large_iid_seed0"].root_output_dir == "/r/x/runs"
+  # Same population, partition and seed for the four methods.
+  for seed in (0, 1, 2):
+    configs = [by_name[f"{m}_{d}_seed{seed}"]
+               for m in ("all_large", "decoupled", "heterofl", "adaptivefl")
+               for d in ("iid", "alpha_0_3")]
+    for field in ("seed", "tier_capacities", "tier_fluctuation",
+                  "tier_proportions", "num_clients", "clients_per_round",
+                  "rounds", "local_epochs", "batch_size"):
+      assert len({getattr(c, field) for c in configs}) == 1, field
+    assert configs[0].seed == seed
+
+
+def test_default_capacities_follow_the_pool():
+  # small_cnn on 8x8x1 (synthetic), r = 0.66:0.3, I = 1, by hand:
+  # S1 (16, 9): 160 + (144*9 + 9) + (36*10 + 10) = 1835;
+  # M1 (16, 21): 160 + (144*21 + 21) + (84*10 + 10) = 4055;
+  # L1 (16, 32): 6090. Weak 0.95 x S1, medium 0.95 x M1, strong 1.04 x L1.
+  base = ExperimentConfig(dataset="synthetic", model="small_cnn",
+                          pool_ratios="0.66:0.3", pool_start_indices="1")
+  assert reproduce.population_capacities(base) == "1743:3852:6334"
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--tables=9"], "--tables"),
+    (["--parts=9"], "--parts"),
     (["--rounds=0"], "--rounds"),
     (["--model=nope"], "--model"),
+    (["--seeds=a"], "--seeds"),
+    (["--parts=4", "--model=small_cnn", "--dataset=synthetic",
+      "--pool_start_indices=1"], "--pool_start_indices"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, expected, tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_info:
@@ -41,34 +67,44 @@ def test_bad_flags_exit_2_with_one_line(argv, expected, tmp_path, capsys):
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and expected in err[0], err
-  assert not os.listdir(tmp_path)
+  assert not os.path.exists(tmp_path / "adaptivefl_reproduction" / "runs")
 
 
 def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
-  argv = ["reproduce", "--tables=5", "--dataset=synthetic", "--model=small_cnn",
+  # Every device holds exactly S1 (1,835 parameters, by hand above), so
+  # every client returns S1 whatever it is sent.
+  argv = ["reproduce", "--parts=5", "--dataset=synthetic", "--model=small_cnn",
           "--num_clients=6", "--clients_per_round=3", "--rounds=2",
           "--local_epochs=1", "--eval_every=2", "--pool_start_indices=1",
-          f"--root_output_dir={tmp_path}"]
+          "--tier_capacities=1835:1835:1835", "--tier_fluctuation=0",
+          "--seeds=0", f"--root_output_dir={tmp_path}"]
   _cli.run_in_process(reproduce.main, argv)
   out_dir = tmp_path / "adaptivefl_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   variants = results["figure5"]
   assert list(variants) == list(reproduce.VARIANTS)
-  for numbers in variants.values():
-    assert 0.0 <= numbers["waste_rate"] < 1.0
-    assert 0.0 <= numbers["full"] <= 1.0
-  # The run's rate sums bytes over its rounds (not a mean of round rates).
-  greedy = json.loads((out_dir / "runs" / "adaptivefl_greedy_iid" /
-                       "report.json").read_text())
-  rows = greedy["history"]
-  assert len(rows) == 2
-  assert variants["AdaptiveFL+Greed"]["waste_rate"] == pytest.approx(
-      1 - sum(r["returned_model_bytes"] for r in rows) /
-      sum(r["sent_model_bytes"] for r in rows))
-  # Greedy sends L1 only: 3 clients x 2 rounds x the full model's bytes.
-  full_bytes = sum(r["sent_model_bytes"] for r in rows) / 6
-  assert all(r["sent_model_bytes"] == 3 * full_bytes for r in rows)
+  for label, (selection, _) in reproduce.VARIANTS.items():
+    report = json.loads((out_dir / "runs" / f"{reproduce._variant_name(selection)}_seed0" /  # pylint: disable=protected-access
+                         "report.json").read_text())
+    rows = report["history"]
+    assert [r["returned_model_bytes"] for r in rows] == [3 * 4 * 1835] * 2
+    # The run's rate sums bytes over its rounds (not a mean of round rates).
+    assert variants[label]["waste_rate"] == [pytest.approx(
+        1 - sum(r["returned_model_bytes"] for r in rows) /
+        sum(r["sent_model_bytes"] for r in rows))]
+  # Greedy sends L1 (6,090) and gets S1 back: 1 - 1835 / 6090.
+  assert variants["AdaptiveFL+Greed"]["waste_rate"] == [
+      pytest.approx(1 - 1835 / 6090)]
+  records = {r["name"]: r for r in results["runs"]}
+  assert sorted(records) == sorted(
+      f"{reproduce._variant_name(s)}_seed0"  # pylint: disable=protected-access
+      for s, _ in reproduce.VARIANTS.values())
+  for record in records.values():
+    assert record["seed"] == 0
+    assert record["settings"]["tier_capacities"] == "1835:1835:1835"
+    assert record["code"][0]["commit"]
   assert (out_dir / "figure5.png").exists()
+  assert (out_dir / "metrics" / "adaptivefl_iid_seed0.csv").exists()
   assert "| AdaptiveFL+CS |" in (out_dir / "tables.md").read_text()
   capsys.readouterr()
   _cli.run_in_process(reproduce.main, argv)  # Everything reused.
