@@ -17,6 +17,7 @@ exec .venv/bin/python -m pipelines.train \
   --partition=dirichlet --alpha=0.5 \
   --num_clients=20 --clients_per_round=10 \
   --rounds=20 --local_epochs=2 --batch_size=20 --client_lr=0.05 --client_momentum=0.5 \
+  --pool_ratios=0.66:0.3 --pool_start_indices=2:1 \
   --tiers=weak,medium,strong --tier_proportions=4:3:3 \
   --seed=0 --eval_every=2 --checkpoint_every=5 \
   --root_output_dir=runs \
