@@ -14,10 +14,12 @@ clients") and the reference code (S1 sampled among all clients) have it. A
 client that can hold none trains nothing and receives nothing.
 
 Compute: a device that holds L1 trains L1, M1 and S1 in one round, so its
-round costs the three models' training MACs (about 1.75 times L1's for the
-VGG-16 pool, whose M1 and S1 are 0.50 and 0.25 of it), and it downloads and
-uploads all three; the measured traffic and MACs of each client are the sums
-over the models it trained (one `ClientTraffic` per client and round).
+round costs the three models' training MACs, 2.5 times L1's for the paper's
+VGG-16 pool (M1 and S1 keep 0.82 and 0.72 of L1's MACs though only 0.50 and
+0.25 of its parameters: the pool prunes the deep layers, which hold the
+parameters), and it downloads and uploads all three; the measured traffic
+and MACs of each client are the sums over the models it trained (one
+`ClientTraffic` per client and round).
 
 Decision: the reference code (mastlab-T3S/AdaptiveFL,
 `Training_Decoupled.py`) runs three FedAvg processes that each sample m
