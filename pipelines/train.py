@@ -142,6 +142,17 @@ _SGC_MEMORY = flags.DEFINE_string(
     " (their last uploaded values and masks, the paper's literal reading),"
     " updates (their last change to the model they were sent), none (this"
     " round's uploads only, as FedDST).")
+_PRUNEFL_EVERY = flags.DEFINE_integer(
+    "prunefl_readjust_every", 50,
+    "PruneFL: the server reconfigures the mask from the clients' squared"
+    " gradients every N rounds (0: never).")
+_PRUNEFL_INITIAL = flags.DEFINE_integer(
+    "prunefl_initial_rounds", 50,
+    "PruneFL: local rounds of the initial pruning on the first client.")
+_PRUNEFL_INITIAL_EVERY = flags.DEFINE_integer(
+    "prunefl_initial_readjust_every", 10,
+    "PruneFL: the initial pruning reconfigures the mask every N local"
+    " rounds (and after the last).")
 _UPLOAD_BUDGETS = flags.DEFINE_string(
     "upload_budgets_mib", "",
     "Report the best accuracy reached within these cumulative uploads (MiB,"

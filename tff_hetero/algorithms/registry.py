@@ -21,6 +21,8 @@ from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import heterofl
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
+from tff_hetero.algorithms.sparse import grasp
+from tff_hetero.algorithms.sparse import prunefl
 
 
 @attrs.frozen
@@ -51,4 +53,8 @@ register("decoupled", decoupled.build_decoupled,
 register("fedsgc", fedsgc.build_fedsgc,
          "Gradient-Congruity Guided Federated Sparse Training")
 register("feddst", feddst.build_feddst, "Bibikar et al. 2022")
+register("prunefl", prunefl.build_prunefl,
+         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline")
+register("grasp", grasp.build_grasp,
+         "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline")
 register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")

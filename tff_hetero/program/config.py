@@ -85,6 +85,9 @@ class ExperimentConfig:
   prune_alpha: float = 0.2
   congruity_lambda: float = 0.5
   sgc_memory: str = "models"
+  prunefl_readjust_every: int = 50
+  prunefl_initial_rounds: int = 50
+  prunefl_initial_readjust_every: int = 10
   upload_budgets_mib: str = ""
   # FedGKT.
   gkt_server_model: str = "fedgkt_server_resnet55"
@@ -96,6 +99,9 @@ class ExperimentConfig:
   gkt_server_lr: float = 1e-3
   gkt_transfer: str = "both"
   gkt_mode: str = "sync"
+  gkt_kd_t_squared: bool = True
+  gkt_lr_patience: int = 10
+  gkt_lr_factor: float = 0.1
   progress: bool = True
 
   @property
@@ -188,6 +194,16 @@ class ExperimentConfig:
          "a client's expected total epochs")):
       if value < 0:
         raise UsageError(flag, f"must be >= 0 (0: {zero}), got {value}")
+    for flag, value in (
+        ("--prunefl_initial_rounds", self.prunefl_initial_rounds),
+        ("--prunefl_initial_readjust_every",
+         self.prunefl_initial_readjust_every)):
+      if value < 1:
+        raise UsageError(flag, f"must be a positive integer, got {value}")
+    if self.prunefl_readjust_every < 0:
+      raise UsageError("--prunefl_readjust_every",
+                       f"must be >= 0 (0: never), got"
+                       f" {self.prunefl_readjust_every}")
     for flag, value in (("--prune_alpha", self.prune_alpha),
                         ("--congruity_lambda", self.congruity_lambda)):
       if not (math.isfinite(value) and 0 <= value <= 1):
@@ -203,6 +219,13 @@ class ExperimentConfig:
     if self.gkt_server_epochs < 1:
       raise UsageError("--gkt_server_epochs",
                        f"must be a positive integer, got {self.gkt_server_epochs}")
+    if self.gkt_lr_patience < 0:
+      raise UsageError("--gkt_lr_patience",
+                       f"must be an integer >= 0, got {self.gkt_lr_patience}")
+    if not (math.isfinite(self.gkt_lr_factor) and 0 < self.gkt_lr_factor <= 1):
+      raise UsageError("--gkt_lr_factor",
+                       f"must be in (0, 1] (1: never reduce), got"
+                       f" {self.gkt_lr_factor}")
     if not 0 <= self.val_fraction < 1:
       raise UsageError("--val_fraction",
                        f"must be in [0, 1), got {self.val_fraction}")

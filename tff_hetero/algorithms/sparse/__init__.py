@@ -1,9 +1,11 @@
-"""Federated sparse training: FedSGC, FedDST (and their shared mechanics).
+"""Federated sparse training: FedSGC, FedDST, PruneFL, GraSP (and their
+shared mechanics).
 
 Layers: `prune_grow` (pure TF mask arithmetic), `client_update` (the
 client's `tf.function`), `computations` (typed TFF computations, one per kind
-of round), `training` (the `FederatedAlgorithm` driver); one module per
-algorithm (`fedsgc`, `feddst`).
+of round), `training` (the `FederatedAlgorithm` driver),
+`initial_pruning` (pruning on one client first); one module per algorithm
+(`fedsgc`, `feddst`, `prunefl`, `grasp`).
 """
 
 from tff_hetero.algorithms.sparse.client_update import ClientReport
@@ -13,13 +15,16 @@ from tff_hetero.algorithms.sparse.computations import MemoryRows
 from tff_hetero.algorithms.sparse.computations import SparseRounds
 from tff_hetero.algorithms.sparse.feddst import build_feddst
 from tff_hetero.algorithms.sparse.fedsgc import build_fedsgc
+from tff_hetero.algorithms.sparse.grasp import build_grasp
 from tff_hetero.algorithms.sparse.prune_grow import ReadjustCounts
 from tff_hetero.algorithms.sparse.prune_grow import ReadjustSchedule
+from tff_hetero.algorithms.sparse.prunefl import build_prunefl
 from tff_hetero.algorithms.sparse.training import SparseState
 from tff_hetero.algorithms.sparse.training import SparseTraining
 
 __all__ = [
     "ClientReport", "MEMORIES", "MemoryRows", "ReadjustCounts",
     "ReadjustSchedule", "SparseRounds", "SparseState", "SparseTraining",
-    "SparseUpload", "build_feddst", "build_fedsgc",
+    "SparseUpload", "build_feddst", "build_fedsgc", "build_grasp",
+    "build_prunefl",
 ]

@@ -245,6 +245,10 @@ class SparseRounds:
     self._rounds = {}
 
   @property
+  def client_optimizer(self):
+    return self._optimizer
+
+  @property
   def remembers(self) -> bool:
     return self._memory != "none"
 

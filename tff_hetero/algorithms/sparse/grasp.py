@@ -64,9 +64,10 @@ def grasp_scores(model, layout: masks_lib.MaskLayout, data,
   def add_gradient(total, batch):
     with tf.GradientTape() as tape:
       loss = loss_of(batch)
-    return [t + g for t, g in zip(total, tape.gradient(loss, weights))]
+    return tuple(t + g for t, g in zip(total, tape.gradient(loss, weights)))
 
-  zeros = [tf.zeros_like(w) for w in weights]
+  # Tuples: tf.data would stack a list of tensors into one tensor.
+  zeros = tuple(tf.zeros_like(w) for w in weights)
   stopped = data.reduce(zeros, add_gradient)
 
   def add_hessian_gradient(total, batch):
@@ -76,7 +77,8 @@ def grasp_scores(model, layout: masks_lib.MaskLayout, data,
       gradients = inner.gradient(loss, weights)
       product = tf.add_n([tf.reduce_sum(g * tf.stop_gradient(s))
                           for g, s in zip(gradients, stopped)])
-    return [t + h for t, h in zip(total, outer.gradient(product, weights))]
+    return tuple(t + h for t, h in zip(total,
+                                       outer.gradient(product, weights)))
 
   hessian_gradient = data.reduce(zeros, add_hessian_gradient)
   return [w * h for w, h in zip(weights, hessian_gradient)]

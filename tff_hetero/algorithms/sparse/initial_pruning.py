@@ -59,6 +59,11 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
 
   send_values: bool = False
 
+  def server_budgets(self) -> list[int]:
+    """No per-kernel re-prune: the masks are the pruning's, allotted over
+    kernels by its scores (the union of identical masks is that mask)."""
+    return [kernel.size for kernel in self.layout.kernels]
+
   def initial_masks(self, seed: int) -> list[np.ndarray]:
     """Dense until the first client prunes."""
     del seed

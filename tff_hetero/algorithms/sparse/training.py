@@ -119,11 +119,16 @@ class SparseTraining(api.FederatedAlgorithm):
         tf.nest.map_structure(np.asarray, self.layout.with_masks(
             weights, self.initial_masks(int(seed))))))
     self.rounds = computations.SparseRounds(
-        keras_fn, task.element_spec, self._initial, self.keep,
+        keras_fn, task.element_spec, self._initial, self.server_budgets(),
         client_optimizer, prox_mu=prox_mu, local_epochs=local_epochs,
         schedule=schedule, congruity_lambda=congruity_lambda, memory=memory,
         model_aggregator=model_aggregator, reconfigure=reconfigure,
         growth_gradient=growth_gradient)
+
+  def server_budgets(self) -> list[int]:
+    """Weights per kernel the server's magnitude re-prune keeps: the ERK
+    budgets (kernels whose masks are chosen otherwise: their sizes)."""
+    return list(self.keep)
 
   def initial_masks(self, seed: int) -> list[np.ndarray]:
     """Masks of the initial model: random, at each kernel's ERK budget."""
