@@ -1,7 +1,21 @@
-"""FedGKT: the distillation loss by hand, the typed computations' signatures,
-the client step against a reference computation, and rounds whose server
-logits must reach the right samples (sync and async), the transfer ablation
-and what is measured."""
+"""FedGKT: the distillation loss, one client step and one server step against
+hand computations, the plateau schedule, and rounds on the TFF runtime (sync
+and async) whose answers must reach the right samples.
+
+Hand computations. For logits z = W h + b, a batch of m samples and a loss
+CE(y, z) + w x s x KL(softmax(t / T) || softmax(z / T)) (s = T^2 or 1), the
+gradient with respect to the bias b is the batch mean of
+
+    (softmax(z) - onehot(y)) + w x (s / T) x (softmax(z / T) - softmax(t / T)),
+
+so one SGD step at learning rate lr moves b by -lr times that (SGD with
+momentum too: its first step is lr x gradient). The logits z of the batch
+are those of the model before the step in training mode (batch statistics),
+computed here with Keras directly. Batch norm's moving mean after one
+training batch is 0.9 x 0 + 0.1 x the batch mean of its input (Keras
+momentum 0.9), with the convolution before it computed with
+`tf.nn.conv2d`.
+"""
 
 import collections
 
@@ -12,278 +26,378 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero import data as data_lib
+from tff_hetero import models
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
-from tff_hetero.models import fedgkt as gkt_models
 from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import loop
 
 CLASSES = 10
+SHAPE = (8, 8, 1)
 
 
-def test_soft_label_kl_by_hand():
+def _softmax(z, t=1.0):
+  e = np.exp((z - z.max(axis=1, keepdims=True)) / t)
+  return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("t_squared", [True, False])
+def test_soft_label_kl_by_hand(t_squared):
   teacher = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]], np.float32)
   student = np.array([[0.0, 1.0, 0.0], [1.0, -1.0, 0.0]], np.float32)
   t = 2.0
-  p = np.exp(teacher / t) / np.exp(teacher / t).sum(1, keepdims=True)
-  q = np.exp(student / t) / np.exp(student / t).sum(1, keepdims=True)
-  expected = t * t * np.mean(np.sum(p * np.log(p / q), axis=1))
-  np.testing.assert_allclose(soft_label_kl(teacher, student, t), expected,
-                             rtol=1e-5)
-  assert float(soft_label_kl(student, student, 3.0)) == pytest.approx(0.0,
-                                                                      abs=1e-6)
+  p, q = _softmax(teacher, t), _softmax(student, t)
+  expected = (t * t if t_squared else 1.0) * np.mean(
+      np.sum(p * np.log(p / q), axis=1))
+  np.testing.assert_allclose(soft_label_kl(teacher, student, t, t_squared),
+                             expected, rtol=1e-5)
+  assert float(soft_label_kl(student, student, 3.0, t_squared)) == (
+      pytest.approx(0.0, abs=1e-6))
+
+
+def _bias_step(z, labels, teacher, lr, weight, temperature, t_squared):
+  """-lr x the mean bias gradient (module docstring)."""
+  ce = _softmax(z) - np.eye(CLASSES)[labels]
+  scale = temperature if t_squared else 1.0 / temperature
+  kd = scale * (_softmax(z, temperature) - _softmax(teacher, temperature))
+  return -lr * (ce + weight * kd).mean(axis=0), -lr * (weight * kd).mean(0)
+
+
+def _task(model_name="fedgkt_edge_resnet4"):
+  return api.Task(
+      model_name=model_name,
+      model_fn=lambda: models.build_model(model_name, SHAPE, CLASSES, 0),
+      input_shape=SHAPE, num_classes=CLASSES, element_spec=None,
+      training_flops_per_example=1)
+
+
+def _algorithm(**settings):
+  defaults = dict(temperature=4.0, client_kd_weight=0.5, server_kd_weight=0.7,
+                  server_optimizer="sgd", server_lr=0.2, server_batch_size=64)
+  defaults.update(settings)
+  return fedgkt.FedGKT(_task(), "fedgkt_server_resnet19",
+                       fedgkt.GKTSettings(**defaults), client_lr=0.3, seed=0)
+
+
+def _arrays(n=24, seed=3):
+  rng = np.random.default_rng(seed)
+  return data_lib.ArrayDataset(
+      x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
+      y=rng.integers(0, CLASSES, n).astype(np.int32))
+
+
+def _stem_batch_mean(model, x):
+  kernel = model.get_layer("stem_conv").kernel.numpy()
+  return tf.nn.conv2d(x, kernel, 1, "SAME").numpy().mean(axis=(0, 1, 2))
+
+
+@pytest.mark.parametrize("t_squared", [True, False])
+def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
+  algorithm = _algorithm(kd_t_squared=t_squared)
+  arrays = _arrays()
+  n = len(arrays)
+  # Server logits by hand: every sample's teacher strongly favours class 2.
+  server_logits = np.zeros((n, CLASSES), np.float32)
+  server_logits[:, 2] = 5.0
+  # One batch holding every sample, one epoch, plain SGD at lr 0.3.
+  dataset = fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
+      arrays, batch_size=64, local_epochs=1, shuffle_seed=5), server_logits,
+                                CLASSES)
+  update = fedgkt.build_edge_update(
+      algorithm.edge_fn, algorithm.split_layer,
+      learning_process.client_sgd(0.3), algorithm.settings)
+  initial = algorithm.initial_client_state()
+  model, upload, bytes_up, sums = update(
+      fedgkt.ClientModel(initial.trainable, initial.non_trainable,
+                         initial.optimizer_state), dataset)
+
+  reference = algorithm.edge_fn()
+  z = reference(arrays.x, training=True).numpy()  # before the step
+  step, kd_step = _bias_step(z, arrays.y, server_logits, 0.3, 0.5, 4.0,
+                             t_squared)
+  bias = [i for i, v in enumerate(reference.trainable_weights)
+          if v.name.startswith("logits/bias")][0]
+  moved = np.asarray(model.trainable[bias]) - np.asarray(
+      initial.trainable[bias])
+  np.testing.assert_allclose(moved, step, atol=2e-6)
+  # The KD part pulls toward the teacher's class: class 2 up, the most.
+  assert kd_step[2] > 0 and np.argmax(kd_step) == 2
+  # Its weight: T x (with T^2) or 1 / T (without) times the KL gradient.
+  np.testing.assert_allclose(
+      float(sums["kd"]) / n,
+      (16.0 if t_squared else 1.0) * np.mean(np.sum(
+          _softmax(server_logits, 4.0) * np.log(
+              _softmax(server_logits, 4.0) / _softmax(z, 4.0)), axis=1)),
+      rtol=1e-4)
+  # Batch norm statistics moved: stem BN mean = 0.1 x the batch mean.
+  names = [v.name for v in reference.non_trainable_weights]
+  mean = names.index("stem_bn/moving_mean:0")
+  np.testing.assert_allclose(model.non_trainable[mean],
+                             0.1 * _stem_batch_mean(reference, arrays.x),
+                             atol=1e-5)
+  # Upload: features (the stem's output), logits, labels of every sample.
+  assert upload.features.shape == (n, 8, 8, 16)
+  np.testing.assert_array_equal(upload.labels, arrays.y)
+  assert int(bytes_up) == n * (8 * 8 * 16 * 4 + CLASSES * 4 + 4) + 5 * 4
+
+
+def test_client_kd_off_without_an_answer_or_transfer():
+  arrays = _arrays()
+  for algorithm, logits in (
+      (_algorithm(), np.zeros((0, CLASSES), np.float32)),
+      (_algorithm(transfer="none"), np.ones((len(arrays), CLASSES),
+                                            np.float32))):
+    update = fedgkt.build_edge_update(
+        algorithm.edge_fn, algorithm.split_layer,
+        learning_process.client_sgd(0.3), algorithm.settings)
+    initial = algorithm.initial_client_state()
+    model, _, _, sums = update(
+        fedgkt.ClientModel(initial.trainable, initial.non_trainable,
+                           initial.optimizer_state),
+        fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
+            arrays, batch_size=64, local_epochs=1, shuffle_seed=5), logits,
+                            CLASSES))
+    z = algorithm.edge_fn()(arrays.x, training=True).numpy()
+    step, _ = _bias_step(z, arrays.y, z, 0.3, 0.0, 4.0, True)
+    assert float(sums["kd"]) == 0.0
+    np.testing.assert_allclose(model.trainable[-1] - initial.trainable[-1],
+                               step, atol=2e-6)
+
+
+@pytest.mark.parametrize("transfer", ["both", "server_to_edge"])
+def test_server_step_by_hand(transfer):
+  algorithm = _algorithm(transfer=transfer)
+  rng = np.random.default_rng(4)
+  n = 20
+  features = rng.uniform(0, 1, (n, 8, 8, 16)).astype(np.float32)
+  labels = rng.integers(0, CLASSES, n).astype(np.int32)
+  client_logits = np.zeros((n, CLASSES), np.float32)
+  client_logits[:, 7] = 6.0  # the edges say 7
+  update = fedgkt.build_server_update(
+      algorithm.server_fn, fedgkt.SERVER_OPTIMIZERS["sgd"](0.2),
+      algorithm.settings)
+  initial = algorithm.initialize()
+  weights, _, sums, fresh, answer = update(
+      fedgkt.ModelState(initial.trainable, initial.non_trainable),
+      initial.optimizer_state,
+      fedgkt.GKTUpload(features, client_logits, labels),
+      np.arange(n, dtype=np.int64))
+  reference = algorithm.server_fn()
+  # Before training: the fresh accuracy of the initial model (inference).
+  assert float(fresh) == np.sum(np.argmax(
+      reference(features, training=False), 1) == labels)
+  z = reference(features, training=True).numpy()
+  weight = 0.7 if transfer == "both" else 0.0
+  step, kd_step = _bias_step(z, labels, client_logits, 0.2, weight, 4.0,
+                             True)
+  moved = np.asarray(weights.trainable[-1]) - np.asarray(
+      initial.trainable[-1])
+  np.testing.assert_allclose(moved, step, atol=2e-6)
+  if transfer == "both":
+    assert kd_step[7] > 0 and np.argmax(kd_step) == 7
+    assert float(sums["kd"]) > 0
+  else:
+    assert float(sums["kd"]) == 0.0
+  # The first BN's moving mean: 0.1 x the batch mean of its convolution.
+  names = [v.name for v in reference.non_trainable_weights]
+  mean = names.index("stage1_block1_bn1/moving_mean:0")
+  kernel = reference.get_layer("stage1_block1_conv1").kernel.numpy()
+  conv = tf.nn.conv2d(features, kernel, 1, "SAME").numpy()
+  np.testing.assert_allclose(weights.non_trainable[mean],
+                             0.1 * conv.mean(axis=(0, 1, 2)), atol=1e-5)
+  # The answer: the trained server model on the features, inference mode.
+  for v, w in zip(reference.trainable_weights, weights.trainable):
+    v.assign(w)
+  for v, w in zip(reference.non_trainable_weights, weights.non_trainable):
+    v.assign(w)
+  np.testing.assert_allclose(answer, reference(features, training=False),
+                             atol=1e-4)
+
+
+def test_with_teacher_gives_each_batch_its_own_samples_logits():
+  arrays = _arrays(n=10)
+  logits = np.arange(10 * CLASSES, dtype=np.float32).reshape(10, CLASSES)
+  batches = list(fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
+      arrays, batch_size=4, local_epochs=2, shuffle_seed=1), logits, CLASSES))
+  assert sum(len(b["y"]) for b in batches if b["train"]) == 20
+  for batch in batches:
+    assert bool(batch["has_teacher"])
+    rows = [int(r[0]) // CLASSES for r in batch["teacher"].numpy()]
+    np.testing.assert_array_equal(arrays.y[rows], batch["y"])
+    np.testing.assert_array_equal(arrays.x[rows], batch["x"])
+
+
+def test_plateau_schedule_by_hand():
+  algorithm = _algorithm(lr_patience=2, lr_factor=0.5, server_lr=1.0)
+  plateau = algorithm.initialize().plateau
+  seen = []
+  # New bests at 0.5, 0.6; then 4 rounds without one (patience 2: the 3rd
+  # bad round halves the rate and restarts the count); 0.60005 is not
+  # better by a relative 1e-4.
+  for metric in (0.5, 0.6, 0.6, 0.60005, 0.55, 0.59, 0.7):
+    plateau = algorithm._plateau_step(plateau, metric)  # pylint: disable=protected-access
+    seen.append((float(plateau.learning_rate), int(plateau.bad_rounds)))
+  assert seen == [(1.0, 0), (1.0, 0), (1.0, 1), (1.0, 2), (0.5, 0),
+                  (0.5, 1), (0.5, 0)]
+
+
+# ---------------------------------------------------------------------------
+# Rounds on the TFF runtime.
 
 
 def _config(**overrides):
   settings = dict(
       algorithm="fedgkt", dataset="synthetic", model="fedgkt_edge_resnet4",
       gkt_server_model="fedgkt_server_resnet19", partition="iid",
-      num_clients=4, clients_per_round=2, rounds=2, batch_size=16,
-      client_lr=0.05, seed=0, progress=False, checkpoint_every=10**6,
-      gkt_server_epochs=1)
+      num_clients=3, clients_per_round=3, rounds=2, batch_size=32,
+      client_lr=0.05, client_momentum=0.9, seed=0, progress=False,
+      gkt_server_epochs=1, tiers="slow,fast", tier_proportions="2:1",
+      tier_capacities="0.25:1")
   settings.update(overrides)
   return ExperimentConfig(**settings)
-
-
-@pytest.fixture(scope="module")
-def experiment():
-  return loop.build_experiment(_config())
-
-
-def _clients(experiment, algorithm, ids, stored, seed=0):
-  fed = experiment.federated_data
-  out = []
-  for i, cid in enumerate(ids):
-    arrays = fed.client_train(cid)
-    out.append(api.ClientRound(
-        client_id=cid, num_examples=len(arrays),
-        dataset=algorithm.client_dataset(arrays, batch_size=16,
-                                         local_epochs=1,
-                                         shuffle_seed=seed + i),
-        state=stored.get(cid, algorithm.initial_client_state())))
-  return out
-
-
-def test_type_signatures(experiment):
-  comps = experiment.algorithm.computations
-  client = comps.client_round.type_signature
-  assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 2
-  edges, uploads, traffic, sums = client.result
-  assert [edges.placement, uploads.placement, traffic.placement,
-          sums.placement] == [tff.CLIENTS, tff.CLIENTS, tff.CLIENTS,
-                              tff.SERVER]
-  features = uploads.member.features
-  assert features.shape == (None, 8, 8, gkt_models.FEATURE_CHANNELS)
-  assert uploads.member.logits.shape == (None, CLASSES)
-  # The server logits a client holds have a row per sample, any number.
-  assert client.parameter[0].member.server_logits.shape == (None, CLASSES)
-  server = comps.server_round.type_signature
-  assert all(p.placement == tff.SERVER for p in server.parameter)
-  assert server.result.placement == tff.SERVER
-  # The received features, logits and labels and the sample order.
-  assert server.parameter[2].member.features.shape == (
-      None, 8, 8, gkt_models.FEATURE_CHANNELS)
-  assert server.parameter[3].member.shape == (None,)
-  logits = comps.server_logits.type_signature
-  assert logits.result.placement == tff.SERVER
-  assert logits.result.member.shape == (None, CLASSES)
-
-
-def _edge_and_data(experiment, seed=0):
-  arrays = experiment.federated_data.client_train(
-      experiment.federated_data.client_ids[0])
-  dataset = data_lib.make_indexed_client_dataset(
-      arrays, batch_size=16, local_epochs=1, shuffle_seed=seed)
-  return arrays, dataset
-
-
-@pytest.mark.parametrize("with_server_logits", [False, True])
-def test_edge_update_against_a_reference(experiment, with_server_logits):
-  # Learning rate 0: the weights stay, so every training batch's logits are
-  # the initial model's (batch-norm in training mode: batch statistics).
-  algorithm = experiment.algorithm
-  arrays, dataset = _edge_and_data(experiment)
-  n = len(arrays)
-  rng = np.random.default_rng(1)
-  server_logits = (rng.normal(size=(n, CLASSES)).astype(np.float32)
-                   if with_server_logits else
-                   np.zeros((0, CLASSES), np.float32))
-  update = fedgkt.build_edge_update(
-      algorithm.edge_fn, algorithm.split_layer,
-      learning_process.client_sgd(0.0),
-      algorithm.settings)
-  initial = algorithm.initial_client_state()
-  weights, upload, traffic, sums = update(
-      fedgkt.EdgeState(initial.trainable, initial.non_trainable,
-                       server_logits), dataset)
-
-  reference = algorithm.edge_fn()
-  ce_sum = kd_sum = 0.0
-  for batch in dataset:
-    if not bool(batch["train"]):
-      continue
-    logits = reference(batch["x"], training=True)
-    m = len(batch["y"])
-    ce_sum += m * float(tf.reduce_mean(
-        tf.keras.losses.sparse_categorical_crossentropy(
-            batch["y"], logits, from_logits=True)))
-    if with_server_logits:
-      kd_sum += m * float(soft_label_kl(
-          server_logits[batch["index"].numpy()], logits,
-          algorithm.settings.temperature))
-  assert float(sums["examples"]) == n
-  np.testing.assert_allclose(float(sums["ce"]), ce_sum, rtol=1e-4)
-  np.testing.assert_allclose(float(sums["kd"]), kd_sum, rtol=1e-4, atol=1e-6)
-  np.testing.assert_allclose(float(sums["loss"]), ce_sum + kd_sum, rtol=1e-4)
-  for after, before in zip(weights.trainable, initial.trainable):
-    np.testing.assert_array_equal(after, before)
-
-  # Features, logits and labels of every sample, in sample order, from the
-  # model as it left training (inference mode: its moving statistics).
-  edge = algorithm.edge_fn()
-  edge.set_weights(algorithm.edge_fn().get_weights())
-  for v, w in zip(edge.trainable_weights, weights.trainable):
-    v.assign(w)
-  for v, w in zip(edge.non_trainable_weights, weights.non_trainable):
-    v.assign(w)
-  features, logits = gkt_models.edge_with_features(
-      edge, algorithm.split_layer)(arrays.x, training=False)
-  np.testing.assert_allclose(upload.features, features, atol=1e-5)
-  np.testing.assert_allclose(upload.logits, logits, atol=1e-5)
-  np.testing.assert_array_equal(upload.labels, arrays.y)
-  assert int(traffic["bytes_down"]) == server_logits.nbytes
-  assert int(traffic["bytes_up"]) == (
-      upload.features.numpy().nbytes + upload.logits.numpy().nbytes +
-      upload.labels.numpy().nbytes + 5 * 4)
-
-
-def _composed_logits(algorithm, state, edge_state, x):
-  model = algorithm.composed_fn()
-  weights = algorithm._composed_weights(edge_state, state)  # pylint: disable=protected-access
-  weights.assign_weights_to(model)
-  return model(x, training=False).numpy()
 
 
 _RUNS = {}
 
 
-def _two_rounds(experiment, **settings):
-  """Two rounds on the same two clients; cached per settings."""
-  key = tuple(sorted(settings.items()))
-  if key not in _RUNS:
-    algorithm = fedgkt.FedGKT(
-        experiment.task, "fedgkt_server_resnet19",
-        attrs.evolve(experiment.algorithm.settings, **settings),
-        client_lr=0.05)
-    ids = list(experiment.federated_data.client_ids[:2])
+def _rounds(mode):
+  """Rounds of a tiny experiment with every client's stored state."""
+  if mode not in _RUNS:
+    experiment = loop.build_experiment(_config(gkt_mode=mode))
+    algorithm = experiment.algorithm
+    fed = experiment.federated_data
     state, stored, outputs = algorithm.initialize(), {}, []
-    for round_num in (1, 2):
-      output = algorithm.next(state, round_num,
-                              _clients(experiment, algorithm, ids, stored,
-                                       seed=10 * round_num))
+    from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+    sampler = CohortSampler(0)
+    for round_num in range(1, 5 if mode == "async" else 4):
+      plan = algorithm.plan_round(state, round_num, fed.client_ids, 3,
+                                  sampler)
+      clients = [api.ClientRound(
+          client_id=a.client_id, num_examples=len(fed.client_train(
+              a.client_id)),
+          dataset=algorithm.client_dataset(
+              fed.client_train(a.client_id), batch_size=32, local_epochs=1,
+              shuffle_seed=round_num),
+          state=stored.get(a.client_id, algorithm.initial_client_state()),
+          assignment=a.payload) for a in plan]
+      output = algorithm.next(state, round_num, clients)
       state = output.state
       stored.update(output.client_states)
-      outputs.append(output)
-    _RUNS[key] = (algorithm, state, stored, outputs, ids)
-  return _RUNS[key]
+      outputs.append((plan, output))
+    _RUNS[mode] = (experiment, state, stored, outputs)
+  return _RUNS[mode]
 
 
-def test_sync_round_answers_each_client_with_its_samples_logits(
-    experiment, tff_context):
+def _composed_logits(algorithm, state, edge_state, x):
+  model = algorithm.composed_fn()
+  algorithm._composed_weights(edge_state, state).assign_weights_to(model)  # pylint: disable=protected-access
+  return model(x, training=False).numpy()
+
+
+def test_type_signatures():
+  algorithm = _algorithm()
+  comps = algorithm.computations
+  client = comps.client_round.type_signature
+  assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 2
+  models_, uploads, bytes_up, sums = client.result
+  assert [models_.placement, uploads.placement, bytes_up.placement,
+          sums.placement] == [tff.CLIENTS, tff.CLIENTS, tff.CLIENTS,
+                              tff.SERVER]
+  assert uploads.member.features.shape == (None, 8, 8, 16)
+  # Batches carry their samples' teachers; no index reaches TFF.
+  element = client.parameter[1].member.element
+  assert list(element._name_to_index) == [  # pylint: disable=protected-access
+      "x", "y", "train", "teacher", "has_teacher"]
+  server = comps.server_round.type_signature
+  assert all(p.placement == tff.SERVER for p in server.parameter)
+  assert server.result.member[4].shape == (None, CLASSES)
+
+
+def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):
   del tff_context
-  algorithm, state, stored, outputs, ids = _two_rounds(experiment)
-  fed = experiment.federated_data
-  for cid in ids:
-    x = fed.client_train(cid).x
+  experiment, state, stored, outputs = _rounds("sync")
+  algorithm, fed = experiment.algorithm, experiment.federated_data
+  for cid in fed.client_ids:
     np.testing.assert_allclose(
         stored[cid].server_logits,
-        _composed_logits(algorithm, state, stored[cid], x), atol=1e-4)
-  # Traffic: nothing down in round 1; the server logits in round 2.
-  first, second = outputs
-  for traffic in first.traffic:
-    assert traffic.bytes_down == 0
-  for traffic, cid in zip(second.traffic, ids):
-    n = len(fed.client_train(cid))
-    assert traffic.bytes_down == n * CLASSES * 4
-    feature = np.prod(algorithm.feature_shape) * 4
-    assert traffic.bytes_up == n * (feature + CLASSES * 4 + 4) + 5 * 4
-  metrics = second.metrics
-  assert metrics["feature_bytes"] == sum(
-      len(fed.client_train(cid)) * feature for cid in ids)
-  assert metrics["split_learning_bytes_per_batch"] == (
-      2 * 16 * feature + 16 * 4)
-  assert first.metrics["client_kd"] == 0.0  # no server logits yet
-  assert second.metrics["client_kd"] > 0.0
-  assert second.metrics["server_kd"] > 0.0
+        _composed_logits(algorithm, state, stored[cid],
+                         fed.client_train(cid).x), atol=1e-4)
+    assert int(stored[cid].logits_version) == 3
+  for round_num, (plan, output) in enumerate(outputs, start=1):
+    assert output.metrics["server_version"] == round_num
+    # The answer goes down in the round it is computed.
+    for traffic in output.traffic:
+      n = len(fed.client_train(traffic.client_id))
+      assert traffic.bytes_down == n * CLASSES * 4
+      assert traffic.bytes_up == n * (8 * 8 * 16 * 4 + CLASSES * 4 + 4) + 20
+  first, second = outputs[0][1].metrics, outputs[1][1].metrics
+  assert first["client_kd"] == 0.0 and second["client_kd"] > 0.0
+  assert np.isnan(first["staleness_mean"])  # nobody held an answer
+  assert second["staleness_mean"] == second["staleness_max"] == 0.0
+  # The clock: a round lasts as long as its slowest (0.25-capacity) client.
+  slow = max(algorithm.simulation.duration(c, 1) for c in fed.client_ids)
+  assert first["sim_time"] == pytest.approx(slow)
+  assert outputs[2][1].metrics["sim_time"] == pytest.approx(3 * slow)
 
 
-def test_async_answers_each_client_when_its_features_arrive(
-    experiment, tff_context):
+def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   del tff_context
-  algorithm, state, stored, _, ids = _two_rounds(experiment, mode="async")
-  x = {cid: experiment.federated_data.client_train(cid).x for cid in ids}
-  matches = [np.allclose(stored[cid].server_logits,
-                         _composed_logits(algorithm, state, stored[cid],
-                                          x[cid]), atol=1e-4)
-             for cid in ids]
-  # Only the last arrival was answered by the final server model; the other
-  # got the logits of the server as it was when its own features arrived.
-  assert sorted(matches) == [False, True]
+  experiment, state, stored, outputs = _rounds("async")
+  algorithm, fed = experiment.algorithm, experiment.federated_data
+  population = experiment.population
+  (fast,) = [c for c in fed.client_ids if population.tier_of(c) == "fast"]
+  slow = [c for c in fed.client_ids if c != fast]
+  # Equal data (IID, 200 each), capacities 1 and 0.25: a slow job lasts 4
+  # fast jobs, d. Every client starts at 0 and, all three working (K = N),
+  # each goes on with its next job when answered. Arrivals: the fast client
+  # at d, 2d, 3d, 4d, ..., the slow ones at 4d (ties in slot order). A round
+  # ends before a client's second arrival: [fast], [fast], [fast, slow,
+  # slow] (the fast client's 4d job comes after them), [fast].
+  d = algorithm.simulation.duration(fast, 1)
+  assert algorithm.simulation.duration(slow[0], 1) == pytest.approx(4 * d)
+  ids = algorithm.simulation.client_ids
+  slow_by_slot = [ids[i] for i in state.events.slot_client if ids[i] != fast]
+  plans = [[a.client_id for a in plan] for plan, _ in outputs]
+  assert plans == [[fast], [fast], [fast] + slow_by_slot, [fast]]
+  assert [[a.payload[0].finish / d for a in plan] for plan, _ in outputs] == [
+      [1], [2], [3, 4, 4], [4]]
+  # One server update per arrival, each answered by the model after it.
+  assert [o.metrics["server_version"] for _, o in outputs] == [1, 2, 5, 6]
+  assert int(stored[fast].logits_version) == 6
+  assert [int(stored[c].logits_version) for c in slow_by_slot] == [4, 5]
+  # Staleness (updates between the answer a client trained with and the
+  # server that answers it): the fast client's 2nd and 3rd arrivals follow
+  # its own answers directly; its 4th comes after the two slow updates. The
+  # slow clients held no answer.
+  staleness = [o.metrics["staleness_max"] for _, o in outputs]
+  assert np.isnan(staleness[0]) and staleness[1:] == [0, 0, 2]
+  assert outputs[3][1].metrics["sim_time"] == pytest.approx(4 * d)
+  # The last client answered got the final server model's logits.
+  # The fast client, answered last, holds the final server model's logits;
+  # a slow one holds those of the model as it was when it arrived.
+  def final_model_logits(cid):
+    return _composed_logits(algorithm, state, stored[cid],
+                            fed.client_train(cid).x)
+
+  np.testing.assert_allclose(stored[fast].server_logits,
+                             final_model_logits(fast), atol=1e-4)
+  assert not np.allclose(stored[slow[0]].server_logits,
+                         final_model_logits(slow[0]), atol=1e-4)
 
 
-@pytest.mark.parametrize("transfer, client_kd, server_kd", [
-    ("none", False, False), ("server_to_edge", True, False),
-    ("both", True, True)])
-def test_transfer_ablation(experiment, tff_context, transfer, client_kd,
-                           server_kd):
+def test_fedgkt_learns_well_above_chance(tff_context):
   del tff_context
-  _, _, _, outputs, _ = _two_rounds(experiment, transfer=transfer)
-  metrics = outputs[1].metrics
-  assert (metrics["client_kd"] > 0) == client_kd
-  assert (metrics["server_kd"] > 0) == server_kd
-  if not client_kd:
-    assert metrics["loss"] == pytest.approx(metrics["client_ce"])
+  result = loop.run_experiment(_config(
+      rounds=6, num_clients=3, clients_per_round=3, gkt_server_epochs=2,
+      root_output_dir=str(_tmp_dir()), experiment_name="learns",
+      eval_every=6, checkpoint_every=6, tiers="weak,medium,strong",
+      tier_proportions="4:3:3", tier_capacities=""))
+  # 10 classes: chance is 0.1.
+  assert result.report["final_metrics"]["accuracy"] > 0.4
 
 
-def test_arrival_order_follows_simulated_completion_time(experiment):
-  algorithm = experiment.algorithm
-  capacity = collections.namedtuple("Capacity", "params flops")
-  clients = [api.ClientRound(client_id=str(i), dataset=None, num_examples=n,
-                             capacity=capacity(1, speed))
-             for i, (n, speed) in enumerate([(100, 1.0), (100, 4.0),
-                                             (10, 1.0)])]
-  uploads = [fedgkt.GKTUpload(None, None, np.zeros(n)) for n in (100, 100, 10)]
-  order = algorithm._arrival_order(  # pylint: disable=protected-access
-      clients, uploads, np.random.default_rng(0))
-  assert order == [2, 1, 0]
-
-
-def test_evaluation_groups_every_client_seen(experiment, tff_context):
-  del tff_context
-  algorithm, state, stored, _, ids = _two_rounds(experiment)
-
-  class Data(api.EvaluationData):
-
-    def client_datasets(self):
-      return []
-
-    def client_states(self):
-      return stored
-
-  evaluated = algorithm.evaluation_models(state, Data())
-  assert list(evaluated) == ([f"edge_server/{c}" for c in ids] +
-                             [f"edge/{c}" for c in ids])
-  assert {m.group for m in evaluated.values()} == {"edge_server", "edge"}
-  test = experiment.splits.test
-  row = loop._evaluate(  # pylint: disable=protected-access
-      loop.CentralEvaluator(experiment.task.model_fn, test.x, test.y),
-      evaluated)
-  assert row["accuracy"] == row["edge_server_accuracy"]
-  x = test.x
-  expected = np.mean([
-      np.mean(np.argmax(_composed_logits(algorithm, state, stored[c], x), 1)
-              == test.y) for c in ids])
-  assert row["edge_server_accuracy"] == pytest.approx(expected, abs=1e-6)
-  assert 0.0 <= row["edge_accuracy"] <= 1.0
+def _tmp_dir():
+  import tempfile  # pylint: disable=g-import-not-at-top
+  return tempfile.mkdtemp(prefix="fedgkt_learns_")

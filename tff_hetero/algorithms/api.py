@@ -209,6 +209,15 @@ class FederatedAlgorithm(abc.ABC):
     """Persistent state of a client never seen before; None if stateless."""
     return None
 
+  def attach(self, population: Any, client_sizes: Mapping[str, int]) -> None:
+    """Called once before the first round with the device population
+    (`tff_hetero.devices.DevicePopulation`) and every client's number of
+    training examples, for algorithms that simulate the devices' time
+    (FedGKT's asynchronous mode). The server side of an algorithm must not
+    act on them where its paper says it cannot know them. Default: unused.
+    """
+    del population, client_sizes
+
   def report_extras(self) -> Mapping[str, Any]:
     """Algorithm-specific facts for the run's `report.json` (JSON values)."""
     return {}

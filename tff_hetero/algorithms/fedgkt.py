@@ -3,78 +3,133 @@ server model.
 
 He, Annavaram and Avestimehr, "Group Knowledge Transfer: Federated Learning
 of Large CNNs at the Edge" (NeurIPS 2020), Algorithm 1. Every client keeps
-its own small edge model (feature extractor + classifier; it is never
-averaged); the server trains one large model on the clients' feature maps.
-Per round:
+its own small edge model (the stem of the CNN, `tff_hetero.models.fedgkt`,
+then its own blocks and classifier; it is never averaged); the server trains
+one large model, the rest of the CNN, on the stems' feature maps. Per round:
 
 * client k (`build_edge_update`, layer 1): E_c local epochs of SGD on
   CE(y, z_c) + alpha_c x KD(z_s -> z_c), where z_s are the server's logits
-  of the same samples sent last round (CE alone before the server has sent
-  any) and KD(t -> s) = T^2 KL(softmax(t / T) || softmax(s / T))
-  (`distillation.soft_label_kl`); then, in inference mode, the features H,
-  the logits z_c and the labels of every local sample, in sample order;
-* server (`build_server_update`, layer 1): E_s epochs of its optimizer over
-  the received features (shuffled) on CE(y, f_s(H)) + alpha_s x KD(z_c ->
-  z_s); then, in inference mode, z_s = f_s(H) for every received sample,
-  kept for its client and sent to it at the start of its next round.
+  of the same samples from its last answer (CE alone before any answer) and
+  KD(t -> s) = [T^2] KL(softmax(t / T) || softmax(s / T))
+  (`distillation.soft_label_kl`); then, in inference mode, the features H
+  (the edge model's output at its registry `split_layer`), the logits z_c
+  and the labels of every local sample, in sample order;
+* server (`build_server_update`, layer 1): first the accuracy of the server
+  model on the received features (inference mode: it has not trained on
+  them this round), then E_s epochs of its optimizer over them (shuffled)
+  on CE(y, f_s(H)) + alpha_s x KD(z_c -> z_s), then z_s = f_s(H) for every
+  received sample (inference mode), the answer, sent to its client at once.
 
-Server logits are keyed by sample position, not by batch: FedGKT's reference
-code stores them by batch index while the client's loader reshuffles, so
-they reach the wrong images; here the client's training batches carry the
-positions of their samples (`data.make_indexed_client_dataset`) and the
-client gathers the matching rows. The reference code also keeps the logits
-of the server's last training pass (training-mode batch norm, before the
-last updates); we compute them after training, in inference mode.
+Settings beyond the paper's equations:
 
-Modes: `sync` waits for the whole cohort, then trains the server once on all
-of its features; `async` lets the server train on each client's features as
-they arrive (in order of the client's simulated completion time: its
-training MACs divided by its device's MAC capacity, taken as its relative
-speed; a seeded order when devices have no capacities) and answers that
-client before the next arrives. Transfer
-ablation (Table 2): `both`, `server_to_edge` (no KD term on the server) and
-`none` (CE only on both sides).
+* `kd_t_squared` (default True, the official code's `KL_Loss`): the KL term
+  is multiplied by T^2 on both sides. Eq. 6/7 have no T^2; with it off the
+  KD gradient is T^2 times weaker (`distillation.py`).
+* The server's learning rate is reduced on plateau, as the paper says
+  ("we reduce the learning rate once the accuracy has plateaued") and the
+  official code does (PyTorch `ReduceLROnPlateau(mode="max")` with its
+  defaults, stepped once per round): when the round's metric has not beaten
+  the best so far by a relative 1e-4 for more than `lr_patience` (10)
+  rounds, the learning rate is multiplied by `lr_factor` (0.1). The metric
+  is the server's accuracy on the round's received features before it
+  trains on them (see deviations).
+* Each client keeps its optimizer's state (momentum) across rounds in the
+  client-state store, as the official code does (one optimizer per client
+  process, created once).
+* The paper's hyper-parameters (Section 4.2): client epochs 1; server
+  epochs 20 for I.I.D. data, "for non-I.I.D., the value depends on the level
+  of data bias" (no value given); Adam on the server for I.I.D., SGD with
+  momentum for non-I.I.D.; the learning rates and the plateau schedule's
+  constants are in its appendix tables (Tables 10-12), which our copy of
+  the paper does not include, so they are the flags' values
+  (`--gkt_server_lr`, `--client_lr`) and PyTorch's defaults above.
 
-State: the server model, its optimizer state (`GKTState`); per client, in
-the program's client-state store, its edge model and the server logits of
-its samples (`EdgeState`, rows = samples, no rows before the first answer).
-Features are used within the round that sent them and dropped: nothing
-accumulates on the server between rounds.
+Modes (`mode`):
 
-Typed computations, with E = edge weights <trainable, non_trainable>,
-L = float32[?, C], D = the client's batches <x, y, index, train>,
-U = <features=float32[?, h, w, 16], logits=L, labels=int32[?]>,
-S = server weights, O = server optimizer state; the server trains on the
-received U (concatenated over the clients it trains on) in the batches of
-the int64 sample order it is given (shuffled, all its epochs): tensors, not
-a `tf.data` dataset, which TFF would serialize with the features inside as
-graph constants (capped at 100 MB):
+* `sync`: the server waits for the round's cohort, trains once on all of
+  its features and answers every client; the program samples the cohort.
+* `async`: the paper's "the server model can immediately start training
+  when it receives inputs from any client". An event simulation of the
+  devices (`async_events.Simulation`, K = `--clients_per_round` devices at
+  work at once, each job's duration its local training and extraction MACs
+  over its device's MAC capacity from the device population) decides which
+  uploads arrive when; the server trains on each arrival alone, in arrival
+  order, and answers that client at once; the client starts its next job
+  with those logits (the newest it has). A program round is the next
+  arrivals (at most K, ending before a client's second arrival).
+  `attach(population, client_sizes)` gives the simulation its devices.
 
-    client round: (<E@CLIENTS, L@CLIENTS, {D*}@CLIENTS> ->
-                   <E@CLIENTS, U@CLIENTS,
-                    <bytes_down=int64, bytes_up=int64>@CLIENTS,
+Metrics per round, beside the losses: `staleness_mean` / `staleness_max`,
+the server updates made between the answer a client trained with and the
+server model that answers its new features (0 in sync mode for a client
+sampled in consecutive rounds; in async mode one update is one arrival);
+`server_fresh_accuracy`, `server_lr`, `server_version` (updates so far) and
+`sim_time` (the simulated clock: in sync mode each round lasts as long as its
+slowest client).
+
+Deviations from the paper and the official code (FedML
+`simulation/mpi/fedgkt`), with the reason:
+
+* Server logits are keyed by sample, not by batch: the official code stores
+  them by batch index while the client's loader reshuffles, so they reach
+  the wrong images. Here the client's training batches carry their samples'
+  positions (`data.make_indexed_client_dataset`) and the driver attaches to
+  each batch the server logits of those samples (`teacher`), inside the
+  client's own dataset: the positions never leave the client's data, so the
+  cohort can be split across TFF workers in any way.
+* The answer z_s is computed after the server's training, in inference mode;
+  the official code keeps the logits of its last training pass (training-mode
+  batch norm, before the last updates).
+* The plateau metric: the official code steps its scheduler on the best test
+  accuracy of the server model; the test set is the program's evaluation,
+  not the algorithm's, so we use the accuracy on each round's fresh features
+  before training on them, a held-out figure of the same kind.
+* Client and server optimizers: TFF's SGD (heavy-ball momentum from
+  `--client_momentum`; `sgd` on the server: momentum 0.9) and Adam, without
+  the official code's weight decay, Nesterov momentum and AMSGrad; FedAvg
+  trains with the same client optimizer, so the comparison is even.
+* Official server loss: KD + alpha x CE (alpha weighting CE); ours CE +
+  alpha_s x KD, as Eq. 6; the same at alpha = 1, the default.
+* Async mode simulates time instead of measuring it: the server's own time is
+  not modelled (handled on arrival), devices work at their tier's MAC
+  capacity, and network time is not modelled.
+
+State: the server model, its optimizer state, the plateau schedule, the
+update counter and the event simulation (`GKTState`); per client, in the
+program's client-state store, its edge model, its optimizer state, the
+server logits of its samples and the server version that computed them
+(`EdgeState`, no rows before the first answer). Features are used when they
+arrive and dropped: nothing accumulates on the server between rounds.
+
+Typed computations, with M = <trainable, non_trainable, optimizer_state> of
+the edge, D = the client's batches <x, y, train, teacher=float32[?, C],
+has_teacher=bool>, U = <features=float32[?, h, w, c], logits=float32[?, C],
+labels=int32[?]>, S = server weights, O = server optimizer state; the server
+trains on the received U (concatenated over the clients it trains on) in
+the batches of the int64 sample order it is given (shuffled, all its
+epochs): tensors, not a `tf.data` dataset, which TFF would serialize with
+the features inside as graph constants (capped at 100 MB):
+
+    client round: (<M@CLIENTS, {D*}@CLIENTS> ->
+                   <M@CLIENTS, U@CLIENTS, int64@CLIENTS (bytes up),
                     metric sums@SERVER>)
-    server train: (<S@SERVER, O@SERVER, U@SERVER, int64[?]@SERVER> ->
-                   <S, O, metric sums>@SERVER)
-    server logits: (<S@SERVER, float32[?, h, w, 16]@SERVER> -> L@SERVER)
+    server round: (<S@SERVER, O@SERVER, U@SERVER, int64[?]@SERVER> ->
+                   <S, O, train sums, fresh correct, float32[?, C]>@SERVER)
 
-Accounting, measured on the tensors: a client downloads its server logits
-(nothing in its first round: the edge model is initialised on the device)
-and uploads its features, logits, labels and metric sums. Each round also
-reports, from the same measured sizes, what FedAvg of the full model (the
-ResNet-56/110 this split stands for) would move for the cohort and what
-split learning would move per mini-batch (a batch of features up, their
-gradients down, the labels up); `server_step_s` is the wall time of the
-round's server training and answers.
+Accounting, measured on the tensors: a client uploads its features, logits,
+labels and metric sums (sizes taken in the client computation) and
+downloads the answer the server sends it (the array's size, in the round it
+is sent).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import time
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Optional
 
 import attrs
 import numpy as np
@@ -86,6 +141,7 @@ from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import async_events
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.models import fedgkt as gkt_models
@@ -97,6 +153,8 @@ SERVER_OPTIMIZERS = collections.OrderedDict(
     sgd=lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr,
                                                       momentum=0.9))
 FULL_MODEL_OF_SERVER = gkt_models.FULL_MODEL_OF_SERVER
+# PyTorch ReduceLROnPlateau's default threshold (relative, mode "max").
+PLATEAU_THRESHOLD = 1e-4
 
 
 @attrs.frozen
@@ -106,10 +164,13 @@ class GKTSettings:
   temperature: float = 3.0
   client_kd_weight: float = 1.0
   server_kd_weight: float = 1.0
+  kd_t_squared: bool = True
   server_epochs: int = 1
   server_batch_size: int = 32
   server_optimizer: str = "adam"
   server_lr: float = 1e-3
+  lr_patience: int = 10
+  lr_factor: float = 0.1
   transfer: str = "both"
   mode: str = "sync"
 
@@ -124,11 +185,21 @@ class GKTSettings:
 
 
 class EdgeState(NamedTuple):
-  """A client's persistent state: its edge model and its server logits."""
+  """A client's persistent state (module docstring)."""
 
   trainable: Any
   non_trainable: Any
+  optimizer_state: Any
   server_logits: Any
+  logits_version: Any
+
+
+class ClientModel(NamedTuple):
+  """What the client computation trains: its weights and optimizer state."""
+
+  trainable: Any
+  non_trainable: Any
+  optimizer_state: Any
 
 
 class ModelState(NamedTuple):
@@ -144,12 +215,23 @@ class GKTUpload(NamedTuple):
   labels: Any
 
 
+class Plateau(NamedTuple):
+  """The server's learning-rate schedule (module docstring)."""
+
+  learning_rate: Any
+  best: Any
+  bad_rounds: Any
+
+
 class GKTState(NamedTuple):
-  """The server's state: its model and its optimizer's state."""
+  """The server's state (module docstring)."""
 
   trainable: Any
   non_trainable: Any
   optimizer_state: Any
+  plateau: Any
+  version: Any
+  events: Any
 
 
 def _metric_sums() -> collections.OrderedDict:
@@ -163,13 +245,19 @@ def _assign(variables, values) -> None:
     variable.assign(value)
 
 
+def _correct(logits, labels) -> tf.Tensor:
+  return tf.reduce_sum(tf.cast(tf.equal(
+      tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
+
+
 def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
-                labels_of, teacher_of, kd_weight: float, temperature: float):
+                labels_of, teacher_of, kd_weight: float, temperature: float,
+                t_squared: bool):
   """SGD over `data` on CE + kd_weight x KD(teacher -> model); metric sums.
 
   `inputs_of(batch)` and `labels_of(batch)` pick the model's input and the
-  labels; `teacher_of(batch, logits)` gives the teacher's logits and whether
-  they count (a float 0/1 scalar).
+  labels; `teacher_of(batch)` gives the teacher's logits and whether they
+  count (a float 0/1 scalar).
   """
   trainable = model.trainable_variables
 
@@ -181,8 +269,8 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
       ce = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
           labels, logits, from_logits=True))
       if kd_weight:
-        teacher, on = teacher_of(batch, logits)
-        kd = soft_label_kl(teacher, logits, temperature) * on
+        teacher, on = teacher_of(batch)
+        kd = soft_label_kl(teacher, logits, temperature, t_squared) * on
         loss = ce + kd_weight * kd
       else:
         kd = tf.constant(0.0)
@@ -192,11 +280,10 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
         optimizer_state, tuple(trainable), tuple(gradients))
     _assign(trainable, updated)
     n = tf.cast(tf.shape(labels)[0], tf.float32)
-    hits = tf.reduce_sum(tf.cast(tf.equal(
-        tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
     sums = collections.OrderedDict(
         loss=sums["loss"] + loss * n, ce=sums["ce"] + ce * n,
-        kd=sums["kd"] + kd * n, correct=sums["correct"] + hits,
+        kd=sums["kd"] + kd * n,
+        correct=sums["correct"] + _correct(logits, labels),
         examples=sums["examples"] + n)
     return optimizer_state, sums
 
@@ -209,7 +296,10 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
 
 def build_edge_update(edge_fn, split_layer: str, optimizer,
                       settings: GKTSettings):
-  """The client's `tf.function` (module docstring): train, then extract."""
+  """The client's `tf.function` (module docstring): train, then extract.
+
+  `(ClientModel, batches) -> (ClientModel, GKTUpload, bytes up, sums)`.
+  """
   edge = edge_fn()
   with_features = gkt_models.edge_with_features(edge, split_layer)
   feature_shape = tuple(with_features.outputs[0].shape[1:])
@@ -217,24 +307,17 @@ def build_edge_update(edge_fn, split_layer: str, optimizer,
   kd_weight = float(settings.client_kd_weight) if settings.client_kd else 0.0
 
   @tf.function
-  def edge_update(weights: EdgeState, data):
-    _assign(edge.trainable_variables, weights.trainable)
-    _assign(edge.non_trainable_variables, weights.non_trainable)
-    server_logits = tf.convert_to_tensor(weights.server_logits)
-    have = tf.shape(server_logits)[0] > 0
-
-    def teacher_of(batch, logits):
-      teacher = tf.cond(have, lambda: tf.gather(server_logits, batch["index"]),
-                        lambda: tf.zeros_like(logits))
-      return teacher, tf.cast(have, tf.float32)
-
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in edge.trainable_variables)
-    _, sums = _train_pass(
-        edge, optimizer, optimizer.initialize(specs),
+  def edge_update(model: ClientModel, data):
+    _assign(edge.trainable_variables, model.trainable)
+    _assign(edge.non_trainable_variables, model.non_trainable)
+    optimizer_state, sums = _train_pass(
+        edge, optimizer, model.optimizer_state,
         data.filter(lambda b: b["train"]), inputs_of=lambda b: b["x"],
-        labels_of=lambda b: b["y"], teacher_of=teacher_of,
-        kd_weight=kd_weight, temperature=settings.temperature)
+        labels_of=lambda b: b["y"],
+        teacher_of=lambda b: (b["teacher"],
+                              tf.cast(b["has_teacher"], tf.float32)),
+        kd_weight=kd_weight, temperature=settings.temperature,
+        t_squared=settings.kd_t_squared)
 
     def extract(upload, batch):
       features, logits = with_features(batch["x"], training=False)
@@ -248,32 +331,41 @@ def build_edge_update(edge_fn, split_layer: str, optimizer,
                       labels=tf.zeros((0,), tf.int32))
     upload = data.filter(lambda b: tf.logical_not(b["train"])).reduce(
         empty, extract)
-    new_weights = ModelState(
+    new_model = ClientModel(
         [tf.identity(v) for v in edge.trainable_variables],
-        [tf.identity(v) for v in edge.non_trainable_variables])
-    traffic = collections.OrderedDict(
-        bytes_down=payload.tf_dense_nbytes([server_logits]),
-        bytes_up=payload.tf_dense_nbytes(list(upload)) +
-        payload.tf_dense_nbytes(list(sums.values())))
-    return new_weights, upload, traffic, sums
+        [tf.identity(v) for v in edge.non_trainable_variables],
+        optimizer_state)
+    bytes_up = (payload.tf_dense_nbytes(list(upload)) +
+                payload.tf_dense_nbytes(list(sums.values())))
+    return new_model, upload, bytes_up, sums
 
   return edge_update
 
 
 def build_server_update(server_fn, optimizer, settings: GKTSettings):
-  """The server's training `tf.function` and its logits `tf.function`."""
+  """The server's `tf.function`: score, train, answer (module docstring).
+
+  `(ModelState, optimizer state, GKTUpload, order) -> (ModelState, optimizer
+  state, train sums, fresh correct, answer logits)`.
+  """
   model = server_fn()
   kd_weight = float(settings.server_kd_weight) if settings.server_kd else 0.0
   num_classes = int(model.output.shape[-1])
-
   batch_size = int(settings.server_batch_size)
 
+  def inference(features):
+    return tf.data.Dataset.from_tensor_slices(features).batch(
+        batch_size).reduce(
+            tf.zeros((0, num_classes)),
+            lambda out, h: tf.concat([out, model(h, training=False)], 0))
+
   @tf.function
-  def server_train(weights: ModelState, optimizer_state, received: GKTUpload,
-                   order):
+  def server_update(weights: ModelState, optimizer_state, received: GKTUpload,
+                    order):
     """Batches of `received` in `order` (sample positions, all epochs)."""
     _assign(model.trainable_variables, weights.trainable)
     _assign(model.non_trainable_variables, weights.non_trainable)
+    fresh = _correct(inference(received.features), received.labels)
     data = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(
         lambda i: collections.OrderedDict(
             features=tf.gather(received.features, i),
@@ -282,23 +374,16 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
     optimizer_state, sums = _train_pass(
         model, optimizer, optimizer_state, data,
         inputs_of=lambda b: b["features"], labels_of=lambda b: b["labels"],
-        teacher_of=lambda b, _: (b["logits"], tf.constant(1.0)),
-        kd_weight=kd_weight, temperature=settings.temperature)
+        teacher_of=lambda b: (b["logits"], tf.constant(1.0)),
+        kd_weight=kd_weight, temperature=settings.temperature,
+        t_squared=settings.kd_t_squared)
     new_weights = ModelState(
         [tf.identity(v) for v in model.trainable_variables],
         [tf.identity(v) for v in model.non_trainable_variables])
-    return new_weights, optimizer_state, sums
+    return (new_weights, optimizer_state, sums, fresh,
+            inference(received.features))
 
-  @tf.function
-  def server_logits(weights: ModelState, features):
-    _assign(model.trainable_variables, weights.trainable)
-    _assign(model.non_trainable_variables, weights.non_trainable)
-    return tf.data.Dataset.from_tensor_slices(features).batch(
-        batch_size).reduce(
-            tf.zeros((0, num_classes)),
-            lambda out, h: tf.concat([out, model(h, training=False)], 0))
-
-  return server_train, server_logits
+  return server_update
 
 
 # --------------------------------------------------------------------------
@@ -308,49 +393,42 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
 class GKTComputations:
   """Builds FedGKT's typed computations for one edge/server pair."""
 
-  def __init__(self, edge_fn, server_fn, element_spec, edge_initial: ModelState,
-               server_initial: ModelState, client_optimizer, server_optimizer,
+  def __init__(self, edge_fn, server_fn, split_layer: str, element_spec,
+               client_initial: ClientModel, server_initial: ModelState,
+               server_optimizer_initial, client_optimizer, server_optimizer,
                settings: GKTSettings, num_classes: int,
-               feature_shape: Sequence[int], split_layer: str):
+               feature_shape: Sequence[int]):
     logits_spec = tf.TensorSpec([None, num_classes], tf.float32)
     features_spec = tf.TensorSpec([None, *feature_shape], tf.float32)
-    edge_type = learning_process.type_of(ModelState(*edge_initial))
-    edge_state_type = learning_process.type_of(EdgeState(
-        list(edge_initial.trainable), list(edge_initial.non_trainable),
-        logits_spec))
+    client_type = learning_process.type_of(client_initial)
     data_type = tff.SequenceType(learning_process.type_of(element_spec))
-    server_type = learning_process.type_of(ModelState(*server_initial))
-    specs = [tf.TensorSpec(np.shape(v), tf.float32)
-             for v in server_initial.trainable]
-    self.server_optimizer_initial = tf.nest.map_structure(
-        np.asarray, server_optimizer.initialize(tuple(specs)))
-    optimizer_type = learning_process.type_of(self.server_optimizer_initial)
+    server_type = learning_process.type_of(server_initial)
+    optimizer_type = learning_process.type_of(server_optimizer_initial)
     upload_type = learning_process.type_of(GKTUpload(
         features=features_spec, logits=logits_spec,
         labels=tf.TensorSpec([None], tf.int32)))
     order_type = tff.TensorType(np.int64, [None])
-    self.edge_type, self.server_type = edge_type, server_type
 
-    @tff.tensorflow.computation(edge_state_type, data_type)
-    def client_step(state, data):
+    @tff.tensorflow.computation(client_type, data_type)
+    def client_step(model, data):
       update = build_edge_update(edge_fn, split_layer, client_optimizer,
                                  settings)
-      return update(EdgeState(*state), data)
+      return update(ClientModel(*model), data)
 
     @tff.federated_computation(
-        tff.FederatedType(edge_state_type, tff.CLIENTS),
+        tff.FederatedType(client_type, tff.CLIENTS),
         tff.FederatedType(data_type, tff.CLIENTS))
-    def client_round(states, data):
-      edges, uploads, traffic, sums = tff.federated_map(client_step,
-                                                        (states, data))
-      return edges, uploads, traffic, tff.federated_sum(sums)
+    def client_round(models, data):
+      new_models, uploads, bytes_up, sums = tff.federated_map(
+          client_step, (models, data))
+      return new_models, uploads, bytes_up, tff.federated_sum(sums)
 
     @tff.tensorflow.computation(server_type, optimizer_type, upload_type,
                                 order_type)
     def server_step(weights, optimizer_state, received, order):
-      train, _ = build_server_update(server_fn, server_optimizer, settings)
-      return train(ModelState(*weights), optimizer_state,
-                   GKTUpload(*received), order)
+      update = build_server_update(server_fn, server_optimizer, settings)
+      return update(ModelState(*weights), optimizer_state,
+                    GKTUpload(*received), order)
 
     @tff.federated_computation(
         tff.FederatedType(server_type, tff.SERVER),
@@ -361,22 +439,8 @@ class GKTComputations:
       return tff.federated_map(server_step,
                                (weights, optimizer_state, received, order))
 
-    features_type = learning_process.type_of(features_spec)
-
-    @tff.tensorflow.computation(server_type, features_type)
-    def logits_step(weights, features):
-      _, logits = build_server_update(server_fn, server_optimizer, settings)
-      return logits(ModelState(*weights), features)
-
-    @tff.federated_computation(
-        tff.FederatedType(server_type, tff.SERVER),
-        tff.FederatedType(features_type, tff.SERVER))
-    def server_logits(weights, features):
-      return tff.federated_map(logits_step, (weights, features))
-
     self.client_round = client_round
     self.server_round = server_round
-    self.server_logits = server_logits
 
 
 # --------------------------------------------------------------------------
@@ -386,6 +450,25 @@ class GKTComputations:
 def _weights_of(model: tf.keras.Model) -> ModelState:
   return ModelState([np.asarray(v) for v in model.trainable_weights],
                     [np.asarray(v) for v in model.non_trainable_weights])
+
+
+def _optimizer_initial(optimizer, weights) -> Any:
+  """The optimizer's initial state as arrays; its float hyper-parameters
+  float32, the dtype of the weights they multiply."""
+  specs = tuple(tf.TensorSpec(np.shape(w), tf.float32) for w in weights)
+
+  def array(value):
+    value = np.asarray(value)
+    return value.astype(np.float32) if value.dtype == np.float64 else value
+
+  return tf.nest.map_structure(array, optimizer.initialize(specs))
+
+
+def _with_learning_rate(optimizer_state, learning_rate):
+  state = collections.OrderedDict(optimizer_state)
+  old = np.asarray(state["learning_rate"])
+  state["learning_rate"] = np.asarray(learning_rate, old.dtype)
+  return state
 
 
 def _sources(composed: tf.keras.Model, edge: tf.keras.Model,
@@ -398,6 +481,30 @@ def _sources(composed: tf.keras.Model, edge: tf.keras.Model,
   return [where[id(v)] for v in getattr(composed, attribute)]
 
 
+def with_teacher(dataset: tf.data.Dataset, server_logits,
+                 num_classes: int) -> tf.data.Dataset:
+  """A client's indexed batches with the server logits of their samples.
+
+  `server_logits` has one row per sample of the client (its last answer) or
+  none (no answer yet: `has_teacher` False, zero teachers). The gather runs
+  in the client's dataset pipeline, on the client's own positions.
+  """
+  logits = np.asarray(server_logits, np.float32).reshape(-1, num_classes)
+  have = logits.shape[0] > 0
+  table = tf.constant(logits if have else np.zeros((1, num_classes),
+                                                   np.float32))
+
+  def attach(batch):
+    index = batch["index"]
+    teacher = (tf.gather(table, index) if have else
+               tf.zeros([tf.shape(index)[0], num_classes]))
+    return collections.OrderedDict(
+        x=batch["x"], y=batch["y"], train=batch["train"], teacher=teacher,
+        has_teacher=tf.constant(have))
+
+  return dataset.map(attach)
+
+
 class FedGKT(api.FederatedAlgorithm):
   """FedGKT (module docstring) for the program."""
 
@@ -405,15 +512,21 @@ class FedGKT(api.FederatedAlgorithm):
 
   def __init__(self, task: api.Task, server_model: str,
                settings: GKTSettings, *, client_lr: float,
-               client_momentum: float = 0.0, seed: int = 0):
+               client_momentum: float = 0.0, seed: int = 0,
+               local_epochs: int = 1, concurrency: int = 1):
     if server_model not in gkt_models.SERVER_MODELS:
       raise ValueError(f"FedGKT's server model must be one of "
                        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
                        f" {server_model!r}")
-    self.split_layer = models_lib.split_layer(task.model_name)
+    if settings.mode not in MODES:
+      raise ValueError(f"mode must be one of {', '.join(MODES)}, got"
+                       f" {settings.mode!r}")
     self.task = task
     self.settings = settings
     self.seed = int(seed)
+    self.local_epochs = int(local_epochs)
+    self.concurrency = int(concurrency)
+    self.split_layer = models_lib.split_layer(task.model_name)
     shape, classes = task.input_shape, task.num_classes
     self.edge_fn = task.model_fn
     self.server_fn = lambda: models_lib.build_model(server_model, shape,
@@ -427,13 +540,19 @@ class FedGKT(api.FederatedAlgorithm):
 
     self.composed_fn = composed_fn
     edge, server = self.edge_fn(), self.server_fn()
+    extractor = gkt_models.extractor(edge, self.split_layer)
+    self.feature_shape = tuple(int(d) for d in extractor.output.shape[1:])
+    if self.feature_shape != tuple(server.input.shape[1:]):
+      raise models_lib.ModelError(
+          f"the edge model {task.model_name!r} sends features of shape"
+          f" {self.feature_shape} but the server model {server_model!r} takes"
+          f" {tuple(server.input.shape[1:])}")
     composed = gkt_models.extractor_and_server(edge, server, self.split_layer)
     self._composed_sources = (
         _sources(composed, edge, server, "trainable_weights"),
         _sources(composed, edge, server, "non_trainable_weights"))
     self._edge_initial = _weights_of(edge)
     self._server_initial = _weights_of(server)
-    self.feature_shape = gkt_models.feature_shape(shape)
     self.num_classes = classes
     self._edge_forward = models_lib.count_flops(edge)
     self._edge_training = models_lib.training_flops_per_example(edge)
@@ -441,41 +560,79 @@ class FedGKT(api.FederatedAlgorithm):
     self._server_training = models_lib.training_flops_per_example(server)
     full = models_lib.build_model(self.full_model_name, shape, classes,
                                   seed=self.seed)
-    self._full_weights_nbytes = payload.dense_nbytes(full.weights)
     self.profile = collections.OrderedDict(
         edge_model=task.model_name,
         edge_params=models_lib.count_params(edge).trainable,
         edge_flops=self._edge_forward,
+        split_layer=self.split_layer,
+        extractor_params=models_lib.count_params(extractor).trainable,
+        extractor_flops=models_lib.count_flops(extractor),
         server_model=server_model,
         server_params=models_lib.count_params(server).trainable,
         server_flops=self._server_forward,
         full_model=self.full_model_name,
         full_params=models_lib.count_params(full).trainable,
         full_flops=models_lib.count_flops(full))
+    client_optimizer = learning_process.client_sgd(client_lr, client_momentum)
+    server_optimizer = SERVER_OPTIMIZERS[settings.server_optimizer](
+        settings.server_lr)
+    self._client_optimizer_initial = _optimizer_initial(
+        client_optimizer, self._edge_initial.trainable)
+    self._server_optimizer_initial = _optimizer_initial(
+        server_optimizer, self._server_initial.trainable)
+    self._optimizers = (client_optimizer, server_optimizer)
+    self._population = None
+    self._client_sizes: Mapping[str, int] = {}
+    self.simulation: Optional[async_events.Simulation] = None
+
+  @functools.cached_property
+  def computations(self) -> GKTComputations:
+    """The typed computations, built (traced) on first use."""
+    shape, classes = self.task.input_shape, self.num_classes
     element_spec = collections.OrderedDict(
         x=tf.TensorSpec([None, *shape], tf.float32),
         y=tf.TensorSpec([None], tf.int32),
-        index=tf.TensorSpec([None], tf.int64),
-        train=tf.TensorSpec([], tf.bool))
-    self.computations = GKTComputations(
-        self.edge_fn, self.server_fn, element_spec, self._edge_initial,
-        self._server_initial,
-        learning_process.client_sgd(client_lr, client_momentum),
-        SERVER_OPTIMIZERS[settings.server_optimizer](settings.server_lr),
-        settings, classes, self.feature_shape, self.split_layer)
+        train=tf.TensorSpec([], tf.bool),
+        teacher=tf.TensorSpec([None, classes], tf.float32),
+        has_teacher=tf.TensorSpec([], tf.bool))
+    return GKTComputations(
+        self.edge_fn, self.server_fn, self.split_layer, element_spec,
+        ClientModel(*self._edge_initial, self._client_optimizer_initial),
+        self._server_initial, self._server_optimizer_initial,
+        *self._optimizers, self.settings, classes, self.feature_shape)
 
   # -- program interface --------------------------------------------------
 
+  def attach(self, population, client_sizes: Mapping[str, int]) -> None:
+    """The device population and each client's training examples: they set
+    the simulated clock (and, in async mode, the arrivals)."""
+    self._population = population
+    self._client_sizes = dict(client_sizes)
+    self.simulation = async_events.Simulation(
+        sorted(self._client_sizes), self.concurrency, self.seed,
+        work=lambda c: self._job_macs(self._client_sizes[c]),
+        speed=lambda c, r: population.capacity_at_round(c, r).flops)
+
   def initialize(self) -> GKTState:
+    k = self.concurrency
+    events = (self.simulation.initial_state() if self.simulation is not None
+              else async_events.Simulation(
+                  [], k, self.seed, work=len, speed=lambda *_: 1
+              ).initial_state())
     return GKTState(
         list(self._server_initial.trainable),
         list(self._server_initial.non_trainable),
-        self.computations.server_optimizer_initial)
+        self._server_optimizer_initial,
+        Plateau(np.float64(self.settings.server_lr), np.float64(-np.inf),
+                np.int64(0)),
+        np.int64(0), events)
 
   def initial_client_state(self) -> EdgeState:
     return EdgeState(list(self._edge_initial.trainable),
                      list(self._edge_initial.non_trainable),
-                     np.zeros((0, self.num_classes), np.float32))
+                     self._client_optimizer_initial,
+                     np.zeros((0, self.num_classes), np.float32),
+                     np.int64(-1))
 
   def client_dataset(self, arrays, *, batch_size, local_epochs,
                      shuffle_seed, augment="none"):
@@ -483,52 +640,111 @@ class FedGKT(api.FederatedAlgorithm):
         arrays, batch_size=batch_size, local_epochs=local_epochs,
         shuffle_seed=shuffle_seed, augment=augment)
 
+  def plan_round(self, state: GKTState, round_num: int,
+                 available: Sequence[str], size: int,
+                 sampler) -> list[api.Assignment]:
+    """Sync: `size` clients uniformly; async: the next arrivals."""
+    if self.settings.mode == "sync":
+      return super().plan_round(state, round_num, available, size, sampler)
+    if self.simulation is None:
+      raise RuntimeError("FedGKT's async mode needs attach(population,"
+                         " client_sizes) before its first round")
+    arrivals, events = self.simulation.plan(
+        async_events.EventState(*state.events), round_num, available, size)
+    return [api.Assignment(a.client_id, payload=(a, events))
+            for a in arrivals]
+
   def next(self, state: GKTState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:
     comps = self.computations
-    states = [c.state if c.state is not None else self.initial_client_state()
-              for c in clients]
-    edges, uploads, traffic, client_sums = comps.client_round(
-        [EdgeState(*s) for s in states], [c.dataset for c in clients])
+    states = [EdgeState(*(c.state if c.state is not None else
+                          self.initial_client_state())) for c in clients]
+    if not clients:
+      return api.RoundOutput(state=state, metrics=collections.OrderedDict(
+          loss=math.nan), traffic=())
+    datasets = [with_teacher(c.dataset, s.server_logits, self.num_classes)
+                for c, s in zip(clients, states)]
+    models, uploads, bytes_up, client_sums = comps.client_round(
+        [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
+         for s in states], datasets)
     uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
     rng = np.random.default_rng([self.seed, round_num])
     if self.settings.mode == "sync":
-      batches = [list(range(len(clients)))]
+      groups = [list(range(len(clients)))]
+      events = async_events.EventState(*state.events)
+      durations = [self._duration(c.client_id, round_num) for c in clients]
+      clock = (float(events.clock) + max(durations) if all(
+          d is not None for d in durations) else math.nan)
+      events = events._replace(clock=np.float64(clock))
     else:
-      batches = [[k] for k in self._arrival_order(clients, uploads, rng)]
-    server_start = time.perf_counter()
+      groups = [[k] for k in range(len(clients))]  # arrival order
+      events = clients[-1].assignment[1]
+      clock = float(events.clock)
+    plateau = Plateau(*state.plateau)
+    learning_rate = float(plateau.learning_rate)
     server = ModelState(state.trainable, state.non_trainable)
-    optimizer_state = state.optimizer_state
-    server_logits = [None] * len(clients)
+    optimizer_state = _with_learning_rate(state.optimizer_state,
+                                          learning_rate)
+    version = int(state.version)
+    answers = [None] * len(clients)
+    answered_at = [None] * len(clients)
+    staleness = []
     server_sums = collections.Counter()
-    for group in batches:
-      features = np.concatenate([uploads[k].features for k in group])
-      logits = np.concatenate([uploads[k].logits for k in group])
-      labels = np.concatenate([uploads[k].labels for k in group])
+    fresh_correct = 0.0
+    server_start = time.perf_counter()
+    for group in groups:
+      received = GKTUpload(*(np.concatenate([getattr(uploads[k], f)
+                                             for k in group])
+                             for f in GKTUpload._fields))
       order = data_lib.epoch_order(
-          len(labels), self.settings.server_batch_size,
+          len(received.labels), self.settings.server_batch_size,
           self.settings.server_epochs, int(rng.integers(2**31)))
-      server, optimizer_state, sums = comps.server_round(
-          server, optimizer_state, GKTUpload(features, logits, labels), order)
+      for k in group:
+        if int(states[k].logits_version) >= 0:
+          staleness.append(version - int(states[k].logits_version))
+      server, optimizer_state, sums, fresh, answered = comps.server_round(
+          server, optimizer_state, received, order)
       server = ModelState(*server)
-      server_sums.update({k: float(v) for k, v in sums.items()})
-      answered = np.asarray(comps.server_logits(server, features))
+      version += 1
+      server_sums.update({key: float(v) for key, v in sums.items()})
+      fresh_correct += float(fresh)
+      answered = np.asarray(answered, np.float32)
       offsets = np.cumsum([0] + [len(uploads[k].labels) for k in group])
       for k, start, end in zip(group, offsets[:-1], offsets[1:]):
-        server_logits[k] = answered[start:end]
+        answers[k] = answered[start:end]
+        answered_at[k] = version
     server_seconds = time.perf_counter() - server_start
+    samples = sum(len(u.labels) for u in uploads)
+    fresh_accuracy = fresh_correct / samples if samples else math.nan
+    plateau = self._plateau_step(plateau, fresh_accuracy)
     client_states = collections.OrderedDict()
-    for c, edge, answer in zip(clients, edges, server_logits):
+    for c, model, answer, at in zip(clients, models, answers, answered_at):
       client_states[c.client_id] = EdgeState(
-          [np.asarray(t) for t in edge.trainable],
-          [np.asarray(t) for t in edge.non_trainable], answer)
+          [np.asarray(t) for t in model.trainable],
+          [np.asarray(t) for t in model.non_trainable],
+          tf.nest.map_structure(np.asarray, model.optimizer_state),
+          answer, np.int64(at))
+    metrics = collections.OrderedDict(
+        **self._metrics(clients, uploads, client_sums, server_sums),
+        server_fresh_accuracy=fresh_accuracy,
+        server_lr=learning_rate,
+        server_version=float(version),
+        staleness_mean=(float(np.mean(staleness)) if staleness else math.nan),
+        staleness_max=(float(np.max(staleness)) if staleness else math.nan),
+        sim_time=clock,
+        server_step_s=server_seconds)
     return api.RoundOutput(
         state=GKTState(list(server.trainable), list(server.non_trainable),
-                       optimizer_state),
-        metrics=collections.OrderedDict(
-            **self._metrics(clients, uploads, client_sums, server_sums),
-            server_step_s=server_seconds),
-        traffic=self._traffic(clients, uploads, traffic),
+                       tf.nest.map_structure(np.asarray, optimizer_state),
+                       plateau, np.int64(version), events),
+        metrics=metrics,
+        traffic=tuple(
+            ClientTraffic(client_id=c.client_id,
+                          bytes_down=int(answer.nbytes),
+                          bytes_up=int(up),
+                          flops=self._client_flops(c, len(u.labels)),
+                          examples=c.num_examples)
+            for c, u, up, answer in zip(clients, uploads, bytes_up, answers)),
         client_states=client_states)
 
   def model_weights(self, state: GKTState):
@@ -563,6 +779,32 @@ class FedGKT(api.FederatedAlgorithm):
 
   # -- helpers --------------------------------------------------------------
 
+  def _plateau_step(self, plateau: Plateau, metric: float) -> Plateau:
+    """PyTorch's ReduceLROnPlateau(mode="max", threshold_mode="rel")."""
+    learning_rate, best = float(plateau.learning_rate), float(plateau.best)
+    bad = int(plateau.bad_rounds)
+    if math.isnan(metric):
+      return plateau
+    if metric > best * (1 + PLATEAU_THRESHOLD):  # -inf before the first
+      best, bad = metric, 0
+    else:
+      bad += 1
+    if bad > self.settings.lr_patience:
+      learning_rate *= self.settings.lr_factor
+      bad = 0
+    return Plateau(np.float64(learning_rate), np.float64(best),
+                   np.int64(bad))
+
+  def _job_macs(self, num_samples: int) -> float:
+    """A client's job: local epochs of training and one extraction pass."""
+    return float(num_samples * (self.local_epochs * self._edge_training +
+                                self._edge_forward))
+
+  def _duration(self, client_id: str, round_num: int) -> Optional[float]:
+    if self.simulation is None or client_id not in self._client_sizes:
+      return None
+    return self.simulation.duration(client_id, round_num)
+
   def _composed_weights(self, edge: EdgeState, state: GKTState):
     parts = []
     for sources, edge_values, server_values in zip(
@@ -575,24 +817,6 @@ class FedGKT(api.FederatedAlgorithm):
     return (client.num_examples * self._edge_training +
             samples * self._edge_forward)
 
-  def _arrival_order(self, clients, uploads, rng) -> list[int]:
-    """Async: clients by simulated completion time (module docstring)."""
-    speeds = [getattr(c.capacity, "flops", None) for c in clients]
-    if all(s for s in speeds):
-      times = [self._client_flops(c, len(u.labels)) / s
-               for c, u, s in zip(clients, uploads, speeds)]
-      return sorted(range(len(clients)), key=lambda k: (times[k], k))
-    return [int(k) for k in rng.permutation(len(clients))]
-
-  def _traffic(self, clients, uploads, traffic) -> tuple[ClientTraffic, ...]:
-    return tuple(
-        ClientTraffic(client_id=c.client_id,
-                      bytes_down=int(t["bytes_down"]),
-                      bytes_up=int(t["bytes_up"]),
-                      flops=self._client_flops(c, len(u.labels)),
-                      examples=c.num_examples)
-        for c, u, t in zip(clients, uploads, traffic))
-
   def _metrics(self, clients, uploads, client_sums,
                server_sums) -> collections.OrderedDict:
     examples = float(client_sums["examples"])
@@ -600,11 +824,6 @@ class FedGKT(api.FederatedAlgorithm):
     mean = lambda sums, key, n: float(sums[key]) / n if n else math.nan
     server_n = server_sums["examples"]
     samples = sum(len(u.labels) for u in uploads)
-    feature_bytes = sum(u.features.nbytes for u in uploads)
-    per_sample = feature_bytes / samples if samples else 0.0
-    label_bytes = (sum(u.labels.nbytes for u in uploads) / samples
-                   if samples else 0.0)
-    batch = self.settings.server_batch_size
     return collections.OrderedDict(
         loss=mean(client_sums, "loss", examples) if examples == expected
         else math.nan,
@@ -616,13 +835,8 @@ class FedGKT(api.FederatedAlgorithm):
         server_kd=mean(server_sums, "kd", server_n),
         server_accuracy=mean(server_sums, "correct", server_n),
         server_flops=float(server_n * self._server_training +
-                           samples * self._server_forward),
-        feature_bytes=float(feature_bytes),
-        # What other methods would move, from the same measured sizes.
-        fedavg_full_model_bytes=float(2 * len(clients) *
-                                      self._full_weights_nbytes),
-        split_learning_bytes_per_batch=float(
-            2 * batch * per_sample + batch * label_bytes))
+                           2 * samples * self._server_forward),
+        feature_bytes=float(sum(u.features.nbytes for u in uploads)))
 
 
 def check_flags(config) -> None:
@@ -632,8 +846,9 @@ def check_flags(config) -> None:
   if config.model not in models_lib.MODELS or not models_lib.MODELS[
       config.model].split_layer:
     edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)
-    raise UsageError("--model", f"fedgkt trains an edge model (a model with a"
-                     f" split point); accepted: {', '.join(edges)}")
+    raise UsageError("--model", f"{config.algorithm} trains an edge model (a"
+                     f" model with a split point); accepted:"
+                     f" {', '.join(edges)}")
   for flag, value, accepted in (
       ("--gkt_server_model", config.gkt_server_model,
        tuple(gkt_models.SERVER_MODELS)),
@@ -646,20 +861,33 @@ def check_flags(config) -> None:
                        f"{', '.join(accepted)}")
 
 
-def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
-  """Registry builder: `--algorithm=fedgkt` with the `--gkt_*` flags."""
-  del client_ids
-  check_flags(config)
-  settings = GKTSettings(
+def settings_from(config) -> GKTSettings:
+  """`GKTSettings` from the `--gkt_*` flags."""
+  return GKTSettings(
       temperature=config.gkt_temperature,
       client_kd_weight=config.gkt_client_kd_weight,
       server_kd_weight=config.gkt_server_kd_weight,
+      kd_t_squared=config.gkt_kd_t_squared,
       server_epochs=config.gkt_server_epochs,
       server_batch_size=config.batch_size,
       server_optimizer=config.gkt_server_optimizer,
       server_lr=config.gkt_server_lr,
+      lr_patience=config.gkt_lr_patience,
+      lr_factor=config.gkt_lr_factor,
       transfer=config.gkt_transfer,
       mode=config.gkt_mode)
-  return FedGKT(task, config.gkt_server_model, settings,
-                client_lr=config.client_lr,
-                client_momentum=config.client_momentum, seed=config.seed)
+
+
+def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
+  """Registry builder: `--algorithm=fedgkt` with the `--gkt_*` flags."""
+  del client_ids
+  check_flags(config)
+  try:
+    return FedGKT(task, config.gkt_server_model, settings_from(config),
+                  client_lr=config.client_lr,
+                  client_momentum=config.client_momentum, seed=config.seed,
+                  local_epochs=config.local_epochs,
+                  concurrency=config.clients_per_round)
+  except models_lib.ModelError as e:
+    from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
+    raise UsageError("--gkt_server_model", str(e)) from None

@@ -147,6 +147,9 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   algorithm = ALGORITHMS[config.algorithm].builder(
       config, task, federated_data.client_ids)
   population = build_population(config, federated_data.client_ids, task)
+  algorithm.attach(population, {
+      c: federated_data.num_train_examples(c)
+      for c in federated_data.client_ids})
   return Experiment(config, splits, federated_data, population, task,
                     algorithm)
 
