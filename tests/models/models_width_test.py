@@ -197,9 +197,10 @@ def _assert_close(narrow_out, full_out, tolerance=1e-5):
 
 
 # The deep Bottleneck ResNets (54 and 108 layers with batch norm on random
-# statistics) reorder float32 sums over more channels: 1e-4 of the scale.
+# statistics, batch statistics of 8 small images in training mode) amplify
+# float32 reordering: 1e-3 of the scale (a structural error is of order 1).
 def _tolerance(name):
-  return 1e-4 if name.endswith("_bottleneck") else 1e-5
+  return 1e-3 if name.endswith("_bottleneck") else 1e-5
 
 
 @pytest.fixture(scope="module")
