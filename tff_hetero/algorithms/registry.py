@@ -19,6 +19,7 @@ from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms import split_learning
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import grasp
@@ -58,3 +59,5 @@ register("prunefl", prunefl.build_prunefl,
 register("grasp", grasp.build_grasp,
          "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline")
 register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")
+register("split_learning", split_learning.build_split_learning,
+         "Gupta & Raskar 2018, FedGKT's communication baseline")
