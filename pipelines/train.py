@@ -89,6 +89,10 @@ _FLUCTUATION = flags.DEFINE_string(
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 _CLIENT_MOMENTUM = flags.DEFINE_float(
     "client_momentum", 0.0, "Client SGD momentum, in [0, 1).")
+_CLIENT_OPTIMIZER = flags.DEFINE_string(
+    "client_optimizer", "sgd",
+    "Client optimizer: sgd, or adam (FedAvg, FedProx and the sparse-training"
+    " algorithms; FedSGC's CIFAR-10 setting).")
 _POOL_RATIOS = flags.DEFINE_string(
     "pool_ratios", "0.66:0.4",
     "AdaptiveFL/Decoupled pool: width ratios of the M and S levels, M:S.")

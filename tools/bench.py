@@ -23,18 +23,29 @@ Suite `hetero` (`--model` defaults to vgg16_eighth there) times
     weak/medium/strong tiers 4:3:3, timed after warm-up rounds that build
     the group computations; `adaptivefl_mixed_groups` is the mean number of
     (sent, trained) groups per timed round.
-Suite `sparse` (default model mnist_cnn) times, on the same cohort and data:
+Suite `sparse` (default model mnist_cnn) times, on the same cohort and data
+(100 clients, so FedSGC's server remembers 100 uploads):
   * `fedavg_round_s`: FedAvg;
   * `fedsgc_round_s`: a FedSGC round without readjustment (sparsity 0.8);
-  * `fedsgc_readjust_round_s`: a FedSGC round that readjusts masks.
+  * `fedsgc_readjust_round_s`: a FedSGC round in which every client
+    readjusts once (mid-round) with the direction map;
+  * `feddst_round_s`: a FedDST round without readjustment (no memory);
+  * `fedsgc_server_step_s`: FedSGC's server step alone (the TFF computation:
+    replace the cohort's rows in the running sums, union average, direction
+    map, re-prune) with 100 remembered clients, and
+    `fedsgc_memory_update_s` the driver's copy of the 100 rows with the
+    cohort's replaced.
 Suite `gkt` (edge `fedgkt_edge_resnet8`, server `fedgkt_server_resnet19`
 unless --model / --gkt_server_model say otherwise; mnist5k, 20 clients,
 cohort 4 by default):
   * `fedgkt_round_s`: a FedGKT round of the program (clients train and
     extract, the server trains one epoch on their features and answers);
   * `fedgkt_server_step_s`: the server's part of it (training + answers);
-  * `rss_growth_pct`: resident memory of driver + TFF worker from round 10
-    to round `--gkt_rounds` (default 50): features must not pile up.
+  * `fedgkt_rss_growth_pct`: resident memory of driver + TFF worker from
+    round 10 to round `--gkt_rounds` (default 50): features must not pile up;
+  * the same for `--gkt_mode=async` (`fedgkt_async_*`: the event simulation
+    of the devices decides each round's arrivals, the server trains on each;
+    `fedgkt_async_clients_per_round` is the mean number of arrivals).
 The last line printed is one JSON object with these figures.
 """
 
@@ -291,81 +302,145 @@ def bench_hetero() -> collections.OrderedDict:
 
 def bench_sparse() -> collections.OrderedDict:
   import attrs  # pylint: disable=g-import-not-at-top
-  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
-  from tff_hetero.algorithms import fedsgc  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms.sparse import feddst  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms.sparse import fedsgc  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   timed = _ROUNDS.value
-  config = _config(rounds=1)
+  clients_total = max(_CLIENTS.value, 100)
+  config = _config(rounds=1, num_clients=clients_total, sparsity=0.8,
+                   min_samples_per_client=1)
   experiment = loop.build_experiment(config)
   fed, task = experiment.federated_data, experiment.task
-  cohort = list(fed.client_ids)[:_COHORT.value]
-  datasets = {cid: data_lib.make_client_dataset(
-      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i)
-              for i, cid in enumerate(cohort)}
+  ids = list(fed.client_ids)
+  cohort = ids[:_COHORT.value]
   results = collections.OrderedDict()
-  with runtime.local_execution():
-    fedavg = experiment.algorithm
-    results["fedavg_round_s"], _ = _median_next_s(
-        fedavg, lambda s, r, _: [api.ClientRound(
-            client_id=c, dataset=datasets[c],
-            num_examples=len(fed.client_train(c))) for c in cohort], 1, timed)
-    for key, every in (("fedsgc_round_s", 0), ("fedsgc_readjust_round_s", 1)):
-      sgc = fedsgc.build_fedsgc(attrs.evolve(
-          config, sparsity=0.8, readjust_every=every,
-          readjust_end_round=10**6), task)
-      def clients(state, round_num, stored, sgc=sgc):
-        del state, round_num
-        return [api.ClientRound(
-            client_id=c, dataset=datasets[c],
-            num_examples=len(fed.client_train(c)),
-            state=stored.get(c, sgc.initial_client_state())) for c in cohort]
 
-      results[key], _ = _median_next_s(sgc, clients, 1, timed)
+  def round_inputs(algorithm):
+    datasets = {c: algorithm.client_dataset(
+        fed.client_train(c), batch_size=20, local_epochs=1, shuffle_seed=i)
+                for i, c in enumerate(cohort)}
+
+    def clients(state, round_num, stored):
+      del state, round_num
+      return [api.ClientRound(
+          client_id=c, dataset=datasets[c],
+          num_examples=len(fed.client_train(c)),
+          state=stored.get(c, algorithm.initial_client_state()))
+              for c in cohort]
+    return clients
+
+  def timed_rounds(algorithm):
+    """Median seconds of `next` after one warm-up round, and the state."""
+    state, stored, times = algorithm.initialize(), {}, []
+    clients = round_inputs(algorithm)
+    for round_num in range(1, timed + 2):
+      cohort_now = clients(state, round_num, stored)
+      start = time.perf_counter()
+      output = algorithm.next(state, round_num, cohort_now)
+      if round_num > 1:
+        times.append(time.perf_counter() - start)
+      state = output.state
+      stored.update(output.client_states)
+    return float(statistics.median(times)), state
+
+  with runtime.local_execution():
+    results["fedavg_round_s"], _ = timed_rounds(experiment.algorithm)
+    runs = (("fedsgc_round_s", fedsgc.build_fedsgc, 0),
+            ("fedsgc_readjust_round_s", fedsgc.build_fedsgc, 1),
+            ("feddst_round_s", feddst.build_feddst, 0))
+    for key, build, every in runs:
+      algorithm = build(attrs.evolve(
+          config, readjust_every=every, readjust_begin_epoch=1,
+          readjust_end_epoch=10**6), task, ids)
+      results[key], state = timed_rounds(algorithm)
+      if key == "fedsgc_round_s":
+        sgc, sgc_state = algorithm, state
+    # The server step with 100 remembered clients (rows filled as uploads).
+    rng = np.random.default_rng(0)
+    memory = sgc_state.memory
+    memory = memory._replace(
+        values=[rng.normal(size=v.shape).astype(np.float32)
+                for v in memory.values],
+        masks=[(rng.random(m.shape) < 0.2).astype(np.uint8)
+               for m in memory.masks],
+        weight=np.full(memory.weight.shape, 20.0, np.float32))
+    step = sgc.rounds.server_steps[(False, False)]
+    rows = list(range(len(cohort)))
+    forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
+    new = sgc_state.sums
+    durations = []
+    for _ in range(timed + 1):
+      start = time.perf_counter()
+      step(sgc_state.model, sgc_state.sums, forgotten, new)
+      durations.append(time.perf_counter() - start)
+    results["fedsgc_server_step_s"] = float(statistics.median(durations[1:]))
+    received = [tf.nest.map_structure(lambda a, i=i: a[i], memory)
+                for i in rows]
+    durations = []
+    for _ in range(timed):
+      start = time.perf_counter()
+      sgc._remember(memory, rows, received)  # pylint: disable=protected-access
+      durations.append(time.perf_counter() - start)
+    results["fedsgc_memory_update_s"] = float(statistics.median(durations))
   results["fedsgc_vs_fedavg"] = round(
       results["fedsgc_round_s"] / results["fedavg_round_s"], 3)
-  results["setup"] = (f"{_DATASET.value}/{_model()}, cohort {_COHORT.value},"
-                      f" batch 20, 1 epoch, sparsity 0.8, median of {timed}"
-                      " rounds")
+  results["setup"] = (f"{_DATASET.value}/{_model()}, {clients_total} iid"
+                      f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
+                      f" sparsity 0.8, median of {timed} rounds")
   return results
 
 
-def bench_gkt() -> collections.OrderedDict:
+def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
+  """One FedGKT run in `mode`: round and server-step times, memory growth."""
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  rounds = max(_GKT_ROUNDS.value, 20)
   rss, rows = {}, {}
 
   def record(round_num, row):
     rss[round_num] = _rss_bytes()
     rows[round_num] = row
 
-  cohort = _COHORT.value if _COHORT.present else 4
   with tempfile.TemporaryDirectory() as root:
     loop.run_experiment(_config(
         algorithm="fedgkt", gkt_server_model=_GKT_SERVER.value,
         clients_per_round=cohort, rounds=rounds, eval_every=10**6,
-        root_output_dir=root, experiment_name="gkt"), on_round=record)
+        gkt_mode=mode, root_output_dir=root, experiment_name="gkt"),
+                        on_round=record)
   # Round 1 traces the computations; the last round also evaluates.
   timed = range(2, rounds)
   walls = {r: rows[r]["wall_time_s"] - rows[r - 1]["wall_time_s"]
            for r in timed}
+  prefix = "fedgkt" if mode == "sync" else "fedgkt_async"
   results = collections.OrderedDict()
-  results["fedgkt_round_s"] = float(statistics.median(walls.values()))
-  results["fedgkt_server_step_s"] = float(statistics.median(
+  results[f"{prefix}_round_s"] = float(statistics.median(walls.values()))
+  results[f"{prefix}_server_step_s"] = float(statistics.median(
       rows[r]["server_step_s"] for r in timed))
-  results["rss_round10_mib"] = round(rss[10] / 2**20, 1)
-  results[f"rss_round{rounds}_mib"] = round(rss[rounds] / 2**20, 1)
-  results["rss_growth_pct"] = round(100.0 * (rss[rounds] - rss[10]) / rss[10],
-                                    2)
-  results["feature_mib_per_round"] = round(
+  results[f"{prefix}_clients_per_round"] = round(statistics.mean(
+      rows[r]["clients"] for r in timed), 2)
+  results[f"{prefix}_rss_round10_mib"] = round(rss[10] / 2**20, 1)
+  results[f"{prefix}_rss_round{rounds}_mib"] = round(rss[rounds] / 2**20, 1)
+  results[f"{prefix}_rss_growth_pct"] = round(
+      100.0 * (rss[rounds] - rss[10]) / rss[10], 2)
+  results[f"{prefix}_feature_mib_per_round"] = round(
       statistics.mean(rows[r]["feature_bytes"] for r in timed) / 2**20, 2)
+  return results
+
+
+def bench_gkt() -> collections.OrderedDict:
+  rounds = max(_GKT_ROUNDS.value, 20)
+  cohort = _COHORT.value if _COHORT.present else 4
+  results = collections.OrderedDict()
+  for mode in ("sync", "async"):
+    results.update(_gkt_run(mode, rounds, cohort))
   results["setup"] = (f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"
-                      f" {_CLIENTS.value} iid clients, cohort {cohort},"
-                      f" batch 20, 1 client and 1 server epoch, median of"
-                      f" rounds 2..{rounds - 1}")
+                      f" {_CLIENTS.value} iid clients, cohort {cohort} (async:"
+                      f" {cohort} devices at work, tiers 4:3:3 at 0.25/0.5/1"
+                      f" of the MAC capacity), batch 20, 1 client and 1"
+                      f" server epoch, median of rounds 2..{rounds - 1}")
   return results
 
 

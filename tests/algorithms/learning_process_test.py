@@ -7,7 +7,6 @@ what each client received and sent, computed here by hand.
 """
 
 import collections
-import types
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import tensorflow_federated as tff
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
+from tff_hetero.program import ExperimentConfig
 from tff_hetero.algorithms import fedprox
 
 _SPEC = collections.OrderedDict(
@@ -75,8 +75,8 @@ def test_measured_fedavg_equals_tff_fedavg(tff_context):
 
 def test_round_reports_measured_traffic_per_client(tff_context):
   del tff_context
-  config = collections.namedtuple(
-      "C", "client_lr client_momentum server_lr")(0.1, 0.0, 1.0)
+  config = ExperimentConfig(client_lr=0.1, client_momentum=0.0,
+                            server_lr=1.0)
   algorithm = fedavg.build_fedavg(config, _TASK)
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   assert [t.client_id for t in output.traffic] == ["c0", "c1"]
@@ -148,8 +148,8 @@ def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   task = api.Task("tiny_bn", _bn_keras_model, (3,), 4, _SPEC,
                   training_flops_per_example=1)
   algorithm = fedavg.build_fedavg(
-      types.SimpleNamespace(client_lr=0.0, client_momentum=0.0,
-                            server_lr=1.0), task)
+      ExperimentConfig(client_lr=0.0, client_momentum=0.0, server_lr=1.0),
+      task)
   state = algorithm.initialize()
   # TFF's FedAvg leaves the moving statistics at their initial values.
   raw = algorithm.model_weights(state)

@@ -25,12 +25,13 @@ def build_fedavg_process(task: api.Task, *, client_lr: float,
                          client_momentum: float = 0.0,
                          server_lr: float = 1.0,
                          server_optimizer=None,
-                         model_aggregator=None):
+                         model_aggregator=None,
+                         client_optimizer: str = "sgd"):
   parts = learning_process.measured_parts(task, model_aggregator)
   return tff.learning.algorithms.build_weighted_fed_avg(
       task.tff_model_fn(),
-      client_optimizer_fn=learning_process.client_sgd(client_lr,
-                                                      client_momentum),
+      client_optimizer_fn=learning_process.client_optimizer(
+          client_optimizer, client_lr, client_momentum),
       server_optimizer_fn=(server_optimizer or
                            tff.learning.optimizers.build_sgdm(
                                learning_rate=server_lr)),
@@ -45,5 +46,6 @@ def build_fedavg(config, task: api.Task,
   del client_ids  # Every client is alike to fedavg.
   process = build_fedavg_process(
       task, client_lr=config.client_lr,
-      client_momentum=config.client_momentum, server_lr=config.server_lr)
+      client_momentum=config.client_momentum, server_lr=config.server_lr,
+      client_optimizer=config.client_optimizer)
   return learning_process.LearningProcessAlgorithm("fedavg", process, task)

@@ -261,7 +261,8 @@ def build_proximal_client_work(
 
 def build_fedprox_process(task: api.Task, *, client_lr: float,
                           server_lr: float, prox_mu: float,
-                          client_momentum: float = 0.0):
+                          client_momentum: float = 0.0,
+                          client_optimizer: str = "sgd"):
   """FedProx as a measured `tff.learning.templates.LearningProcess`."""
   model_fn = task.tff_model_fn()
   parts = learning_process.measured_parts(task)
@@ -273,7 +274,8 @@ def build_fedprox_process(task: api.Task, *, client_lr: float,
   weights_type = initial_model_weights_fn.type_signature.result
   client_work = build_proximal_client_work(
       model_fn,
-      learning_process.client_sgd(client_lr, client_momentum),
+      learning_process.client_optimizer(client_optimizer, client_lr,
+                                        client_momentum),
       prox_mu,
       metrics_aggregator=parts.metrics_aggregator)
   aggregator = parts.model_aggregator.create(
@@ -292,5 +294,6 @@ def build_fedprox(config, task: api.Task,
   prox_mu = DEFAULT_PROX_MU if config.prox_mu is None else config.prox_mu
   process = build_fedprox_process(
       task, client_lr=config.client_lr, server_lr=config.server_lr,
-      prox_mu=prox_mu, client_momentum=config.client_momentum)
+      prox_mu=prox_mu, client_momentum=config.client_momentum,
+      client_optimizer=config.client_optimizer)
   return learning_process.LearningProcessAlgorithm("fedprox", process, task)

@@ -76,6 +76,20 @@ def client_sgd(learning_rate: float, momentum: float = 0.0):
       learning_rate=learning_rate, momentum=float(momentum) or None)
 
 
+# `--client_optimizer`: name -> (learning rate, momentum) -> TFF optimizer.
+CLIENT_OPTIMIZERS = collections.OrderedDict(
+    sgd=client_sgd,
+    adam=lambda learning_rate, momentum=0.0: (
+        tff.learning.optimizers.build_adam(learning_rate=learning_rate)),
+)
+
+
+def client_optimizer(name: str, learning_rate: float, momentum: float = 0.0):
+  """The clients' optimizer by `--client_optimizer` name (fresh state each
+  round, as `client_sgd`)."""
+  return CLIENT_OPTIMIZERS[name](learning_rate, momentum)
+
+
 def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   if num_clients <= 0:
     return 0

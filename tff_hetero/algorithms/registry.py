@@ -31,19 +31,24 @@ class AlgorithmEntry:
   name: str
   builder: Callable
   paper: str
+  # `--client_optimizer` values the builder honours.
+  client_optimizers: tuple[str, ...] = ("sgd",)
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = collections.OrderedDict()
 
 
-def register(name: str, builder: Callable, paper: str) -> None:
+def register(name: str, builder: Callable, paper: str,
+             client_optimizers: tuple[str, ...] = ("sgd",)) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
-  ALGORITHMS[name] = AlgorithmEntry(name, builder, paper)
+  ALGORITHMS[name] = AlgorithmEntry(name, builder, paper,
+                                    tuple(client_optimizers))
 
 
-register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017")
-register("fedprox", fedprox.build_fedprox, "Li et al. 2020")
+_SGD_OR_ADAM = ("sgd", "adam")
+register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017", _SGD_OR_ADAM)
+register("fedprox", fedprox.build_fedprox, "Li et al. 2020", _SGD_OR_ADAM)
 register("fedadam", fedadam.build_fedadam, "Reddi et al. 2021")
 register("adaptivefl", adaptivefl.build_adaptivefl, "Jia et al. 2024")
 register("heterofl", heterofl.build_heterofl, "Diao et al. 2021")
@@ -52,12 +57,13 @@ register("all_large", all_large.build_all_large,
 register("decoupled", decoupled.build_decoupled,
          "AdaptiveFL's Decoupled baseline (Jia et al. 2024)")
 register("fedsgc", fedsgc.build_fedsgc,
-         "Gradient-Congruity Guided Federated Sparse Training")
-register("feddst", feddst.build_feddst, "Bibikar et al. 2022")
+         "Gradient-Congruity Guided Federated Sparse Training", _SGD_OR_ADAM)
+register("feddst", feddst.build_feddst, "Bibikar et al. 2022", _SGD_OR_ADAM)
 register("prunefl", prunefl.build_prunefl,
-         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline")
+         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline", _SGD_OR_ADAM)
 register("grasp", grasp.build_grasp,
-         "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline")
+         "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline",
+         _SGD_OR_ADAM)
 register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")
 register("split_learning", split_learning.build_split_learning,
          "Gupta & Raskar 2018, FedGKT's communication baseline")

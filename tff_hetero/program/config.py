@@ -50,6 +50,7 @@ class ExperimentConfig:
   augment: str = "none"
   client_lr: float = 0.05
   client_momentum: float = 0.0
+  client_optimizer: str = "sgd"
   server_lr: float = 1.0
   prox_mu: float | None = None
   server_adam_epsilon: float = 1e-3
@@ -174,6 +175,10 @@ class ExperimentConfig:
             0 <= self.client_momentum < 1):
       raise UsageError("--client_momentum",
                        f"must be in [0, 1), got {self.client_momentum}")
+    if self.client_optimizer != "sgd" and self.client_momentum:
+      raise UsageError("--client_momentum",
+                       f"only with --client_optimizer=sgd, got"
+                       f" --client_optimizer={self.client_optimizer}")
     if self.prune_min_start_index < 1:
       raise UsageError("--prune_min_start_index",
                        f"must be >= 1 (tau: the first layer is never pruned),"

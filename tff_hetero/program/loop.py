@@ -50,7 +50,7 @@ USER_ERRORS = (UsageError, data_lib.DataError, models_lib.ModelError,
 
 
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
-  return config.validate(
+  config.validate(
       algorithms=ALGORITHMS.keys(),
       datasets=data_lib.DATASETS.keys(),
       models=models_lib.MODELS.keys(),
@@ -58,6 +58,12 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
       executors=runtime.available_executors(),
       augmentations=data_lib.AUGMENTATIONS.keys(),
   )
+  accepted = ALGORITHMS[config.algorithm].client_optimizers
+  if config.client_optimizer not in accepted:
+    raise UsageError(
+        "--client_optimizer", f"{config.algorithm} accepts"
+        f" {', '.join(accepted)}, got {config.client_optimizer!r}")
+  return config
 
 
 @attrs.frozen

@@ -244,8 +244,9 @@ def build_client_update(
                              prune_fraction=tf.cast(fraction, tf.float32),
                              gradient_examples=examples)
 
-    total = data.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
-    per_epoch = tf.maximum(total // local_epochs, 1)
+    if readjust:  # Epoch boundaries: count the batches first.
+      total = data.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+      per_epoch = tf.maximum(total // local_epochs, 1)
 
     def train(state, numbered):
       number, batch = numbered
@@ -289,7 +290,7 @@ def build_client_update(
     report = ClientReport(
         upload_bytes=upload_nbytes(layout, trainable, masks, mask_sent,
                                    squares if importance else ()),
-        epochs=epochs_before + total // per_epoch,
+        epochs=epochs_before + local_epochs,
         gradient_examples=tf.cast(counts.gradient_examples, tf.int64))
     return upload, report, counts, model.report_local_unfinalized_metrics()
 

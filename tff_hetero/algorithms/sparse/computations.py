@@ -243,6 +243,8 @@ class SparseRounds:
     self.data_type = tff.SequenceType(
         tff.types.tensorflow_to_type(element_spec))
     self._rounds = {}
+    # The server step of each kind of round built so far (for benchmarks).
+    self.server_steps = {}
 
   @property
   def client_optimizer(self):
@@ -376,6 +378,8 @@ class SparseRounds:
                                           old.weighted_sum, new.weighted_sum)],
             [r - o + n for r, o, n in zip(running.weight_sum, old.weight_sum,
                                           new.weight_sum)]))
+
+    self.server_steps[kind] = server_update
 
     def body(model, directions, running, forgotten, epochs, data):
       delivered = distributor.next(distributor.initialize(), model)

@@ -192,8 +192,8 @@ def build_prunefl(config, task: api.Task,
   return PruneFL(
       "prunefl", task, client_ids, sparsity=config.sparsity,
       schedule=schedule, congruity_lambda=0.0, memory="none",
-      client_optimizer=learning_process.client_sgd(config.client_lr,
-                                                   config.client_momentum),
+      client_optimizer=learning_process.client_optimizer(
+          config.client_optimizer, config.client_lr, config.client_momentum),
       prox_mu=config.prox_mu or 0.0, local_epochs=config.local_epochs,
       seed=config.seed, readjust_every=config.prunefl_readjust_every,
       initial_rounds=config.prunefl_initial_rounds,

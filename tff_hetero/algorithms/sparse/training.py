@@ -310,7 +310,7 @@ def build_sparse_training(name: str, config, task: api.Task,
   return SparseTraining(
       name, task, client_ids, sparsity=config.sparsity, schedule=schedule,
       congruity_lambda=congruity_lambda, memory=check_memory(memory),
-      client_optimizer=learning_process.client_sgd(config.client_lr,
-                                                   config.client_momentum),
+      client_optimizer=learning_process.client_optimizer(
+          config.client_optimizer, config.client_lr, config.client_momentum),
       prox_mu=config.prox_mu or 0.0, local_epochs=epochs, seed=config.seed,
       growth_gradient=growth_gradient)
