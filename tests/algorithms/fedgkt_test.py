@@ -300,11 +300,11 @@ def test_type_signatures():
   algorithm = _algorithm()
   comps = algorithm.computations
   client = comps.client_round.type_signature
-  assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 2
-  models_, uploads, bytes_up, sums = client.result
+  assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 3
+  models_, uploads, bytes_up, positions, sums = client.result
   assert [models_.placement, uploads.placement, bytes_up.placement,
-          sums.placement] == [tff.CLIENTS, tff.CLIENTS, tff.CLIENTS,
-                              tff.SERVER]
+          positions.placement, sums.placement] == [
+              tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
   assert uploads.member.features.shape == (None, 8, 8, 16)
   # Batches carry their samples' teachers; no index reaches TFF.
   element = client.parameter[1].member.element

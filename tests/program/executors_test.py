@@ -81,3 +81,24 @@ def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
   # the initial model.
   initial = models.build_model("mlp", (8, 8, 1), 10, seed=3).get_weights()
   assert np.max(np.abs(initial[0] - local.final_weights.trainable[0])) > 1e-3
+
+
+def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
+  # TFF's mergeable context returns the clients' results in the order the
+  # workers finish; FedGKT puts them back by each client's echoed position
+  # (unequal Dirichlet shares: a mix-up fails a gather or the comparison).
+  def run(name, **executor):
+    return run_experiment(ExperimentConfig(
+        algorithm="fedgkt", dataset="synthetic", model="fedgkt_edge_resnet4",
+        gkt_server_model="fedgkt_server_resnet19", partition="dirichlet",
+        num_clients=4, clients_per_round=4, rounds=2, batch_size=32, seed=0,
+        gkt_server_epochs=1, eval_every=2, checkpoint_every=2,
+        root_output_dir=str(tmp_path), experiment_name=name, progress=False,
+        **executor))
+
+  local = run("gkt_local")
+  two = run("gkt_two", executor="remote", workers=tuple(two_workers))
+  for a, b in zip(local.final_weights.trainable, two.final_weights.trainable):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+  for key in ("bytes_up_total", "bytes_down_total"):
+    assert two.report[key] == local.report[key]

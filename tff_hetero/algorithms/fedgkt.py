@@ -110,9 +110,16 @@ the batches of the int64 sample order it is given (shuffled, all its
 epochs): tensors, not a `tf.data` dataset, which TFF would serialize with
 the features inside as graph constants (capped at 100 MB):
 
-    client round: (<M@CLIENTS, {D*}@CLIENTS> ->
+    client round: (<M@CLIENTS, {D*}@CLIENTS, int32@CLIENTS (position)> ->
                    <M@CLIENTS, U@CLIENTS, int64@CLIENTS (bytes up),
-                    metric sums@SERVER>)
+                    int32@CLIENTS (position), metric sums@SERVER>)
+
+Each client's results carry its position in the cohort back: on several TFF
+workers, TFF's mergeable execution context concatenates the workers'
+CLIENTS-placed results in the order the workers finish
+(`_run_in_async_context_pool` waits FIRST_COMPLETED), not in the cohort's
+order, which attributed one client's model and features to another (the
+"indices not in [0, n)" failure of FedGKT on two workers).
     server round: (<S@SERVER, O@SERVER, U@SERVER, int64[?]@SERVER> ->
                    <S, O, train sums, fresh correct, float32[?, C]>@SERVER)
 
@@ -415,13 +422,21 @@ class GKTComputations:
                                  settings)
       return update(ClientModel(*model), data)
 
+    position_type = tff.TensorType(np.int32)
+
+    @tff.tensorflow.computation(position_type)
+    def echo(position):
+      return tf.identity(position)
+
     @tff.federated_computation(
         tff.FederatedType(client_type, tff.CLIENTS),
-        tff.FederatedType(data_type, tff.CLIENTS))
-    def client_round(models, data):
+        tff.FederatedType(data_type, tff.CLIENTS),
+        tff.FederatedType(position_type, tff.CLIENTS))
+    def client_round(models, data, positions):
       new_models, uploads, bytes_up, sums = tff.federated_map(
           client_step, (models, data))
-      return new_models, uploads, bytes_up, tff.federated_sum(sums)
+      return (new_models, uploads, bytes_up,
+              tff.federated_map(echo, positions), tff.federated_sum(sums))
 
     @tff.tensorflow.computation(server_type, optimizer_type, upload_type,
                                 order_type)
@@ -664,9 +679,18 @@ class FedGKT(api.FederatedAlgorithm):
           loss=math.nan), traffic=())
     datasets = [with_teacher(c.dataset, s.server_logits, self.num_classes)
                 for c, s in zip(clients, states)]
-    models, uploads, bytes_up, client_sums = comps.client_round(
+    models, uploads, bytes_up, positions, client_sums = comps.client_round(
         [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
-         for s in states], datasets)
+         for s in states], datasets, list(range(len(clients))))
+    # On several workers TFF returns the clients' results in the order the
+    # workers finish (module docstring): put them back in the cohort's.
+    where = {int(p): i for i, p in enumerate(positions)}
+    if sorted(where) != list(range(len(clients))):
+      raise RuntimeError(f"FedGKT: the runtime returned the results of"
+                         f" clients {sorted(where)} for a cohort of"
+                         f" {len(clients)}")
+    models, uploads, bytes_up = ([part[where[k]] for k in range(len(clients))]
+                                 for part in (models, uploads, bytes_up))
     uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
     rng = np.random.default_rng([self.seed, round_num])
     if self.settings.mode == "sync":
