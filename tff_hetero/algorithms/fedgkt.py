@@ -77,6 +77,10 @@ Deviations from the paper and the official code (FedML
   each batch the server logits of those samples (`teacher`), inside the
   client's own dataset: the positions never leave the client's data, so the
   cohort can be split across TFF workers in any way.
+* The features, logits and labels a client sends come from one pass over
+  its samples without augmentation; the official code extracts them from its
+  training loader, whose random crops and flips differ from the images the
+  server's logits then guide.
 * The answer z_s is computed after the server's training, in inference mode;
   the official code keeps the logits of its last training pass (training-mode
   batch norm, before the last updates).
