@@ -151,10 +151,10 @@ _PRUNEFL_EVERY = flags.DEFINE_integer(
     "PruneFL: the server reconfigures the mask from the clients' squared"
     " gradients every N rounds (0: never).")
 _PRUNEFL_INITIAL = flags.DEFINE_integer(
-    "prunefl_initial_rounds", 50,
+    "prunefl_initial_rounds", 1,
     "PruneFL: local rounds of the initial pruning on the first client.")
 _PRUNEFL_INITIAL_EVERY = flags.DEFINE_integer(
-    "prunefl_initial_readjust_every", 10,
+    "prunefl_initial_readjust_every", 1,
     "PruneFL: the initial pruning reconfigures the mask every N local"
     " rounds (and after the last).")
 _UPLOAD_BUDGETS = flags.DEFINE_string(

@@ -87,8 +87,8 @@ class ExperimentConfig:
   congruity_lambda: float = 0.5
   sgc_memory: str = "models"
   prunefl_readjust_every: int = 50
-  prunefl_initial_rounds: int = 50
-  prunefl_initial_readjust_every: int = 10
+  prunefl_initial_rounds: int = 1
+  prunefl_initial_readjust_every: int = 1
   upload_budgets_mib: str = ""
   # FedGKT.
   gkt_server_model: str = "fedgkt_server_resnet55"

@@ -18,20 +18,20 @@ from tff_hetero.submodels import masks as masks_lib
 
 # -- PruneFL's reconfiguration by hand ---------------------------------------
 #
-# Kernel A: g^2 (4, 1, 9), t = 1; kernel B: g^2 (2, 8), t = 2. Ratios
-# A (4, 1, 9), B (1, 4); sorted (stable): A2 9, A0 4, B1 4, A1 1, B0 1.
-# Cumulative gain 9, 13, 21, 22, 24; time c + (1, 2, 4, 5, 7).
+# Kernel A: g^2 (4, 1, 9), t = 1; kernel B: g^2 (2, 8), t = 2. By g^2: A2 9,
+# B1 8, A0 4, B0 2, A1 1, ratios g^2 / t 9, 4, 4, 1, 1; cumulative gain 9,
+# 17, 21, 23, 24; time c + (1, 3, 4, 6, 7).
 
 
 @pytest.mark.parametrize("constant, floor, expected", [
-    # c = 0: objective before each weight 0, 9, 6.5, 5.25, 4.4; A0's ratio 4
-    # < 9 but the floor (2) keeps it; B1's 4 < 6.5 stops.
-    (0.0, 2, ([1, 0, 1], [0, 0])),
-    # c = 10: objectives 0, .82, 1.08, 1.5, 1.47: A0 (4) and B1 (4) raise it,
-    # A1 (1 < 1.5) stops.
+    # c = 0: objective before each weight 0, 9, 5.67, 5.25, 3.83; B1's ratio
+    # 4 < 9 but the floor (2) keeps it; A0's 4 < 5.67 stops.
+    (0.0, 2, ([0, 0, 1], [0, 1])),
+    # c = 10: objectives 0, .82, 1.31, 1.5, 1.44: B1 and A0 (4) raise it, B0
+    # (1 < 1.5) stops.
     (10.0, 1, ([1, 0, 1], [0, 1])),
-    # Same, floor 4: A1 is kept by the floor; B0 (1 < 22 / 15) stops.
-    (10.0, 4, ([1, 1, 1], [0, 1])),
+    # Same, floor 4: B0 is kept by the floor; A1 (1 < 23 / 16) stops.
+    (10.0, 4, ([1, 0, 1], [1, 1])),
 ])
 def test_prunefl_reconfiguration_by_hand(constant, floor, expected):
   masks = prunefl.reconfigure_masks(

@@ -25,6 +25,11 @@ Departures, each on purpose:
   budget; the reading that favours GraSP in an upload-budget table is the
   same sparsity as everyone;
 * a kernel that GraSP empties entirely stays empty (as in GraSP);
+* nothing corrects GraSP's sign preference: on the FedDST MNIST CNN (ReLU,
+  no batch norm) at sparsity 0.8 its scores keep 91% positive weights in
+  conv1 and 100% in conv2, and the pruned initial model's test loss is 62
+  (2.3 before pruning; keeping the lowest scores instead gives 2.3) -- the
+  network starts saturated; measured, reported as it is;
 * compute: two training passes over the client's data are counted (the
   Hessian-gradient product's second backward is counted as one backward).
 """
