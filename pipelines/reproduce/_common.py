@@ -222,7 +222,9 @@ def _saved_report(run: Run) -> dict | None:
     return None
   with open(report_path) as f:
     report = json.load(f)
-  if (config.same_results_as(report.get("config") or {}) and
+  from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
+  ignore = registry.foreign_settings(config.algorithm)
+  if (config.same_results_as(report.get("config") or {}, ignore=ignore) and
       report.get("rounds_completed") == config.rounds):
     return report
   raise SystemExit(

@@ -2,6 +2,8 @@
 resumed, or started afresh."""
 
 import json
+
+import attrs
 import os
 import threading
 import time
@@ -90,3 +92,19 @@ def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
       "waiting for a (another process)"]
   assert list(result) == ["a", "b", "c"]
   assert [r["name"] for r in result.values()] == ["a", "b", "c"]
+
+
+def test_settings_only_other_algorithms_read_do_not_count():
+  from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
+  saved = json.loads(json.dumps(ExperimentConfig(
+      algorithm="fedavg", prunefl_initial_rounds=50).to_json_dict()))
+  fedavg = ExperimentConfig(algorithm="fedavg", prunefl_initial_rounds=1)
+  assert "prunefl_initial_rounds" in registry.foreign_settings("fedavg")
+  assert fedavg.same_results_as(
+      saved, ignore=registry.foreign_settings("fedavg"))
+  # PruneFL reads it; FedSGC reads the sparsity FedAvg does not.
+  saved["algorithm"] = "prunefl"
+  assert not attrs.evolve(fedavg, algorithm="prunefl").same_results_as(
+      saved, ignore=registry.foreign_settings("prunefl"))
+  assert "sparsity" not in registry.foreign_settings("fedsgc")
+  assert "sparsity" in registry.foreign_settings("fedavg")

@@ -33,17 +33,29 @@ class AlgorithmEntry:
   paper: str
   # `--client_optimizer` values the builder honours.
   client_optimizers: tuple[str, ...] = ("sgd",)
+  # `ExperimentConfig` fields only some algorithms read, declared by each
+  # algorithm that reads them (undeclared fields count for every algorithm).
+  settings: frozenset[str] = frozenset()
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = collections.OrderedDict()
 
 
 def register(name: str, builder: Callable, paper: str,
-             client_optimizers: tuple[str, ...] = ("sgd",)) -> None:
+             client_optimizers: tuple[str, ...] = ("sgd",),
+             settings: tuple[str, ...] = ()) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
   ALGORITHMS[name] = AlgorithmEntry(name, builder, paper,
-                                    tuple(client_optimizers))
+                                    tuple(client_optimizers),
+                                    frozenset(settings))
+
+
+def foreign_settings(name: str) -> frozenset[str]:
+  """Settings other algorithms declare and `name` does not read: they do not
+  change its results (resume and reuse of runs ignore them)."""
+  declared = frozenset().union(*(e.settings for e in ALGORITHMS.values()))
+  return declared - ALGORITHMS[name].settings
 
 
 _SGD_OR_ADAM = ("sgd", "adam")
@@ -56,14 +68,21 @@ register("all_large", all_large.build_all_large,
          "McMahan et al. 2017, as AdaptiveFL's All-Large baseline")
 register("decoupled", decoupled.build_decoupled,
          "AdaptiveFL's Decoupled baseline (Jia et al. 2024)")
+_SPARSITY = ("sparsity",)
+_READJUST = ("readjust_every", "readjust_end_round", "readjust_delta_epochs",
+             "readjust_begin_epoch", "readjust_end_epoch", "prune_alpha")
 register("fedsgc", fedsgc.build_fedsgc,
-         "Gradient-Congruity Guided Federated Sparse Training", _SGD_OR_ADAM)
-register("feddst", feddst.build_feddst, "Bibikar et al. 2022", _SGD_OR_ADAM)
+         "Gradient-Congruity Guided Federated Sparse Training", _SGD_OR_ADAM,
+         _SPARSITY + _READJUST + ("congruity_lambda", "sgc_memory"))
+register("feddst", feddst.build_feddst, "Bibikar et al. 2022", _SGD_OR_ADAM,
+         _SPARSITY + _READJUST)
 register("prunefl", prunefl.build_prunefl,
-         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline", _SGD_OR_ADAM)
+         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline", _SGD_OR_ADAM,
+         _SPARSITY + ("prunefl_readjust_every", "prunefl_initial_rounds",
+                      "prunefl_initial_readjust_every"))
 register("grasp", grasp.build_grasp,
          "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline",
-         _SGD_OR_ADAM)
+         _SGD_OR_ADAM, _SPARSITY)
 register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")
 register("split_learning", split_learning.build_split_learning,
          "Gupta & Raskar 2018, FedGKT's communication baseline")

@@ -122,13 +122,16 @@ class ExperimentConfig:
                 if k not in RESUMABLE_SETTINGS}
     return json.dumps(settings, sort_keys=True)
 
-  def same_results_as(self, saved: Mapping[str, Any] | str) -> bool:
+  def same_results_as(self, saved: Mapping[str, Any] | str,
+                      ignore: frozenset[str] = frozenset()) -> bool:
     """Whether settings saved earlier (a `fingerprint()` or a report's
     `to_json_dict()`) determine the same results as these.
 
-    `RESUMABLE_SETTINGS` are not compared; a setting the saved ones lack
-    (added to `ExperimentConfig` after they were written) matches when this
-    config leaves it at its default.
+    `RESUMABLE_SETTINGS` and `ignore` (e.g. settings only other algorithms
+    read: `tff_hetero.algorithms.registry.foreign_settings`) are not
+    compared; a setting the saved ones lack (added to `ExperimentConfig`
+    after they were written) matches when this config leaves it at its
+    default.
     """
     if isinstance(saved, str):
       saved = json.loads(saved)
@@ -136,7 +139,7 @@ class ExperimentConfig:
     defaults = json.loads(json.dumps(type(self)().to_json_dict()))
     return all(saved[key] == value if key in saved else value == defaults[key]
                for key, value in current.items()
-               if key not in RESUMABLE_SETTINGS)
+               if key not in RESUMABLE_SETTINGS and key not in ignore)
 
   def validate(self, *, algorithms, datasets, models, partitions,
                executors, augmentations=("none",)) -> "ExperimentConfig":

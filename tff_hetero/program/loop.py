@@ -31,6 +31,7 @@ from tff_hetero import models as models_lib
 from tff_hetero import runtime
 from tff_hetero.accounting import CommLedger
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import registry
 from tff_hetero.algorithms.registry import ALGORITHMS
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import outputs
@@ -255,7 +256,9 @@ def run_experiment(
     start_round = 1
     if config.resume:
       restored = checkpoints.load_latest(server_state, client_template)
-      if not config.same_results_as(restored.fingerprint):
+      if not config.same_results_as(
+          restored.fingerprint,
+          ignore=registry.foreign_settings(config.algorithm)):
         raise UsageError(
             "--resume", f"the checkpoint in {checkpoints.root_dir} was"
             " written with different settings; use the same flags (only"
