@@ -48,9 +48,10 @@ def two_workers():
     proc_testing.assert_no_workers_left(tag)
 
 
-def _run(tmp_path, name, algorithm, augment, **executor):
+def _run(tmp_path, name, algorithm, augment, model, **executor):
   config = ExperimentConfig(
-      algorithm=algorithm, augment=augment, dataset="synthetic", model="mlp", num_clients=8,
+      algorithm=algorithm, augment=augment, dataset="synthetic", model=model,
+      num_clients=8,
       clients_per_round=4,
       rounds=2, batch_size=10, client_lr=0.1, seed=3, eval_every=2,
       checkpoint_every=2, root_output_dir=str(tmp_path), experiment_name=name,
@@ -59,15 +60,16 @@ def _run(tmp_path, name, algorithm, augment, **executor):
 
 
 # FedAvg with seeded augmentation: the workers crop and flip exactly as the
-# local runtime does.
-@pytest.mark.parametrize("algorithm,augment",
-                         [("fedavg", "crop_flip"), ("adaptivefl", "none")])
+# local runtime does. AdaptiveFL needs a model with two width units.
+@pytest.mark.parametrize("algorithm,augment,model",
+                         [("fedavg", "crop_flip", "mlp"),
+                          ("adaptivefl", "none", "small_cnn")])
 def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
-                                                algorithm, augment):
-  local = _run(tmp_path, "local", algorithm, augment)
-  one = _run(tmp_path, "one", algorithm, augment, executor="remote",
+                                                algorithm, augment, model):
+  local = _run(tmp_path, "local", algorithm, augment, model)
+  one = _run(tmp_path, "one", algorithm, augment, model, executor="remote",
              workers=(two_workers[0],))
-  two = _run(tmp_path, "two", algorithm, augment, executor="remote",
+  two = _run(tmp_path, "two", algorithm, augment, model, executor="remote",
              workers=tuple(two_workers))
   for other in (one, two):
     for a, b in zip(local.final_weights.trainable,
@@ -79,7 +81,7 @@ def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
         local.report["final_metrics"]["accuracy"], abs=1e-6)
   # Training moved the weights: the comparison is not between two copies of
   # the initial model.
-  initial = models.build_model("mlp", (8, 8, 1), 10, seed=3).get_weights()
+  initial = models.build_model(model, (8, 8, 1), 10, seed=3).get_weights()
   assert np.max(np.abs(initial[0] - local.final_weights.trainable[0])) > 1e-3
 
 
