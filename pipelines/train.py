@@ -163,8 +163,9 @@ _UPLOAD_BUDGETS = flags.DEFINE_string(
     " colon-separated); default 1/8, 1/4, 1/2 and all of the run's upload.")
 _GKT_SERVER_MODEL = flags.DEFINE_string(
     "gkt_server_model", "fedgkt_server_resnet55",
-    "FedGKT: the server model (fedgkt_server_resnet55 | _resnet109); --model"
-    " is the edge model (fedgkt_edge_resnet4 | 6 | 8).")
+    "FedGKT: the server model (fedgkt_server_resnet19 | _resnet55 |"
+    " _resnet109 | _resnet55_bottleneck | _resnet109_bottleneck); --model is"
+    " the edge model (fedgkt_edge_resnet4 | 6 | 8 | 8_bottleneck).")
 _GKT_TEMPERATURE = flags.DEFINE_float(
     "gkt_temperature", 3.0, "FedGKT: distillation temperature T.")
 _GKT_CLIENT_KD = flags.DEFINE_float(
@@ -202,6 +203,11 @@ _GKT_LR_FACTOR = flags.DEFINE_float(
     "gkt_lr_factor", 0.1,
     "FedGKT: factor of each server learning-rate reduction, in (0, 1]"
     " (1: never reduce).")
+_GKT_SERVER_ORDER = flags.DEFINE_string(
+    "gkt_server_order", "shuffled",
+    "FedGKT: the server's pass over a round's features, shuffled (over all"
+    " clients, each epoch) | by_client (client after client in sample order,"
+    " Algorithm 1 and the official code).")
 _HETEROFL_RATES = flags.DEFINE_string(
     "heterofl_rates", "",
     "HeteroFL width rate per tier of --tiers, colon-separated, each checked"

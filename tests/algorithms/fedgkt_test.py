@@ -243,6 +243,22 @@ def test_plateau_schedule_by_hand():
                   (0.5, 1), (0.5, 0)]
 
 
+def test_server_batch_order_by_hand():
+  # Algorithm 1's order: the samples as received, every epoch.
+  np.testing.assert_array_equal(
+      fedgkt.server_batch_order(5, 2, 2, "by_client", seed=7),
+      [0, 1, 2, 3, 4, 0, 1, 2, 3, 4])
+  shuffled = fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7)
+  # Each epoch a permutation of its own, the same for the same seed.
+  for epoch in (shuffled[:5], shuffled[5:]):
+    assert sorted(epoch) == [0, 1, 2, 3, 4]
+  assert list(shuffled) != [0, 1, 2, 3, 4] * 2
+  np.testing.assert_array_equal(
+      shuffled, fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7))
+  with pytest.raises(ValueError, match="by_client"):
+    fedgkt.server_batch_order(5, 2, 2, "sorted", seed=7)
+
+
 # ---------------------------------------------------------------------------
 # Rounds on the TFF runtime.
 

@@ -116,6 +116,8 @@ CASES = [
     (["--algorithm=fedgkt", "--model=fedgkt_edge_resnet4",
       "--gkt_transfer=sideways"], "--gkt_transfer"),
     (["--algorithm=fedgkt", "--model=fedgkt_edge_resnet4",
+      "--gkt_server_order=sorted"], "--gkt_server_order"),
+    (["--algorithm=fedgkt", "--model=fedgkt_edge_resnet4",
       "--gkt_server_optimizer=rmsprop"], "--gkt_server_optimizer"),
     (["--gkt_temperature=0"], "--gkt_temperature"),
     (["--gkt_server_lr=-1"], "--gkt_server_lr"),

@@ -16,9 +16,10 @@ one large model, the rest of the CNN, on the stems' feature maps. Per round:
   and the labels of every local sample, in sample order;
 * server (`build_server_update`, layer 1): first the accuracy of the server
   model on the received features (inference mode: it has not trained on
-  them this round), then E_s epochs of its optimizer over them (shuffled)
-  on CE(y, f_s(H)) + alpha_s x KD(z_c -> z_s), then z_s = f_s(H) for every
-  received sample (inference mode), the answer, sent to its client at once.
+  them this round), then E_s epochs of its optimizer over them (in the
+  order `server_order` says, see deviations) on CE(y, f_s(H)) + alpha_s x
+  KD(z_c -> z_s), then z_s = f_s(H) for every received sample (inference
+  mode), the answer, sent to its client at once.
 
 Settings beyond the paper's equations:
 
@@ -38,11 +39,19 @@ Settings beyond the paper's equations:
   process, created once).
 * The paper's hyper-parameters (Section 4.2): client epochs 1; server
   epochs 20 for I.I.D. data, "for non-I.I.D., the value depends on the level
-  of data bias" (no value given); Adam on the server for I.I.D., SGD with
-  momentum for non-I.I.D.; the learning rates and the plateau schedule's
-  constants are in its appendix tables (Tables 10-12), which our copy of
-  the paper does not include, so they are the flags' values
-  (`--gkt_server_lr`, `--client_lr`) and PyTorch's defaults above.
+  of data bias" (no value given); "for I.I.D., Adam optimizer works better
+  than SGD with momentum, while for non-I.I.D., SGD with momentum works
+  better". The sentence does not say which side; we read it as the
+  server's optimizer (`--gkt_server_optimizer`), and the clients train with
+  SGD (momentum `--client_momentum`) in both settings, as FedAvg's clients
+  do here, so that the FedAvg comparison differs in the algorithm only (the
+  official code applies its one `--optimizer` to clients and server). The
+  temperature is not given in the text; T = 3 (`--gkt_temperature`) is
+  ours, a common distillation value (the official example scripts pass
+  larger ones). The learning rates and the plateau schedule's constants are
+  in its appendix tables (Tables 10-12), which our copy of the paper does
+  not include, so they are the flags' values (`--gkt_server_lr`,
+  `--client_lr`) and PyTorch's defaults above.
 
 Modes (`mode`):
 
@@ -58,6 +67,11 @@ Modes (`mode`):
   with those logits (the newest it has). A program round is the next
   arrivals (at most K, ending before a client's second arrival).
   `attach(population, client_sizes)` gives the simulation its devices.
+  Two readings of the paper's one sentence: the server trains E_s epochs on
+  each single arrival's features (not on a buffer of several clients'), and
+  the plateau schedule is stepped once per program round (a round holds a
+  variable number of arrivals, so in simulated time its patience is
+  shorter than in sync mode when rounds hold fewer clients).
 
 Metrics per round, beside the losses: `staleness_mean` / `staleness_max`,
 the server updates made between the answer a client trained with and the
@@ -92,6 +106,16 @@ Deviations from the paper and the official code (FedML
   `--client_momentum`; `sgd` on the server: momentum 0.9) and Adam, without
   the official code's weight decay, Nesterov momentum and AMSGrad; FedAvg
   trains with the same client optimizer, so the comparison is even.
+* The server's pass over a round's features (`server_order`, flag
+  `--gkt_server_order`): Algorithm 1 and the official code go client by
+  client, each client's batches in turn, in every epoch; ours by default
+  shuffles the samples of all the round's clients in each epoch. The
+  objective (Eq. 7, summed over clients) is the same; the order is not: on
+  non-I.I.D. data, client-by-client batches end each epoch on the last
+  client's classes. "by_client" gives Algorithm 1's order (the samples as
+  received, client after client; a batch at a client boundary holds the end
+  of one client and the start of the next, where the official code's last
+  batch of a client is smaller).
 * Official server loss: KD + alpha x CE (alpha weighting CE); ours CE +
   alpha_s x KD, as Eq. 6; the same at alpha = 1, the default.
 * Async mode simulates time instead of measuring it: the server's own time is
@@ -159,6 +183,10 @@ from tff_hetero.models import fedgkt as gkt_models
 
 TRANSFERS = ("both", "server_to_edge", "none")
 MODES = ("sync", "async")
+# The server's pass over the received features: "shuffled" over all of the
+# round's clients (ours), or "by_client", client after client in sample order
+# (Algorithm 1's loops and the official code).
+SERVER_ORDERS = ("shuffled", "by_client")
 SERVER_OPTIMIZERS = collections.OrderedDict(
     adam=lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
     sgd=lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr,
@@ -184,6 +212,7 @@ class GKTSettings:
   lr_factor: float = 0.1
   transfer: str = "both"
   mode: str = "sync"
+  server_order: str = "shuffled"
 
   @property
   def client_kd(self) -> bool:
@@ -724,9 +753,10 @@ class FedGKT(api.FederatedAlgorithm):
       received = GKTUpload(*(np.concatenate([getattr(uploads[k], f)
                                              for k in group])
                              for f in GKTUpload._fields))
-      order = data_lib.epoch_order(
+      order = server_batch_order(
           len(received.labels), self.settings.server_batch_size,
-          self.settings.server_epochs, int(rng.integers(2**31)))
+          self.settings.server_epochs, self.settings.server_order,
+          int(rng.integers(2**31)))
       for k in group:
         if int(states[k].logits_version) >= 0:
           staleness.append(version - int(states[k].logits_version))
@@ -883,10 +913,24 @@ def check_flags(config) -> None:
       ("--gkt_server_optimizer", config.gkt_server_optimizer,
        tuple(SERVER_OPTIMIZERS)),
       ("--gkt_transfer", config.gkt_transfer, TRANSFERS),
-      ("--gkt_mode", config.gkt_mode, MODES)):
+      ("--gkt_mode", config.gkt_mode, MODES),
+      ("--gkt_server_order", config.gkt_server_order, SERVER_ORDERS)):
     if value not in accepted:
       raise UsageError(flag, f"unknown value {value!r}; accepted: "
                        f"{', '.join(accepted)}")
+
+
+def server_batch_order(n: int, batch_size: int, epochs: int, order: str,
+                       seed: int) -> np.ndarray:
+  """The server's sample order over `n` received samples, all its epochs
+  (cut into batches of `batch_size` in this order): `order` "shuffled" is a
+  fresh permutation per epoch from `seed`; "by_client" is the samples as
+  received (client after client, each in sample order) in every epoch."""
+  if order not in SERVER_ORDERS:
+    raise ValueError(f"server order {order!r}; accepted: "
+                     f"{', '.join(SERVER_ORDERS)}")
+  return data_lib.epoch_order(n, batch_size, epochs,
+                              seed if order == "shuffled" else None)
 
 
 def settings_from(config) -> GKTSettings:
@@ -903,7 +947,8 @@ def settings_from(config) -> GKTSettings:
       lr_patience=config.gkt_lr_patience,
       lr_factor=config.gkt_lr_factor,
       transfer=config.gkt_transfer,
-      mode=config.gkt_mode)
+      mode=config.gkt_mode,
+      server_order=config.gkt_server_order)
 
 
 def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:

@@ -103,6 +103,7 @@ class ExperimentConfig:
   gkt_kd_t_squared: bool = True
   gkt_lr_patience: int = 10
   gkt_lr_factor: float = 0.1
+  gkt_server_order: str = "shuffled"
   progress: bool = True
 
   @property
