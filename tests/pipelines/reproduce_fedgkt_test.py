@@ -24,7 +24,7 @@ def _base(**changes):
 def test_plan_every_method_on_the_same_seeds_and_population():
   runs = reproduce.plan_runs(_base(), ["1", "2", "comm", "4", "5"], SEEDS)
   by_name = {r.name: r.config for r in runs}
-  assert len(by_name) == len(runs) == 3 * 6 + 2 + 3 + 1 + 2 + 2
+  assert len(by_name) == len(runs) == 3 * 6 + 2 + 3 + 2 + 1 + 2 + 2
   for seed in SEEDS:
     for dist, partition in (("iid", "iid"), ("noniid", "dirichlet")):
       configs = [by_name[f"fedgkt_{t}_{dist}_seed{seed}"]
@@ -43,6 +43,10 @@ def test_plan_every_method_on_the_same_seeds_and_population():
         "sgd")
   assert by_name["fedgkt_both_iid_not2_seed0"].gkt_kd_t_squared is False
   assert by_name["fedgkt_none_iid_seed0"].gkt_transfer == "none"
+  for dist, partition in (("iid", "iid"), ("noniid", "dirichlet")):
+    by_client = by_name[f"fedgkt_server_to_edge_{dist}_by_client_seed0"]
+    assert (by_client.gkt_server_order, by_client.partition) == (
+        "by_client", partition)
   assert by_name["split_learning_iid_seed0"].algorithm == "split_learning"
   assert by_name["central_full"].num_clients == 1
   assert by_name["fedgkt_edges_16_seed0"].clients_per_round == 16
