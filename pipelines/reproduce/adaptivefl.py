@@ -13,24 +13,32 @@ VGG-16 and ResNet-18, 100 clients, 10 per round, 5 local epochs, batch 50,
 SGD lr 0.01 momentum 0.5, weak:medium:strong = 4:3:3).
 
 Every method of a comparison runs on the same data partition, the same
-device population (capacities, tiers, fluctuation), the same cohort sampling
-and the same seeds (`--seeds`, default 0, 1, 2): a run's seed sets all of
-them. Capacities belong to the population: unless `--tier_capacities` is
-given, they follow the reference code's VGG-16 devices relative to its pool
+device population (capacities, tiers, fluctuation) and the same seeds
+(`--seeds`, default 0, 1, 2): a run's seed sets all of them. The
+FedAvg-style baselines (All-Large, Decoupled, HeteroFL) draw their cohorts
+from the cohort sampler with that seed; AdaptiveFL selects its own clients
+by its tables (with the sampler's random generator), so its cohorts differ.
+Capacities belong to the population: unless `--tier_capacities` is given,
+they follow the reference code's VGG-16 devices relative to its pool
 (8, 16 and 35 million parameters against S1 8.39M, M1 16.81M and L1 33.65M):
 weak 0.95 x S1, medium 0.95 x M1, strong 1.04 x L1 of the pool in use, each
 fluctuating from round to round (`--tier_fluctuation`, default 1/8, 1/16,
 2/35: the reference's relative spreads), so devices straddle the pool's
 members as in the paper. HeteroFL's rate per tier is then the largest whose
 sub-model fits the tier's capacity; All-Large ignores capacities (it is the
-upper reference); Decoupled trains each of L1, M1, S1 on every device that
-holds it.
+upper reference); Decoupled trains each of L1, M1, S1 on every device of
+the shared cohort that holds it.
+
+Not reproduced: ScaleFL (a baseline of Tables 2 and 3; not implemented),
+Table 2's alpha = 0.6 column and its CIFAR-100, FEMNIST and ResNet-18
+results, Table 3's 1:8:1 column and its All-Large and ScaleFL rows, Table
+4's alpha = 0.6 column and its ResNet-18 and CIFAR-100 rows, and Figure 4
+(K = 50 to 500 clients, ResNet-18).
 
 Parts (`--parts`, default all):
 
 * `2` (Table 2): All-Large, Decoupled, HeteroFL and AdaptiveFL on IID data
-  and Dirichlet alpha = 0.3 (the paper's alpha = 0.6 column is left out at
-  this scale), every seed: "avg" (mean test accuracy of the L1, M1 and S1
+  and Dirichlet alpha = 0.3, every seed: "avg" (mean test accuracy of the L1, M1 and S1
   models; HeteroFL: of its rates) and "full" (the full model);
 * `3` (Table 3): HeteroFL and AdaptiveFL at weak:medium:strong = 8:1:1 and
   1:1:8, IID, first seed only (secondary rows); 4:3:3 is Table 2's;
@@ -357,8 +365,9 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS,
                ada["full"], numbers[other][dist]["full"])
       _claim(claims, f"AdaptiveFL full > All-Large full ({dist}, Table 2)",
              ada["full"], numbers["All-Large"][dist]["full"])
-      _claim(claims, f"HeteroFL full > Decoupled full, i.e. Decoupled worst"
-             f" of the heterogeneous methods ({dist})",
+      _claim(claims, f"HeteroFL full > Decoupled full ({dist}, Table 2;"
+             " Decoupled worst needs this and AdaptiveFL full > Decoupled"
+             " full)",
              numbers["HeteroFL"][dist]["full"],
              numbers["Decoupled"][dist]["full"])
   if "3" in parts:

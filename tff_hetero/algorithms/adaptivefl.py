@@ -54,28 +54,52 @@ sizes increase, so all later ones are larger); members in between keep their
 score. With nested pools (every smaller member part of every larger one)
 this is Algorithm 1 exactly.
 
-Decisions where the paper is silent or its reference code
-(mastlab-T3S/AdaptiveFL) differs:
+Deviations from the paper and from its reference code
+(mastlab-T3S/AdaptiveFL), each with its reason:
+* Local training (`width_rounds.py`, shared by every width algorithm): SGD
+  with a constant learning rate and momentum, no weight decay, and every
+  batch trained (a client's last batch may be smaller). The paper states
+  only "SGD with a learning rate of 0.01 and a momentum of 0.5 for all
+  methods"; the reference code also multiplies the learning rate by 0.998
+  each round, adds weight decay 1e-4 and drops each client's last incomplete
+  batch (`drop_last`). The paper's text states neither, so we leave them
+  out; over the offline reproduction's 30 rounds the decay would lower the
+  learning rate by at most a factor 0.998^30 = 0.94.
+* The kept branch follows Algorithm 1, lines 18-21: T_r[t][c] += 1 for
+  every t from the member sent to L1, then T_r[L1][c] += p - 1 whatever was
+  sent, so L1's entry gains p in every kept case. The reference adds 3 (its
+  p) to T_r[L1] only when L1 itself was sent, on top of the loop's +1: L1's
+  entry gains 4 (p + 1) when L1 was sent and kept, 1 when a smaller member
+  was (p = 2 in the offline reproduction, so there L1's entry gains 2 in
+  every kept case). Both credit the returned member in the pruned branch
+  with p (the reference's fixed 3).
+* A device chooses only among pool members, and only among those that are
+  part of the member it received (`reachable`; the table update follows,
+  see "Table updates" above). The paper's rule is an argmax over any
+  (r_w, I) with I >= tau of prune(W; r_w, I); we restrict it to pool members
+  because T_r has one row per pool member (Algorithm 1, line 23 credits
+  T_r[returned]) and the server aggregates and evaluates pool members. The
+  reference falls back to the largest pool member whose size fits, which
+  need not be part of the member sent (its simulation trains the server's
+  own copy of that member).
+* A device that cannot hold even the smallest member it could reach
+  receives the model and returns nothing (`NOTHING`, counted in `failed`);
+  its tables are updated as a prune to S_p without the credit for S_p:
+  T_c[type(sent)] += 1 and T_r[t] -= 0, 1, 2, ... from S_p up (floored at
+  0), so T_r[S_p] keeps the client selectable should its capacity recover.
+  The reference's fallback then returns S_p anyway: the device trains S_p
+  beyond its resource and T_r[S_p] gains 3. In the committed reproduction
+  no fine-pool run had such a device (`failed` sums to 0); the coarse-pool
+  runs of Table 4, whose smallest member is S1, had 52, 53 and 52 of 300
+  client-rounds (seeds 0, 1, 2), which the reference would have trained.
 * R_s of the L type divides by |type(L)| = 1 (the reference's `L =
   sum(T[6:]) / total`), which is the paper's formula with the type's size in
   place of p; for S and M both are p.
-* The kept branch adds p - 1 to T_r[L1] whatever was sent (Algorithm 1,
-  line 21); the reference adds it only when L1 was sent.
-* A client prunes only to members that are part of what it received (the
-  paper's prune of the received W); the reference falls back to the largest
-  pool member that fits, which need not be a sub-model of it (its simulation
-  trains the server's own copy of that member). The table update follows
-  what the device could reach (above).
-* A client that cannot hold even the smallest part receives the model and
-  returns nothing; its tables are updated as a prune to S_p without the
-  credit for S_p: T_c[type(sent)] += 1 and T_r[t] -= 0, 1, 2, ... from S_p
-  up (floored at 0), so T_r[S_p] keeps the client selectable should its
-  capacity recover.
 * If every available client has reward 0 for a model, the client is drawn
-  uniformly among the available ones.
+  uniformly among the available ones (the paper does not say).
 * Start indices I = 0 and pools whose sizes do not increase are rejected
-  (the earlier defaults of the small models had both); `--prune_min_start_index`
-  (tau) defaults to 1.
+  (the earlier defaults of the small models had both);
+  `--prune_min_start_index` (tau) defaults to 1.
 * Batch normalisation is static (`static_batch_norm.py`); the reference
   evaluates with test-batch statistics.
 

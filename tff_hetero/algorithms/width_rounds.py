@@ -45,6 +45,12 @@ trained values, every other element keeps its value (AdaptiveFL's Algorithm 2,
 HeteroFL's aggregation of overlapping sub-matrices weighted by data size).
 Computations are built once per group kind and cached.
 
+Local training is SGD with the client learning rate and momentum held
+constant over rounds, no weight decay, over every batch of the client's
+dataset (its last batch may be smaller). The AdaptiveFL reference code's
+per-round decay 0.998, weight decay 1e-4 and `drop_last` are not applied;
+the reason is stated once, in `adaptivefl.py` (Deviations).
+
 Accounting is measured inside the computations on the tensors sent: each
 client's download is the sent sub-model's trainable weights, its upload the
 update of the level it trained, its weight and its metric sums; its compute is
