@@ -21,7 +21,8 @@ Each round (Algorithm 1):
    member itself if it fits, else the largest pool member that is part of it,
    fits and has I >= tau (Section 3.2), or nothing. This runs in a
    CLIENTS-placed computation (`DeviceDecision`,
-   `<{int32}@CLIENTS, {float64}@CLIENTS> -> {int32}@CLIENTS`); the server
+   `<{int32}@CLIENTS, {float64}@CLIENTS, {int32}@CLIENTS (position)> ->
+   {<int32, int32 (position)>}@CLIENTS`); the server
    learns only the member index each device answers (-1: nothing);
 4. phase two: the groups (member sent, member trained) train and the server
    aggregates the returned sub-models per element, weighted by data size,
@@ -329,11 +330,16 @@ def device_budget(capacity) -> np.float64:
 class DeviceDecision:
   """Phase one of a round: each device answers what it will train.
 
-      (<{int32}@CLIENTS, {float64}@CLIENTS> -> {int32}@CLIENTS)
+      (<{int32}@CLIENTS, {float64}@CLIENTS, {int32}@CLIENTS> ->
+       {<int32, int32>}@CLIENTS)
 
   maps each client's sent member index and its own parameter budget to the
   member it will train (`choose_trained_member` in TensorFlow), or
-  `NOTHING`. The pool's sizes and which members each member can reach are
+  `NOTHING`, beside the client's position in the cohort (the third
+  argument, echoed). On several TFF workers the mergeable execution context
+  concatenates the workers' CLIENTS-placed results in the order the workers
+  finish, not in the cohort's order; the driver puts the answers back by
+  position. The pool's sizes and which members each member can reach are
   constants of the client computation.
   """
 
@@ -356,10 +362,15 @@ class DeviceDecision:
                      tf.int32)
       return tf.where(tf.reduce_any(fits), best, tf.constant(NOTHING))
 
+    @tff.tensorflow.computation(np.int32, np.float64, np.int32)
+    def decide_and_echo(sent, budget, position):
+      return decide_one(sent, budget), tf.identity(position)
+
     @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS),
-                               tff.FederatedType(np.float64, tff.CLIENTS))
-    def decide(sent, budget):
-      return tff.federated_map(decide_one, (sent, budget))
+                               tff.FederatedType(np.float64, tff.CLIENTS),
+                               tff.FederatedType(np.int32, tff.CLIENTS))
+    def decide(sent, budget, position):
+      return tff.federated_map(decide_and_echo, (sent, budget, position))
 
     self.computation = decide
 
@@ -367,8 +378,15 @@ class DeviceDecision:
                budgets: Sequence[np.float64]) -> list[Optional[int]]:
     if not sent:
       return []
-    answers = self.computation([np.int32(s) for s in sent], list(budgets))
-    return [None if int(a) == NOTHING else int(a) for a in answers]
+    results = self.computation([np.int32(s) for s in sent], list(budgets),
+                               [np.int32(k) for k in range(len(sent))])
+    answers = {int(position): int(answer) for answer, position in results}
+    if sorted(answers) != list(range(len(sent))):
+      raise RuntimeError(f"AdaptiveFL: the runtime returned the decisions of"
+                         f" positions {sorted(answers)} for a cohort of"
+                         f" {len(sent)}")
+    return [None if answers[k] == NOTHING else answers[k]
+            for k in range(len(sent))]
 
 
 class AdaptiveFL(api.FederatedAlgorithm):
