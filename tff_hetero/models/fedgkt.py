@@ -35,6 +35,11 @@ Two families, beside each other:
   edge model against those full models: `pipelines.describe` prints our
   ratios beside them (`PAPER_RATIOS`) and `tests/models/` compares them.
 
+The paper contradicts itself here: its Table 5 text (ResNet-4/6 with one
+and two BasicBlocks) implies a BasicBlock ResNet-8 (14,650 parameters), its
+"about 11K" and ratios the official code's Bottleneck one. Both are offered;
+the reproduction's default edge is the BasicBlock family.
+
 Exact figures with 10 classes (edge on 32x32x3, server on its 32x32x16
 features; parameters = trainable, MACs as in `counting.py`), asserted in
 `tests/models/`:
