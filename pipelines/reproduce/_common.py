@@ -21,6 +21,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -349,6 +350,17 @@ def curve(report: Mapping[str, Any], x_key: str, y_key: str = "accuracy",
   """(x, y) of every evaluated round of a report."""
   return [(row[x_key] / x_scale, row[y_key]) for row in report["history"]
           if row.get(y_key) is not None and not math.isnan(row[y_key])]
+
+
+def copy_run_metrics(out_dir: str, names) -> None:
+  """Each named run's `runs/<name>/metrics.csv` to `metrics/<name>.csv`
+  under `out_dir` (runs without one are skipped)."""
+  metrics_dir = os.path.join(out_dir, "metrics")
+  os.makedirs(metrics_dir, exist_ok=True)
+  for name in names:
+    source = os.path.join(out_dir, "runs", name, "metrics.csv")
+    if os.path.exists(source):
+      shutil.copyfile(source, os.path.join(metrics_dir, f"{name}.csv"))
 
 
 def plot_curves(path: str, curves: Mapping[str, Sequence[tuple]],

@@ -74,7 +74,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import shutil
 
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
@@ -503,12 +502,7 @@ def plot(out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  metrics_dir = os.path.join(out_dir, "metrics")
-  os.makedirs(metrics_dir, exist_ok=True)
-  for name in reports:
-    source = os.path.join(out_dir, "runs", name, "metrics.csv")
-    if os.path.exists(source):
-      shutil.copyfile(source, os.path.join(metrics_dir, f"{name}.csv"))
+  _common.copy_run_metrics(out_dir, reports)
   paths = []
   if "2" in parts:
     fig, axes = plt.subplots(1, len(DISTRIBUTIONS), figsize=(10, 3.5),

@@ -73,7 +73,6 @@ import collections
 import functools
 import math
 import os
-import shutil
 
 import attrs
 
@@ -522,12 +521,7 @@ def plot(out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
   """Accuracy by round (first seed), accuracy by bytes (communication), and
   each run's metrics.csv copied under `metrics/`."""
   del parts
-  metrics_dir = os.path.join(out_dir, "metrics")
-  os.makedirs(metrics_dir, exist_ok=True)
-  for name in reports:
-    source = os.path.join(out_dir, "runs", name, "metrics.csv")
-    if os.path.exists(source):
-      shutil.copyfile(source, os.path.join(metrics_dir, f"{name}.csv"))
+  _common.copy_run_metrics(out_dir, reports)
   first = f"_seed{seeds[0]}"
   shown = {name: report for name, report in reports.items()
            if name.endswith(first) or not name.endswith(
