@@ -6,7 +6,8 @@ them. All three runs must end with the same weights (float tolerance: the
 order of summation differs) and the same measured traffic, for FedAvg with
 seeded crop/flip augmentation (one TFF process per round) and AdaptiveFL (one
 federated computation per sub-model group, plus the server step and the
-static-BN queries).
+static-BN queries). FedGKT and FedSGC, whose drivers read per-client
+results (models, memory rows, reports), run local and on two workers.
 """
 
 import os
@@ -104,3 +105,26 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
   for key in ("bytes_up_total", "bytes_down_total"):
     assert two.report[key] == local.report[key]
+
+
+def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
+  # FedSGC keeps each client's last upload (server memory) and cumulative
+  # epochs (its readjust clock) by client: both come back CLIENTS-placed and
+  # are put back by the echoed cohort position. Unequal Dirichlet shares and
+  # a 2 + 1 split of each cohort make the one-client worker finish first; a
+  # mix-up stores one client's upload under another and changes later rounds.
+  def run(name, **executor):
+    return run_experiment(ExperimentConfig(
+        algorithm="fedsgc", dataset="synthetic", model="mlp",
+        partition="dirichlet", alpha=0.3, num_clients=6, clients_per_round=3,
+        rounds=4, local_epochs=2, batch_size=5, client_lr=0.1, sparsity=0.5,
+        readjust_every=1, readjust_delta_epochs=1, readjust_begin_epoch=1,
+        seed=1, eval_every=4, checkpoint_every=4,
+        root_output_dir=str(tmp_path), experiment_name=name, progress=False,
+        **executor))
+
+  local = run("sgc_local")
+  two = run("sgc_two", executor="remote", workers=tuple(two_workers))
+  for a, b in zip(local.final_weights.trainable, two.final_weights.trainable):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  assert two.report["per_client"] == local.report["per_client"]

@@ -132,6 +132,7 @@ import attrs
 import numpy as np
 
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.models import width as width_lib
 from tff_hetero.submodels import pools as pools_lib
@@ -368,7 +369,7 @@ class DeviceDecision:
 
     @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS),
                                tff.FederatedType(np.float64, tff.CLIENTS),
-                               tff.FederatedType(np.int32, tff.CLIENTS))
+                               cohort_positions.POSITIONS_AT_CLIENTS)
     def decide(sent, budget, position):
       return tff.federated_map(decide_and_echo, (sent, budget, position))
 
@@ -379,14 +380,12 @@ class DeviceDecision:
     if not sent:
       return []
     results = self.computation([np.int32(s) for s in sent], list(budgets),
-                               [np.int32(k) for k in range(len(sent))])
-    answers = {int(position): int(answer) for answer, position in results}
-    if sorted(answers) != list(range(len(sent))):
-      raise RuntimeError(f"AdaptiveFL: the runtime returned the decisions of"
-                         f" positions {sorted(answers)} for a cohort of"
-                         f" {len(sent)}")
-    return [None if answers[k] == NOTHING else answers[k]
-            for k in range(len(sent))]
+                               cohort_positions.positions(len(sent)))
+    order = cohort_positions.cohort_order(
+        [position for _, position in results], len(sent), "AdaptiveFL")
+    answers = [int(answer) for answer, _ in
+               cohort_positions.reorder(order, results)]
+    return [None if a == NOTHING else a for a in answers]
 
 
 class AdaptiveFL(api.FederatedAlgorithm):

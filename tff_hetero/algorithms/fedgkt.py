@@ -177,6 +177,7 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import async_events
+from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.models import fedgkt as gkt_models
@@ -455,21 +456,15 @@ class GKTComputations:
                                  settings)
       return update(ClientModel(*model), data)
 
-    position_type = tff.TensorType(np.int32)
-
-    @tff.tensorflow.computation(position_type)
-    def echo(position):
-      return tf.identity(position)
-
     @tff.federated_computation(
         tff.FederatedType(client_type, tff.CLIENTS),
         tff.FederatedType(data_type, tff.CLIENTS),
-        tff.FederatedType(position_type, tff.CLIENTS))
+        cohort_positions.POSITIONS_AT_CLIENTS)
     def client_round(models, data, positions):
       new_models, uploads, bytes_up, sums = tff.federated_map(
           client_step, (models, data))
       return (new_models, uploads, bytes_up,
-              tff.federated_map(echo, positions), tff.federated_sum(sums))
+              cohort_positions.echo(positions), tff.federated_sum(sums))
 
     @tff.tensorflow.computation(server_type, optimizer_type, upload_type,
                                 order_type)
@@ -712,17 +707,13 @@ class FedGKT(api.FederatedAlgorithm):
           loss=math.nan), traffic=())
     datasets = [with_teacher(c.dataset, s.server_logits, self.num_classes)
                 for c, s in zip(clients, states)]
-    models, uploads, bytes_up, positions, client_sums = comps.client_round(
+    models, uploads, bytes_up, echoed, client_sums = comps.client_round(
         [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
-         for s in states], datasets, list(range(len(clients))))
+         for s in states], datasets, cohort_positions.positions(len(clients)))
     # On several workers TFF returns the clients' results in the order the
     # workers finish (module docstring): put them back in the cohort's.
-    where = {int(p): i for i, p in enumerate(positions)}
-    if sorted(where) != list(range(len(clients))):
-      raise RuntimeError(f"FedGKT: the runtime returned the results of"
-                         f" clients {sorted(where)} for a cohort of"
-                         f" {len(clients)}")
-    models, uploads, bytes_up = ([part[where[k]] for k in range(len(clients))]
+    order = cohort_positions.cohort_order(echoed, len(clients), "FedGKT")
+    models, uploads, bytes_up = (cohort_positions.reorder(order, part)
                                  for part in (models, uploads, bytes_up))
     uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
     rng = np.random.default_rng([self.seed, round_num])

@@ -8,9 +8,9 @@ record of uploads, one row per client, leading dimension = rows),
 U = `ClientReport`, C = `ReadjustCounts`:
 
     round: (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
-             {D*}@CLIENTS> ->
+             {D*}@CLIENTS, int32@CLIENTS (position)> ->
             <S@SERVER, G@SERVER, R@SERVER, M@CLIENTS, U@CLIENTS,
-             metrics@SERVER>)
+             int32@CLIENTS (position), metrics@SERVER>)
 
 Inputs: the global model, its direction map, the running sums over every
 remembered upload, the previous memory rows of this round's K clients (to
@@ -18,13 +18,18 @@ replace their contributions), each client's cumulative epochs and data.
 Outputs: the new model, map and running sums, each client's new memory row
 (what the server received from it, as it remembers it), each client's report
 (upload bytes, new cumulative epochs) and measured metrics (bytes down, the
-readjust counts, per-kernel densities, training metrics).
+readjust counts, per-kernel densities, training metrics). Each client's
+cohort position is echoed beside its row and report: on several TFF workers
+the CLIENTS-placed results arrive in the order the workers finish
+(`cohort_positions`), and the driver puts them back in the cohort's order.
 
 Without server memory (FedDST, `--sgc_memory=none`) R and M are neither
 inputs nor outputs:
 
-    round: (<S@SERVER, G@SERVER, int64@CLIENTS, {D*}@CLIENTS> ->
-            <S@SERVER, G@SERVER, U@CLIENTS, metrics@SERVER>)
+    round: (<S@SERVER, G@SERVER, int64@CLIENTS, {D*}@CLIENTS,
+             int32@CLIENTS (position)> ->
+            <S@SERVER, G@SERVER, U@CLIENTS, int32@CLIENTS (position),
+             metrics@SERVER>)
 
 On a round the server requests readjustment, G is packed on the server
 (`pack`: G -> P) and broadcast with the model when clients read it
@@ -61,6 +66,7 @@ from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import MaskedWeight
 from tff_hetero.aggregators import weigh
+from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import prune_grow
@@ -381,7 +387,7 @@ class SparseRounds:
 
     self.server_steps[kind] = server_update
 
-    def body(model, directions, running, forgotten, epochs, data):
+    def body(model, directions, running, forgotten, epochs, data, positions):
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(
           distributor=delivered.measurements)
@@ -423,6 +429,7 @@ class SparseRounds:
       rows = (tff.federated_map(to_row, (values, uploads))
               if memory != "none" else None)
       return (new_model, new_directions, sums, rows, reports,
+              cohort_positions.echo(positions),
               tff.federated_zip(measurements))
 
     model_at = tff.FederatedType(self.model_type, tff.SERVER)
@@ -433,16 +440,21 @@ class SparseRounds:
 
       @tff.federated_computation(
           model_at, directions_at, tff.FederatedType(sums_type, tff.SERVER),
-          tff.FederatedType(rows_type, tff.SERVER), epochs_at, data_at)
-      def sparse_round(model, directions, running, forgotten, epochs, data):
-        return body(model, directions, running, forgotten, epochs, data)
+          tff.FederatedType(rows_type, tff.SERVER), epochs_at, data_at,
+          cohort_positions.POSITIONS_AT_CLIENTS)
+      def sparse_round(model, directions, running, forgotten, epochs, data,
+                       positions):
+        return body(model, directions, running, forgotten, epochs, data,
+                    positions)
     else:
 
-      @tff.federated_computation(model_at, directions_at, epochs_at, data_at)
-      def sparse_round(model, directions, epochs, data):
-        new_model, new_directions, _, _, reports, measurements = body(
-            model, directions, None, None, epochs, data)
-        return new_model, new_directions, reports, measurements
+      @tff.federated_computation(model_at, directions_at, epochs_at, data_at,
+                                 cohort_positions.POSITIONS_AT_CLIENTS)
+      def sparse_round(model, directions, epochs, data, positions):
+        (new_model, new_directions, _, _, reports, echoed,
+         measurements) = body(model, directions, None, None, epochs, data,
+                              positions)
+        return new_model, new_directions, reports, echoed, measurements
 
     self._rounds[kind] = sparse_round
     return sparse_round

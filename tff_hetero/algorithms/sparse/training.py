@@ -36,6 +36,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import static_batch_norm
 from tff_hetero.algorithms.sparse import computations
@@ -182,17 +183,23 @@ class SparseTraining(api.FederatedAlgorithm):
               for c in clients]
     data = [c.dataset for c in clients]
     memory = state.memory
+    n = len(clients)
+    positions = cohort_positions.positions(n)
     if self.rounds.remembers:
       rows = self._row_indices(clients)
       forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
-      model, directions, sums, new_rows, reports, measured = computation(
-          state.model, state.directions, state.sums, forgotten, epochs, data)
-      memory = self._remember(memory, rows, new_rows)
+      (model, directions, sums, new_rows, reports, echoed,
+       measured) = computation(state.model, state.directions, state.sums,
+                               forgotten, epochs, data, positions)
+      order = cohort_positions.cohort_order(echoed, n, self.name)
+      memory = self._remember(memory, rows,
+                              cohort_positions.reorder(order, new_rows))
     else:
-      model, directions, reports, measured = computation(
-          state.model, state.directions, epochs, data)
+      model, directions, reports, echoed, measured = computation(
+          state.model, state.directions, epochs, data, positions)
+      order = cohort_positions.cohort_order(echoed, n, self.name)
       sums = state.sums
-    n = len(clients)
+    reports = cohort_positions.reorder(order, reports)
     down = int(measured["distributor"]["bytes_down"])
     if "directions_distributor" in measured:
       down += int(measured["directions_distributor"]["bytes_down"])

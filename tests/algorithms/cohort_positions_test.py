@@ -1,0 +1,42 @@
+"""cohort_positions: the echo computation's type and the driver's reordering,
+against permutations written by hand."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_hetero.algorithms import cohort_positions
+
+
+def test_echo_type_signature():
+
+  @tff.federated_computation(cohort_positions.POSITIONS_AT_CLIENTS)
+  def comp(positions):
+    return cohort_positions.echo(positions)
+
+  assert str(comp.type_signature) == "({int32}@CLIENTS -> {int32}@CLIENTS)"
+
+
+def test_echo_returns_the_positions(tff_context):
+  del tff_context
+
+  @tff.federated_computation(cohort_positions.POSITIONS_AT_CLIENTS)
+  def comp(positions):
+    return cohort_positions.echo(positions)
+
+  assert [int(p) for p in comp(cohort_positions.positions(3))] == [0, 1, 2]
+
+
+def test_cohort_order_undoes_a_worker_permutation():
+  # Worker B (cohort positions 3, 4) finished before worker A (0, 1, 2).
+  echoed = [np.int32(3), np.int32(4), np.int32(0), np.int32(1), np.int32(2)]
+  order = cohort_positions.cohort_order(echoed, 5, "FedX")
+  assert order == [2, 3, 4, 0, 1]
+  returned = ["d", "e", "a", "b", "c"]
+  assert cohort_positions.reorder(order, returned) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.parametrize("echoed", [[0, 1], [0, 0, 1], [0, 1, 3]])
+def test_cohort_order_refuses_missing_or_repeated_positions(echoed):
+  with pytest.raises(RuntimeError, match=r"^FedX: .*expected 0\.\.2 once each"):
+    cohort_positions.cohort_order(echoed, 3, "FedX")

@@ -1,0 +1,67 @@
+"""Per-client results back in the cohort's order, on any number of TFF workers.
+
+On several TFF workers, TFF 0.87's mergeable execution context runs a
+computation on each worker's share of the clients and concatenates the
+workers' CLIENTS-placed results in the order the workers *finish*
+(`_run_in_async_context_pool` waits with `FIRST_COMPLETED`), not in the order
+the clients were passed in. Every CLIENTS-placed output of one call shares
+that permutation, because a worker returns its whole result at once.
+
+A round whose driver reads per-client results (memory rows, reports, models,
+device decisions) therefore takes each client's position in the cohort as one
+more argument, `int32@CLIENTS`, returns it unchanged beside its other
+CLIENTS-placed outputs (`echo`), and the driver puts every per-client output
+back in cohort order (`cohort_order`, `reorder`):
+
+    echo: ({int32}@CLIENTS -> {int32}@CLIENTS)
+
+SERVER-placed results (sums, means) do not depend on the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+POSITION_TYPE = tff.TensorType(np.int32)
+POSITIONS_AT_CLIENTS = tff.FederatedType(POSITION_TYPE, tff.CLIENTS)
+
+
+def positions(n: int) -> list[np.int32]:
+  """The driver's argument for a cohort of `n` clients: 0, 1, ..., n - 1."""
+  return [np.int32(k) for k in range(n)]
+
+
+def echo(client_positions):
+  """Inside a federated computation: the positions, unchanged, @CLIENTS."""
+
+  @tff.tensorflow.computation(POSITION_TYPE)
+  def identity(position):
+    return tf.identity(position)
+
+  return tff.federated_map(identity, client_positions)
+
+
+def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:
+  """For each cohort position k, the index of its result in the output.
+
+  Raises `RuntimeError` (naming `what`) unless `echoed` holds each of
+  0 .. n - 1 exactly once.
+  """
+  where = {}
+  for index, position in enumerate(echoed):
+    where.setdefault(int(position), []).append(index)
+  if sorted(where) != list(range(n)) or any(
+      len(v) != 1 for v in where.values()):
+    raise RuntimeError(
+        f"{what}: the runtime returned results for cohort positions"
+        f" {sorted(int(p) for p in echoed)}, expected 0..{n - 1} once each")
+  return [where[k][0] for k in range(n)]
+
+
+def reorder(order: Sequence[int], values: Sequence) -> list:
+  """`values` (one per client, as the runtime returned them) in cohort order."""
+  return [values[i] for i in order]
