@@ -87,6 +87,7 @@ from typing import Any, Optional
 from absl import logging
 import grpc
 
+from tff_hetero.runtime import heap
 from tff_hetero.runtime import workers as workers_lib
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import WorkerProcess
@@ -931,7 +932,8 @@ def execution_context(
   `workers` may be a sequence or a comma-separated string ('' = none).
   'auto' is 'remote' when workers are given, else 'local'. Extra keyword
   arguments go to `local_execution` / `remote_execution`
-  (e.g. `default_num_clients`).
+  (e.g. `default_num_clients`). Fixes this process's mmap threshold
+  (`heap.py`) so that resident memory stays flat over long runs.
   """
   try:
     factory = _REGISTRY[executor]
@@ -940,6 +942,7 @@ def execution_context(
         f'--executor: unknown executor {executor!r}; choose from'
         f' {", ".join(available_executors())}'
     ) from None
+  heap.configure_process_heap()
   return factory(
       _split_workers(workers), worker_timeout_s=worker_timeout_s, **kwargs
   )

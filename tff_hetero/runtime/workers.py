@@ -62,6 +62,8 @@ from typing import IO, Optional, Union
 
 import grpc
 
+from tff_hetero.runtime import heap
+
 __all__ = [
     'DEFAULT_MAX_MESSAGE_MB',
     'PortInUseError',
@@ -465,6 +467,7 @@ class WorkerProcess:
             stderr=subprocess.STDOUT if self._log_path else subprocess.DEVNULL,
             close_fds=True,
             process_group=0,
+            env=heap.worker_environment(),
         )
       except OSError as e:
         raise WorkerStartError(
