@@ -20,6 +20,9 @@ Parts (`--parts`, every flag of `pipelines.train` applies to all runs):
   (lambda = 0, memory kept), once per seed;
 * `sparsity`: FedDST and FedSGC at sparsity 0.6 and 0.7 (0.8 is the table),
   first seed only;
+* `baselines`: GraSP as FedDST's code runs it, its sparsity flag read as
+  the fraction kept (80% kept: sparsity 0.2 here), beside the table's GraSP
+  at the table's sparsity, first seed only;
 * `dirichlet`: FedAvg, FedProx, FedDST and FedSGC on Dirichlet splits with
   alpha 0.1, 0.5 and 1.0 (the paper's Figure 4, on CIFAR-10), first seed
   only; not run by default.
@@ -29,7 +32,8 @@ subset: its 4,000 training images make 200 shards of 20 (the paper: 300), so
 a client holds 40 images (one batch of 50 per epoch) instead of 600. SGD lr
 0.05 (the paper's value was lost in conversion). Writes `tables.md`,
 `results.json` (every run: settings, seed, final and best metrics, the
-commits it ran at) and `accuracy_vs_upload.png` under
+commits it ran at), `accuracy_vs_upload.png` and each run's
+`metrics/<run>.csv` under
 `<root_output_dir>/<experiment_name>/`; an interrupted reproduction continues
 where it stopped, and several processes may share it.
 """
@@ -44,8 +48,8 @@ from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
 
-PARTS = ("table", "ablation", "sparsity", "dirichlet")
-DEFAULT_PARTS = ("table", "ablation", "sparsity")
+PARTS = ("table", "ablation", "sparsity", "baselines", "dirichlet")
+DEFAULT_PARTS = ("table", "ablation", "sparsity", "baselines")
 DEFAULT_SEEDS = (0, 1, 2)
 OFFLINE_DEFAULTS = collections.OrderedDict(
     dataset="mnist5k", model="mnist_cnn_feddst", num_clients=100,
@@ -114,6 +118,9 @@ SWEEPS = collections.OrderedDict(
          f"{algorithm} s={sparsity}",
          dict(algorithm=algorithm, sparsity=sparsity))
         for sparsity in SPARSITIES for algorithm in ("feddst", "fedsgc")]),
+    baselines=("Baseline readings (shard split), first seed", [
+        ("grasp_kept_80", "GraSP, 80% kept (FedDST's code)",
+         dict(algorithm="grasp", sparsity=0.2))]),
     dirichlet=("Dirichlet split, first seed", [
         (f"{algorithm}_dirichlet_{_slug(str(alpha))}",
          f"{algorithm} alpha={alpha}",
@@ -260,6 +267,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
 
 
 def plot(base, out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
+  _common.copy_run_metrics(out_dir, reports)
   if "table" not in parts:
     return []
   rows = list(table_rows(base)) + (list(ABLATION_ROWS) if "ablation" in parts

@@ -12,9 +12,9 @@ from tff_hetero.program import ExperimentConfig
 def test_plan_covers_every_part_once_seed_by_seed():
   base = ExperimentConfig(root_output_dir="/r", experiment_name="x")
   runs = reproduce.plan_runs(base, ["table", "ablation", "sparsity",
-                                    "dirichlet"], seeds=(0, 5))
+                                    "baselines", "dirichlet"], seeds=(0, 5))
   names = [r.name for r in runs]
-  assert len(names) == len(set(names)) == (8 + 3) * 2 + 4 + 12
+  assert len(names) == len(set(names)) == (8 + 3) * 2 + 4 + 1 + 12
   # A whole first-seed table comes before the second seed.
   assert names[:11] == [f"{n}_seed0" for n in (
       "fedavg", "fedprox", "prunefl", "grasp", "feddst", "feddst_mu_1_0",
@@ -27,6 +27,9 @@ def test_plan_covers_every_part_once_seed_by_seed():
   assert by_name["fedsgc_memory_none_seed0"].sgc_memory == "none"
   assert by_name["fedsgc_lambda_0_seed5"].congruity_lambda == 0.0
   assert by_name["feddst_shards_s60_seed0"].sparsity == 0.6
+  # FedDST's code passes its sparsity to GraSP as the fraction kept.
+  assert by_name["grasp_kept_80_seed0"].algorithm == "grasp"
+  assert by_name["grasp_kept_80_seed0"].sparsity == pytest.approx(0.2)
   assert by_name["fedprox_dirichlet_0_1_seed0"].partition == "dirichlet"
   # CIFAR-10: the paper's table uses mu = 0.1.
   cifar = reproduce.plan_runs(ExperimentConfig(
@@ -80,6 +83,8 @@ def test_tiny_table_run(tmp_path):
                       "not measured"}
   assert "## Claims" in (out_dir / "tables.md").read_text()
   assert (out_dir / "accuracy_vs_upload.png").exists()
+  assert sorted(p.name for p in (out_dir / "metrics").iterdir()) == sorted(
+      f"{name}.csv" for name in runs)
   sgc = json.loads((out_dir / "runs" / "fedsgc_seed1" /
                     "report.json").read_text())
   assert sgc["bytes_up_total"] < json.loads(
