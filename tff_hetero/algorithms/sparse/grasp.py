@@ -22,8 +22,9 @@ Departures, each on purpose:
   total at `--sparsity`, placed globally by score): FedDST's code passes its
   `--sparsity` to synflow as the fraction *kept* (0.8 kept at sparsity 0.8),
   which makes the baseline 4x denser than the others under the same upload
-  budget; the reading that favours GraSP in an upload-budget table is the
-  same sparsity as everyone;
+  budget; we keep every method at one sparsity, and the FedSGC
+  reproduction's `baselines` part runs FedDST's reading (80% kept) as well,
+  so that which reading favours GraSP is measured, not assumed;
 * a kernel that GraSP empties entirely stays empty (as in GraSP);
 * nothing corrects GraSP's sign preference: on the FedDST MNIST CNN (ReLU,
   no batch norm) at sparsity 0.8 its scores keep 91% positive weights in
