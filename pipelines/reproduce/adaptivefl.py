@@ -16,7 +16,7 @@ Every method of a comparison runs on the same data partition, the same
 device population (capacities, tiers, fluctuation) and the same seeds
 (`--seeds`, default 0, 1, 2): a run's seed sets all of them. The
 FedAvg-style baselines (All-Large, Decoupled, HeteroFL) draw their cohorts
-from the cohort sampler with that seed; AdaptiveFL selects its own clients
+from the cohort sampler with that seed (Decoupled one per model); AdaptiveFL selects its own clients
 by its tables (with the sampler's random generator), so its cohorts differ.
 Capacities belong to the population: unless `--tier_capacities` is given,
 they follow the reference code's VGG-16 devices relative to its pool
@@ -26,8 +26,9 @@ fluctuating from round to round (`--tier_fluctuation`, default 1/8, 1/16,
 2/35: the reference's relative spreads), so devices straddle the pool's
 members as in the paper. HeteroFL's rate per tier is then the largest whose
 sub-model fits the tier's capacity; All-Large ignores capacities (it is the
-upper reference); Decoupled trains each of L1, M1, S1 on every device of
-the shared cohort that holds it.
+upper reference); Decoupled draws a cohort per model among the devices
+that hold it that round (the reference code's sampling; up to three times
+the client trainings of the other methods).
 
 Not reproduced: ScaleFL (a baseline of Tables 2 and 3; not implemented),
 Table 2's alpha = 0.6 column and its CIFAR-100, FEMNIST and ResNet-18

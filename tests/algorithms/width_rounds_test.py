@@ -287,7 +287,9 @@ def test_decoupled_trains_every_model_a_device_holds(tff_context):
   algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
   state = algorithm.initialize()
   params = [r.catalog.outer.params for r in algorithm.runners]  # L1, M1, S1
-  clients = _clients(capacities=(params[1], params[2], params[2] - 1))
+  # No plan (assignment None): each client trains every model it holds.
+  clients = _clients(assignments=(None,) * 3,
+                     capacities=(params[1], params[2], params[2] - 1))
   output = algorithm.next(state, 1, clients)
   # c0 holds M1, so it trains M1 and S1; c1 trains S1; c2 holds nothing and
   # takes no part. L1 is untouched.
@@ -306,6 +308,65 @@ def test_decoupled_trains_every_model_a_device_holds(tff_context):
   assert by_id["c0"].bytes_down == 4 * (params[1] + params[2])
   assert by_id["c1"].bytes_down == 4 * params[2]
   assert by_id["c0"].examples == 2 * clients[0].num_examples
+
+
+def test_heterofl_device_below_its_tier_trains_a_fallback_rate_not_idles():
+  algorithm = heterofl.HeteroFL(_TASK, {"weak": 0.5, "strong": 1.0},
+                                client_lr=_LR)
+  half = heterofl.sub_model_params(_TASK, 0.5)
+  # Capacity one parameter short of the weak tier's sub-model: the largest
+  # fallback rate k x 0.05 below 0.5 whose sub-model fits.
+  fitting = [r for r in (0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
+             if heterofl.sub_model_params(_TASK, r) <= half - 1]
+  client = api.ClientRound(client_id="c0", dataset=None, num_examples=1,
+                           capacity=Capacity(half - 1, None), tier="weak")
+  level = algorithm.level_of(client)
+  assert level is not None and level.params == heterofl.sub_model_params(
+      _TASK, fitting[0])
+  assert level.params < half
+  # Below the 0.05 sub-model: nothing fits, the device idles.
+  tiny = heterofl.sub_model_params(_TASK, 0.05)
+  assert algorithm.level_of(attrs.evolve(
+      client, capacity=Capacity(tiny - 1, None))) is None
+  # Only the tiers' rates and the full model are evaluated.
+  names = [lv.name for lv in algorithm._evaluated]  # pylint: disable=protected-access
+  assert names == ["x0.5", "x1"]
+
+
+def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
+  from tff_hetero import devices  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+  algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+  with pytest.raises(RuntimeError, match="attach"):
+    algorithm.plan_round(None, 1, ["c0"], 1, CohortSampler(0))
+  # S1 74, M1 155, L1 385 parameters; constant capacities: two devices hold
+  # only S1, two hold M1 and S1, two hold all three.
+  ids = [f"c{i}" for i in range(6)]
+  tiers = (devices.TierSpec("weak", 1, capacity_params=100),
+           devices.TierSpec("medium", 1, capacity_params=200),
+           devices.TierSpec("strong", 1, capacity_params=400))
+  population = devices.assign_tiers(ids, tiers, seed=0)
+  algorithm.attach(population, {})
+  by_tier = {t.name: set(population.clients_in_tier(t.name)) for t in tiers}
+  plan = algorithm.plan_round(None, 1, ids, 3, CohortSampler(5))
+  drawn = collections.defaultdict(list)
+  for a in plan:
+    drawn[a.payload].append(a.client_id)
+  # L1 (0): both strong devices (only two can hold it); M1 (1): 3 of the 4
+  # medium or strong; S1 (2): 3 of all 6.
+  assert set(drawn[0]) == by_tier["strong"]
+  assert len(drawn[1]) == 3 and set(drawn[1]) <= (by_tier["medium"] |
+                                                  by_tier["strong"])
+  assert len(drawn[2]) == len(set(drawn[2])) == 3
+  # A drawn client trains the model it was drawn for, and only that.
+  strong = sorted(by_tier["strong"])[0]
+  client = api.ClientRound(client_id=strong, dataset=None, num_examples=1,
+                           capacity=Capacity(400, None), assignment=1)
+  assert algorithm.levels_for(client) == [1]
+  assert algorithm.levels_for(attrs.evolve(client, assignment=None)) == [
+      0, 1, 2]
+  assert algorithm.levels_for(attrs.evolve(
+      client, capacity=Capacity(100, None))) == []
 
 
 def test_group_computation_signature():
@@ -560,6 +621,7 @@ def test_four_algorithms_train_within_one_population(tff_context,
   }
   seen_capacities = set()
   for name, algorithm in algorithms.items():
+    algorithm.attach(population, {c: 4 for c in ids})
     state = algorithm.initialize()
     sampler = CohortSampler(0)
     for round_num in (1, 2):

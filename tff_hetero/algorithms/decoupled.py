@@ -5,42 +5,35 @@ The baseline of AdaptiveFL (Jia et al., DAC 2024, Section 4.2: "we trained
 separate models (i.e., L1, M1, S1 models) for each level using the available
 data of affordable clients"): three independent models, shaped like the
 AdaptiveFL pool's L1, M1 and S1, that never share weights. The server knows
-what each device can hold (it is not AdaptiveFL's setting): every sampled
-client trains every one of the three that fits its capacity this round (the
-device population's, the same as every other algorithm's), each from that
-model's global weights. A client that can hold none trains nothing and
-receives nothing.
+what each device can hold (it is not AdaptiveFL's setting).
 
-Compute: a device that holds L1 trains L1, M1 and S1 in one round, so its
-round costs the three models' training MACs, 2.5 times L1's for the paper's
-VGG-16 pool (M1 and S1 keep 0.82 and 0.72 of L1's MACs though only 0.50 and
+Cohorts (`plan_round`), as the reference code (mastlab-T3S/AdaptiveFL,
+`Training_Decoupled.py`) runs it: three FedAvg processes, each sampling its
+own `--clients_per_round` clients a round among the clients that can afford
+its model, so every model trains on a full cohort every round and S1 also on
+the weak devices' data. The reference samples by tier without a capacity
+check; here "affordable" is the device population's capacity this round
+(the same for every algorithm), so no device trains more than it holds and
+none idles. A device drawn for several models trains each of them, from
+that model's global weights. Budget, stated because it differs on purpose
+from the other methods of a comparison (which train `--clients_per_round`
+clients a round): Decoupled trains up to three times as many client-models
+a round; the measured traffic and MACs of each client are the sums over
+the models it trained (one `ClientTraffic` per client and round). For the
+paper's VGG-16 pool M1 and S1 keep 0.82 and 0.72 of L1's MACs (0.50 and
 0.25 of its parameters: the pool prunes the deep layers, which hold the
-parameters), and it downloads and uploads all three; the measured traffic
-and MACs of each client are the sums over the models it trained (one
-`ClientTraffic` per client and round). Each model is its own `width_rounds`
-server model, so its accounting and static batch normalisation are those of
-the other width algorithms.
+parameters). Each model is its own `width_rounds` server model, so its
+accounting and static batch normalisation are those of the other width
+algorithms.
 
-Deviation from the reference code (mastlab-T3S/AdaptiveFL,
-`Training_Decoupled.py`), which makes this baseline weaker than the
-reference's: the reference runs three FedAvg processes, each sampling its
-own m clients a round by tier (S1 among all clients, M1 among medium and
-strong, L1 among strong), with no capacity check, so each model trains on m
-clients every round and S1 on weak devices' data too. Here one cohort of
-`--clients_per_round` clients is shared by the three models (so that every
-method of a comparison draws its cohort from the same sampler), and a model
-trains only on the cohort members that hold it that round. With the
-reproduction pipeline's capacities (weak devices 0.95 x S1's parameters,
-fluctuating) a weak device holds S1 only in a round where its capacity is at
-least 5.3% above its nominal value (10,255 / 9,742 parameters). Measured in
-the committed runs
-(`docs/reproductions/adaptivefl/metrics/decoupled_iid_seed0.csv`, 10
-clients a round, 30 rounds): L1 averaged 2.5 clients a round (75
-client-rounds of 300), M1 3.9 (118), S1 7.4 (223), and the other 77
-client-rounds trained nothing; seeds 1 and 2 give L1 71 and 61, M1 106 and
-109, S1 216 and 221, and the Dirichlet 0.3 runs the same counts. Where a
-reading is ambiguous the project picks the one that favours the baseline;
-this one does not, and is a known departure left for the next rerun.
+Called without a plan (`ClientRound.assignment` None, e.g. by code that
+samples its own cohort), a client trains every model that fits its capacity
+that round.
+
+The committed AdaptiveFL reproduction (docs/reproductions/adaptivefl) ran
+before this change, with one shared cohort: there L1 trained 75 of 300
+client-rounds in `decoupled_iid_seed0` (71 and 61 for seeds 1 and 2), M1
+118, S1 223, and 77 client-rounds trained nothing.
 """
 
 from __future__ import annotations
@@ -75,6 +68,7 @@ class Decoupled(api.FederatedAlgorithm):
                client_lr: float, client_momentum: float = 0.0,
                server_lr: float = 1.0, prox_mu: float = 0.0):
     self.members = tuple(pool.member(level) for level in DECOUPLED_LEVELS)
+    self._population = None
     self.runners = []
     for member in self.members:
       catalog = width_rounds.LevelCatalog(task, [(member.level,
@@ -87,11 +81,38 @@ class Decoupled(api.FederatedAlgorithm):
     return DecoupledState(models=tuple(
         r.catalog.initial_weights(r.catalog.outer) for r in self.runners))
 
-  def levels_for(self, client: api.ClientRound) -> list[int]:
-    """Indices of the models the client can hold this round."""
-    capacity = None if client.capacity is None else client.capacity.params
+  def attach(self, population: Any, client_sizes) -> None:
+    del client_sizes
+    self._population = population
+
+  def _fitting(self, capacity) -> list[int]:
+    params = None if capacity is None else capacity.params
     return [i for i, runner in enumerate(self.runners)
-            if capacity is None or runner.catalog.outer.params <= capacity]
+            if params is None or runner.catalog.outer.params <= params]
+
+  def levels_for(self, client: api.ClientRound) -> list[int]:
+    """Indices of the models the client trains this round: the one it was
+    drawn for if it holds it, else (no plan) every model it can hold."""
+    fitting = self._fitting(client.capacity)
+    if client.assignment is None:
+      return fitting
+    return [client.assignment] if client.assignment in fitting else []
+
+  def plan_round(self, state: DecoupledState, round_num: int,
+                 available: Sequence[str], size: int,
+                 sampler: Any) -> list[api.Assignment]:
+    """Per model, `size` clients among those that hold it this round."""
+    del state
+    if self._population is None:
+      raise RuntimeError("Decoupled.plan_round: attach() the device"
+                         " population first")
+    plan = []
+    for i in range(len(self.runners)):
+      affordable = [c for c in available if i in self._fitting(
+          self._population.capacity_at_round(c, round_num))]
+      plan.extend(api.Assignment(c, payload=i)
+                  for c in sampler.sample(affordable, size))
+    return plan
 
   def next(self, state: DecoupledState, round_num: int,
            clients: Sequence[api.ClientRound]) -> api.RoundOutput:

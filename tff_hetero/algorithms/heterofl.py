@@ -36,17 +36,18 @@ HeteroFL baseline of AdaptiveFL's reference code (mastlab-T3S/AdaptiveFL,
   capacities so that no device trains more than its capacity, as in every
   other width algorithm here.
 * When a device's capacity fluctuates below its tier's sub-model in a
-  round, it trains the largest of the run's sub-models that fits that round,
-  or nothing: the weakest tier's rate is the smallest sub-model, so a weak
-  device that dips below it idles (`idle_clients`). In the committed
-  AdaptiveFL reproduction (rates 0.65, 0.8 and 1.0 there) 58 of the 300
-  client-rounds of `heterofl_iid_seed0` were idle (69 and 56 for seeds 1
-  and 2, the same at Dirichlet 0.3), where the reference idles none; this
-  makes the baseline weaker than the reference's, a known departure left
-  for the next rerun.
+  round, it trains the largest sub-model that fits that round: the tiers'
+  rates and, below the weakest tier's, fallback rates in steps of
+  `FALLBACK_STEP` (0.05; one level per distinct set of widths), so that, as
+  in the reference, a device idles only if even the 0.05 sub-model exceeds
+  its capacity (`idle_clients`). The committed AdaptiveFL reproduction ran
+  before the fallback rates existed: there 58 of the 300 client-rounds of
+  `heterofl_iid_seed0` were idle (69 and 56 for seeds 1 and 2, the same at
+  Dirichlet 0.3).
 
-Evaluation: every rate's sub-model, widest first (`accuracy` is the full
-model), and their mean.
+Evaluation: the sub-model of every tier's rate and the full model, widest
+first (`accuracy` is the full model), and their mean; fallback sub-models
+are trained, not evaluated.
 """
 
 from __future__ import annotations
@@ -69,14 +70,28 @@ class HeteroFL(api.FederatedAlgorithm):
                *, client_lr: float, client_momentum: float = 0.0,
                server_lr: float = 1.0, prox_mu: float = 0.0):
     self.tier_rates = dict(tier_rates)
-    rates = [r for r in self.tier_rates.values() if r is not None]
-    self.pool = pools_lib.uniform_pool(task.width_units, rates + [1.0], "ceil")
+    rates = sorted({r for r in self.tier_rates.values() if r is not None} |
+                   {1.0})
+    fallback = [round(k * FALLBACK_STEP, 2)
+                for k in range(1, int(round(1 / FALLBACK_STEP)))
+                if round(k * FALLBACK_STEP, 2) < rates[0]]
+    self.pool = pools_lib.uniform_pool(task.width_units, fallback + rates,
+                                       "ceil")
+    # One level per distinct sub-model (the largest rate giving it).
+    members = {}
+    for member in self.pool.members:
+      members[member.widths] = member
     self.catalog = width_rounds.LevelCatalog(
-        task, [(m.level, m.widths) for m in self.pool.members])
+        task, [(m.level, m.widths) for m in members.values()])
+    self._evaluated = tuple(
+        level for level in self.catalog.levels
+        if any(level.widths == m.widths for m in self.pool.members
+               if m.ratio in rates))
     self.rounds = width_rounds.HeterogeneousRounds(
         self.catalog, client_lr=client_lr, client_momentum=client_momentum,
         prox_mu=prox_mu, server_lr=server_lr)
-    self._level_of_rate = {m.ratio: self.catalog.levels[m.index]
+    by_widths = {level.widths: level for level in self.catalog.levels}
+    self._level_of_rate = {m.ratio: by_widths[m.widths]
                            for m in self.pool.members}
 
   def initialize(self) -> width_rounds.WidthState:
@@ -123,10 +138,11 @@ class HeteroFL(api.FederatedAlgorithm):
   def evaluation_models(self, state: width_rounds.WidthState, data=None):
     return collections.OrderedDict(
         (level.name, self.rounds.evaluation_model(state.model, level, data))
-        for level in reversed(self.catalog.levels))
+        for level in reversed(self._evaluated))
 
 
 RATE_STEP = 0.01
+FALLBACK_STEP = 0.05
 
 
 def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
