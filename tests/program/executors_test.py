@@ -86,6 +86,15 @@ def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
   assert np.max(np.abs(initial[0] - local.final_weights.trainable[0])) > 1e-3
 
 
+def _local_and_two_workers(run, name, two_workers, atol):
+  """`run(name, **executor)` locally and on two workers; same final weights."""
+  local = run(f"{name}_local")
+  two = run(f"{name}_two", executor="remote", workers=tuple(two_workers))
+  for a, b in zip(local.final_weights.trainable, two.final_weights.trainable):
+    np.testing.assert_allclose(a, b, rtol=0, atol=atol)
+  return local, two
+
+
 def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # TFF's mergeable context returns the clients' results in the order the
   # workers finish; FedGKT puts them back by each client's echoed position
@@ -99,10 +108,7 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
         root_output_dir=str(tmp_path), experiment_name=name, progress=False,
         **executor))
 
-  local = run("gkt_local")
-  two = run("gkt_two", executor="remote", workers=tuple(two_workers))
-  for a, b in zip(local.final_weights.trainable, two.final_weights.trainable):
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+  local, two = _local_and_two_workers(run, "gkt", two_workers, atol=1e-4)
   for key in ("bytes_up_total", "bytes_down_total"):
     assert two.report[key] == local.report[key]
 
@@ -123,8 +129,5 @@ def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
         root_output_dir=str(tmp_path), experiment_name=name, progress=False,
         **executor))
 
-  local = run("sgc_local")
-  two = run("sgc_two", executor="remote", workers=tuple(two_workers))
-  for a, b in zip(local.final_weights.trainable, two.final_weights.trainable):
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  local, two = _local_and_two_workers(run, "sgc", two_workers, atol=1e-5)
   assert two.report["per_client"] == local.report["per_client"]

@@ -106,10 +106,11 @@ class Decoupled(api.FederatedAlgorithm):
     if self._population is None:
       raise RuntimeError("Decoupled.plan_round: attach() the device"
                          " population first")
+    fitting = {c: self._fitting(self._population.capacity_at_round(
+        c, round_num)) for c in available}
     plan = []
     for i in range(len(self.runners)):
-      affordable = [c for c in available if i in self._fitting(
-          self._population.capacity_at_round(c, round_num))]
+      affordable = [c for c in available if i in fitting[c]]
       plan.extend(api.Assignment(c, payload=i)
                   for c in sampler.sample(affordable, size))
     return plan

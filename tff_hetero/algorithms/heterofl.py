@@ -83,16 +83,13 @@ class HeteroFL(api.FederatedAlgorithm):
       members[member.widths] = member
     self.catalog = width_rounds.LevelCatalog(
         task, [(m.level, m.widths) for m in members.values()])
-    self._evaluated = tuple(
-        level for level in self.catalog.levels
-        if any(level.widths == m.widths for m in self.pool.members
-               if m.ratio in rates))
     self.rounds = width_rounds.HeterogeneousRounds(
         self.catalog, client_lr=client_lr, client_momentum=client_momentum,
         prox_mu=prox_mu, server_lr=server_lr)
     by_widths = {level.widths: level for level in self.catalog.levels}
     self._level_of_rate = {m.ratio: by_widths[m.widths]
                            for m in self.pool.members}
+    self._evaluated = tuple(self._level_of_rate[r] for r in rates)
 
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
