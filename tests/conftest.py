@@ -10,6 +10,13 @@ supervisors may) inherits SIGINT ignored, and so would every process a test
 starts, making the tests that interrupt a pipeline or a worker fail. The
 session restores Python's handler so that the children start with the
 default, as from a terminal.
+
+`DEEPER_TWINS`: registered models that are a shallower registered model with
+more blocks per stage, built and sliced by the same code. Structural tests
+that run once per model (`once_per_structure`) cover them by their twin:
+building each several times costs over a minute of CI and checks nothing the
+twin does not. Their exact sizes stay asserted by hand in
+`models/models_counting_test.py` and `models/models_zoo_test.py`.
 """
 
 import os
@@ -19,6 +26,17 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+DEEPER_TWINS = {
+    "resnet110": "resnet56", "resnet110_bottleneck": "resnet56_bottleneck",
+    "fedgkt_server_resnet109": "fedgkt_server_resnet55",
+    "fedgkt_server_resnet109_bottleneck": "fedgkt_server_resnet55_bottleneck",
+}
+
+
+def once_per_structure(names):
+  """`names` sorted, without the models their shallower twin covers."""
+  return sorted(n for n in names if n not in DEEPER_TWINS)
 
 
 @pytest.fixture(scope="session")

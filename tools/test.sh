@@ -5,6 +5,12 @@
 #   tools/test.sh                         # everything under tests/
 #   tools/test.sh -k partition -x         # options apply to tests/
 #   tools/test.sh tests/data              # a path given: only that path
+#   tools/test.sh -n 0                    # in this process only (no xdist workers)
+#
+# Test files are spread over one pytest-xdist process per CPU (`-n auto --dist loadfile`:
+# a file's tests, and its module fixtures, stay in one process) unless the arguments
+# choose `-n`/`--numprocesses` themselves. Most tests wait on TFF workers or on
+# subprocesses part of the time, so two processes on two cores take about half the time.
 #
 # Exit code: pytest's (0 all passed, 1 failures, 5 no tests collected, ...).
 set -euo pipefail
@@ -22,4 +28,12 @@ for arg in "$@"; do
   fi
 done
 
-exec .venv/bin/python -m pytest "${targets[@]}" "$@"
+parallel=(-n auto --dist loadfile)
+for arg in "$@"; do
+  if [[ "$arg" == -n* || "$arg" == --numprocesses* ]]; then
+    parallel=()
+    break
+  fi
+done
+
+exec .venv/bin/python -m pytest "${parallel[@]}" "${targets[@]}" "$@"

@@ -31,18 +31,17 @@ that hold it that round (the reference code's sampling; up to three times
 the client trainings of the other methods).
 
 Not reproduced: ScaleFL (a baseline of Tables 2 and 3; not implemented),
-Table 2's alpha = 0.6 column and its CIFAR-100, FEMNIST and ResNet-18
-results, Table 3's 1:8:1 column and its All-Large and ScaleFL rows, Table
-4's alpha = 0.6 column and its ResNet-18 and CIFAR-100 rows, and Figure 4
-(K = 50 to 500 clients, ResNet-18).
+Table 2's CIFAR-100, FEMNIST and ResNet-18 results, Table 4's ResNet-18 and
+CIFAR-100 rows, and Figure 4 (K = 50 to 500 clients, ResNet-18).
 
 Parts (`--parts`, default all):
 
 * `2` (Table 2): All-Large, Decoupled, HeteroFL and AdaptiveFL on IID data
-  and Dirichlet alpha = 0.3, every seed: "avg" (mean test accuracy of the L1, M1 and S1
+  and Dirichlet alpha = 0.6 and 0.3, every seed: "avg" (mean test accuracy of the L1, M1 and S1
   models; HeteroFL: of its rates) and "full" (the full model);
-* `3` (Table 3): HeteroFL and AdaptiveFL at weak:medium:strong = 8:1:1 and
-  1:1:8, IID, first seed only (secondary rows); 4:3:3 is Table 2's;
+* `3` (Table 3): HeteroFL and AdaptiveFL at weak:medium:strong = 8:1:1,
+  1:8:1 and 1:1:8, IID, first seed only (secondary rows); 4:3:3 is Table
+  2's, and so is All-Large's row (it ignores the devices: one run);
 * `4` (Table 4): AdaptiveFL with the coarse pool (one start index, p = 1:
   the fine pool's largest) against the fine pool of Table 2, every seed;
 * `5` (Figure 5): AdaptiveFL's selection variants on IID data: greedy and
@@ -100,11 +99,12 @@ SIM_CLIENTS, SIM_PER_ROUND = 100, 10
 
 DISTRIBUTIONS = collections.OrderedDict(
     [("IID", dict(partition="iid")),
+     ("alpha=0.6", dict(partition="dirichlet", alpha=0.6)),
      ("alpha=0.3", dict(partition="dirichlet", alpha=0.3))])
 ALGORITHMS = collections.OrderedDict(
     [("All-Large", "all_large"), ("Decoupled", "decoupled"),
      ("HeteroFL", "heterofl"), ("AdaptiveFL", "adaptivefl")])
-PROPORTIONS = ("4:3:3", "8:1:1", "1:1:8")
+PROPORTIONS = ("4:3:3", "8:1:1", "1:8:1", "1:1:8")
 # Figure 5's variants: label -> (selection, every seed?).
 VARIANTS = collections.OrderedDict(
     [("AdaptiveFL+Greed", ("greedy", True)),
@@ -114,20 +114,25 @@ VARIANTS = collections.OrderedDict(
      ("AdaptiveFL+CS", ("rl", True))])
 
 # The paper's figures (percent), CIFAR-10, VGG-16. Table 2: (avg, full) for
-# IID and alpha = 0.3; None where the paper prints "-".
+# IID, alpha = 0.6 and alpha = 0.3; None where the paper prints "-".
 PAPER_TABLE2 = {
-    "All-Large": [(None, 79.76), (None, 74.95)],
-    "Decoupled": [(75.02, 69.80), (69.11, 62.91)],
-    "HeteroFL": [(77.98, 74.96), (71.18, 67.59)],
-    "AdaptiveFL": [(82.97, 83.14), (78.85, 78.99)],
+    "All-Large": [(None, 79.76), (None, 77.29), (None, 74.95)],
+    "Decoupled": [(75.02, 69.80), (72.95, 67.58), (69.11, 62.91)],
+    "HeteroFL": [(77.98, 74.96), (75.18, 72.69), (71.18, 67.59)],
+    "AdaptiveFL": [(82.97, 83.14), (81.12, 81.31), (78.85, 78.99)],
 }
-# Table 3 (CIFAR-10, IID): (avg, full) per proportion 4:3:3, 8:1:1, 1:1:8.
+# Table 3 (CIFAR-10, IID): (avg, full) per proportion 4:3:3, 8:1:1, 1:8:1,
+# 1:1:8. All-Large ignores the devices: one value in every column.
 PAPER_TABLE3 = {
-    "HeteroFL": [(77.98, 74.96), (72.43, 64.44), (81.26, 81.12)],
-    "AdaptiveFL": [(82.95, 83.14), (81.62, 81.93), (82.82, 83.24)],
+    "All-Large": [(None, 79.76)] * 4,
+    "HeteroFL": [(77.98, 74.96), (72.43, 64.44), (75.94, 65.96),
+                 (81.26, 81.12)],
+    "AdaptiveFL": [(82.95, 83.14), (81.62, 81.93), (82.78, 82.89),
+                   (82.82, 83.24)],
 }
-# Table 4 (CIFAR-10, VGG-16, full accuracy): IID and alpha = 0.3.
-PAPER_TABLE4 = {"coarse": (80.1, 74.27), "fine": (83.14, 78.99)}
+# Table 4 (CIFAR-10, VGG-16, full accuracy): IID, alpha = 0.6 and 0.3.
+PAPER_TABLE4 = {"coarse": (80.1, 78.9, 74.27),
+                "fine": (83.14, 81.31, 78.99)}
 
 
 def _slug(text: str) -> str:
@@ -221,9 +226,11 @@ def plan_runs(base, parts, seeds=DEFAULT_SEEDS) -> list[_common.Run]:
               adaptivefl_selection=selection, tier_proportions="4:3:3",
               **DISTRIBUTIONS["IID"])
   if "3" in parts:
-    for label in ("HeteroFL", "AdaptiveFL"):
+    for label in PAPER_TABLE3:
       add(_main_name(label, "IID"), first, algorithm=ALGORITHMS[label],
           tier_proportions="4:3:3", **DISTRIBUTIONS["IID"])
+      if label == "All-Large":
+        continue  # The same run at every proportion (it ignores devices).
       for proportion in PROPORTIONS[1:]:
         add(_proportion_name(label, proportion), first,
             algorithm=ALGORITHMS[label], tier_proportions=proportion,
@@ -372,16 +379,20 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS,
              numbers["Decoupled"][dist]["full"])
   if "3" in parts:
     rows, numbers = [], collections.OrderedDict()
-    for label in ("HeteroFL", "AdaptiveFL"):
+    for label in PAPER_TABLE3:
       row, numbers[label] = [label], collections.OrderedDict()
       for j, proportion in enumerate(PROPORTIONS):
-        name = (_main_name(label, "IID") if proportion == "4:3:3" else
+        # All-Large trains L1 on every device whatever it holds: its
+        # Table 2 IID run stands in every column.
+        name = (_main_name(label, "IID")
+                if proportion == "4:3:3" or label == "All-Large" else
                 _proportion_name(label, proportion))
         avg = stats(name, "avg_accuracy", seeds[:1])
         full = stats(name, "accuracy", seeds[:1])
         numbers[label][proportion] = collections.OrderedDict(avg=avg,
                                                              full=full)
-        row += [_pct(avg), _pct(full), _paper_pair(PAPER_TABLE3[label][j])]
+        row += ["-" if label == "All-Large" else _pct(avg), _pct(full),
+                _paper_pair(PAPER_TABLE3[label][j])]
       rows.append(row)
     headers = ["Algorithm"]
     for p in PROPORTIONS:
@@ -395,11 +406,12 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS,
       if "2" in parts:  # The 4:3:3 runs' spread over seeds.
         noise = [results["table2"][m]["IID"]["full"]
                  for m in ("AdaptiveFL", "HeteroFL")]
-      _claim(claims, f"AdaptiveFL full > HeteroFL full ({proportion}, Table"
-             " 3)", numbers["AdaptiveFL"][proportion]["full"],
-             numbers["HeteroFL"][proportion]["full"],
-             " (one seed; noise: the 4:3:3 runs' std)" if noise else
-             " (one seed)", noise=noise)
+      for other in ("HeteroFL", "All-Large"):
+        _claim(claims, f"AdaptiveFL full > {other} full ({proportion},"
+               " Table 3)", numbers["AdaptiveFL"][proportion]["full"],
+               numbers[other][proportion]["full"],
+               " (one seed; noise: the 4:3:3 runs' std)" if noise else
+               " (one seed)", noise=noise)
   if "4" in parts:
     rows, numbers = [], collections.OrderedDict()
     for grain in ("coarse", "fine"):
@@ -418,8 +430,9 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS,
       headers += [f"{d} full", f"{d} avg"]
     md.append(f"## Table 4: coarse (p = 1, I = {_start_indices(base)[0]}) vs"
               f" fine (p = {len(_start_indices(base))}) pool\n\n"
-              + _common.markdown_table(headers + ["paper full (IID / 0.3)"],
-                                       rows) + "\n")
+              + _common.markdown_table(
+                  headers + [f"paper full ({' / '.join(dists)})"], rows)
+              + "\n")
     results["table4"] = numbers
     for dist in dists:
       _claim(claims, f"fine pool full > coarse pool full ({dist}, Table 4)",

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import once_per_structure
 from tff_hetero import models
 
 # One input shape each model is meant for.
@@ -55,7 +56,7 @@ def test_every_registered_model_has_a_typical_shape_and_a_complete_spec():
         TYPICAL_SHAPES[name], 10)) == 1  # One width unit: no AdaptiveFL pool.
 
 
-@pytest.mark.parametrize("name", sorted(TYPICAL_SHAPES))
+@pytest.mark.parametrize("name", once_per_structure(TYPICAL_SHAPES))
 def test_models_output_logits_of_num_classes(name):
   shape = TYPICAL_SHAPES[name]
   model = models.build_model(name, shape, num_classes=7, seed=3)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import once_per_structure
 from tff_hetero import models
 from tff_hetero.submodels import pools
 
@@ -233,7 +234,7 @@ def test_every_model_has_units_and_start_indices():
     assert len(pool.members) == 2 * len(spec.default_start_indices) + 1
 
 
-@pytest.mark.parametrize("name", sorted(SMALL_SHAPES))
+@pytest.mark.parametrize("name", once_per_structure(SMALL_SHAPES))
 def test_units_name_real_layers_of_their_full_width(name, zoo):
   model = zoo(name)
   units = models.width_units(name, SMALL_SHAPES[name], CLASSES)
@@ -294,7 +295,7 @@ def test_full_widths_build_the_model_built_without_widths(name):
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL_SHAPES))
+@pytest.mark.parametrize("name", once_per_structure(SMALL_SHAPES))
 def test_narrowed_variables_keep_order_and_shrink(name, zoo):
   full = zoo(name)
   units = models.width_units(name, SMALL_SHAPES[name], CLASSES)
@@ -314,7 +315,7 @@ def test_narrowed_variables_keep_order_and_shrink(name, zoo):
     assert narrow.output_shape == (None, CLASSES)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL_SHAPES))
+@pytest.mark.parametrize("name", once_per_structure(SMALL_SHAPES))
 def test_narrowed_model_is_the_prefix_of_the_full_model(name, zoo):
   shape = SMALL_SHAPES[name]
   full = zoo(name)

@@ -17,14 +17,18 @@ def test_plan_puts_every_method_on_one_population_per_seed():
                           root_output_dir="/r", experiment_name="x")
   runs = reproduce.plan_runs(base, reproduce.PARTS, seeds=(0, 1, 2))
   names = [r.name for r in runs]
-  # Table 2: 4 methods x 2 distributions x 3 seeds; Table 4: the coarse pool
-  # x 2 x 3; Figure 5: greedy and random x 3, C and S x 1; Table 3: HeteroFL
-  # and AdaptiveFL at 8:1:1 and 1:1:8, first seed.
-  assert len(names) == len(set(names)) == 24 + 6 + 8 + 4
+  # Table 2: 4 methods x 3 distributions x 3 seeds; Table 4: the coarse pool
+  # x 3 x 3; Figure 5: greedy and random x 3, C and S x 1; Table 3: HeteroFL
+  # and AdaptiveFL at 8:1:1, 1:8:1 and 1:1:8, first seed (All-Large's row
+  # is its Table 2 run).
+  assert len(names) == len(set(names)) == 36 + 9 + 8 + 6
   by_name = {r.name: r.config for r in runs}
   assert by_name["adaptivefl_alpha_0_3_seed2"].alpha == 0.3
   assert by_name["adaptivefl_alpha_0_3_seed2"].partition == "dirichlet"
   assert by_name["heterofl_iid_118_seed0"].tier_proportions == "1:1:8"
+  assert by_name["adaptivefl_iid_181_seed0"].tier_proportions == "1:8:1"
+  assert "all_large_iid_181_seed0" not in by_name
+  assert by_name["decoupled_alpha_0_6_seed1"].alpha == 0.6
   assert by_name["adaptivefl_coarse_iid_seed1"].pool_start_indices == "2"
   assert by_name["adaptivefl_curiosity_iid_seed0"].adaptivefl_selection == (
       "curiosity")
@@ -34,7 +38,7 @@ def test_plan_puts_every_method_on_one_population_per_seed():
   for seed in (0, 1, 2):
     configs = [by_name[f"{m}_{d}_seed{seed}"]
                for m in ("all_large", "decoupled", "heterofl", "adaptivefl")
-               for d in ("iid", "alpha_0_3")]
+               for d in ("iid", "alpha_0_6", "alpha_0_3")]
     for field in ("seed", "tier_capacities", "tier_fluctuation",
                   "tier_proportions", "num_clients", "clients_per_round",
                   "rounds", "local_epochs", "batch_size"):
@@ -109,3 +113,48 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
   capsys.readouterr()
   _cli.run_in_process(reproduce.main, argv)  # Everything reused.
   assert capsys.readouterr().out.count("done before, reused") == 5
+
+
+def _report(full, avg):
+  return {"final_metrics": {"accuracy": full, "avg_accuracy": avg},
+          "client_flops_total": 10**9, "history": []}
+
+
+def test_tables_2_3_4_and_claims_from_hand_made_reports():
+  base = ExperimentConfig(model="mnist_cnn", pool_start_indices="2:1",
+                          tier_capacities="1:2:3")
+  parts = ["2", "3", "4"]
+  reports = {}
+  for run in reproduce.plan_runs(base, parts, seeds=(0, 1, 2)):
+    seed = run.config.seed
+    # Full accuracy 0.90 / 0.92 / 0.94 over seeds (mean 92.0, std 2.0) for
+    # AdaptiveFL, 0.80 / 0.81 / 0.82 (81.0 ± 1.0) for every other run; avg
+    # one point below full.
+    full = (0.90 + 0.02 * seed if run.name.startswith("adaptivefl_") and
+            "coarse" not in run.name else 0.80 + 0.01 * seed)
+    reports[run.name] = _report(full, full - 0.01)
+  text, results = reproduce.build_tables(base, reports, parts,
+                                         seeds=(0, 1, 2))
+  # Table 2: All-Large has no avg; three distributions beside the paper's.
+  assert ("| All-Large | - | 81.0 ± 1.0 | - / 79.76 | - | 81.0 ± 1.0 |"
+          " - / 77.29 | - | 81.0 ± 1.0 | - / 74.95 |") in text
+  assert ("| AdaptiveFL | 91.0 ± 2.0 | 92.0 ± 2.0 | 82.97 / 83.14 |"
+          " 91.0 ± 2.0 | 92.0 ± 2.0 | 81.12 / 81.31 |") in text
+  # Table 3, seed 0 only: All-Large's one run in every column.
+  assert ("| All-Large | - | 80.0 | - / 79.76 | - | 80.0 | - / 79.76 | - |"
+          " 80.0 | - / 79.76 | - | 80.0 | - / 79.76 |") in text
+  assert "| HeteroFL | 79.0 | 80.0 | 77.98 / 74.96 | 79.0 | 80.0 |" in text
+  assert list(results["table3"]["AdaptiveFL"]) == ["4:3:3", "8:1:1", "1:8:1",
+                                                   "1:1:8"]
+  # Table 4 prints full, then avg, per distribution.
+  assert ("| fine | 92.0 ± 2.0 | 91.0 ± 2.0 | 92.0 ± 2.0 | 91.0 ± 2.0 |"
+          " 92.0 ± 2.0 | 91.0 ± 2.0 | 83.14 / 81.31 / 78.99 |") in text
+  verdicts = {c["claim"]: c["verdict"] for c in results["claims"]}
+  # 92.0 ± 2.0 against 81.0 ± 1.0: 11 points apart, above the larger std.
+  assert verdicts["AdaptiveFL full > HeteroFL full (alpha=0.6, Table 2)"] == (
+      "supported")
+  assert verdicts["fine pool full > coarse pool full (alpha=0.6, Table 4)"] == (
+      "supported")
+  # One seed: 90.0 vs 80.0, against the 4:3:3 runs' spread (2.0).
+  assert verdicts["AdaptiveFL full > All-Large full (1:8:1, Table 3)"].startswith(
+      "supported")

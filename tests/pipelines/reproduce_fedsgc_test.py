@@ -57,9 +57,9 @@ def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
 def test_tiny_table_run(tmp_path):
   _cli.run_in_process(reproduce.main, [
       "reproduce", "--parts=table", "--dataset=synthetic", "--model=mlp",
-      "--num_clients=6", "--clients_per_round=3", "--rounds=2",
+      "--num_clients=6", "--clients_per_round=3", "--rounds=1",
       "--local_epochs=1", "--eval_every=1", "--seeds=1",
-      "--prunefl_initial_rounds=2", "--prunefl_initial_readjust_every=1",
+      "--prunefl_initial_rounds=1", "--prunefl_initial_readjust_every=1",
       "--upload_budgets_mib=0.001:100", f"--root_output_dir={tmp_path}"])
   out_dir = tmp_path / "fedsgc_reproduction"
   results = json.loads((out_dir / "results.json").read_text())

@@ -1,7 +1,7 @@
 """Width-heterogeneous algorithms through `python -m pipelines.train`.
 
 AdaptiveFL end to end as a subprocess (outputs, per-level metrics, no worker
-left), and a run stopped after round 2 and resumed equals the uninterrupted
+left), and a run stopped after round 1 and resumed equals the uninterrupted
 run: the RL tables and the sampling RNG live in the checkpoint.
 """
 
@@ -32,7 +32,7 @@ _S1_PARAMS = 160 + 1160 + 330
 def test_adaptivefl_run_resume_and_outputs(tmp_path):
   tag, env = proc_testing.tagged_env()
   proc = subprocess.run(
-      [sys.executable, "-m", "pipelines.train", *_FLAGS, "--rounds=3",
+      [sys.executable, "-m", "pipelines.train", *_FLAGS, "--rounds=2",
        f"--root_output_dir={tmp_path}", "--experiment_name=whole"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
       check=False)
@@ -55,7 +55,7 @@ def test_adaptivefl_run_resume_and_outputs(tmp_path):
   assert final["accuracy"] == pytest.approx(
       np.mean(predicted == splits.test.y), abs=1e-6)
   rows = outputs.read_metrics(whole)
-  assert [r["round"] for r in rows] == ["1", "2", "3"]
+  assert [r["round"] for r in rows] == ["1", "2"]
   for row in rows:
     # Each of the 4 clients returns S1 (4 bytes a parameter).
     assert float(row["returned_model_bytes"]) == 4 * 4 * _S1_PARAMS
@@ -64,10 +64,10 @@ def test_adaptivefl_run_resume_and_outputs(tmp_path):
     assert int(row["clients"]) == 4
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
 
-  # The same run, stopped after round 2 and resumed, in process.
+  # The same run, stopped after round 1 and resumed, in process.
   base = _FLAGS + [f"--root_output_dir={tmp_path}", "--experiment_name=parts"]
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=2"])
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=3", "--resume"])
+  _cli.run_in_process(train.main, ["train", *base, "--rounds=1"])
+  _cli.run_in_process(train.main, ["train", *base, "--rounds=2", "--resume"])
   parts = tmp_path / "parts"
   a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)

@@ -62,7 +62,9 @@ def test_worker_environment_sets_the_threshold_and_keeps_a_users_value():
 def test_workers_start_with_the_threshold(tmp_path):
   worker = runtime.WorkerProcess(log_path=str(tmp_path / "w.log"))
   try:
-    worker.start()
+    # Read the environment once the binary answers: right after fork, before
+    # its exec completes, /proc/<pid>/environ may still be empty.
+    worker.start().wait_ready()
     with open(f"/proc/{worker.pid}/environ", "rb") as f:
       env = f.read().split(b"\0")
   finally:

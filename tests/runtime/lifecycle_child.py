@@ -2,8 +2,7 @@
 
     python lifecycle_child.py MODE
 
-Enters `local_execution()` (inside `handle_termination()` unless MODE ends in
-`_unhandled`), runs a federated mean, prints `READY <worker pid> <result>`,
+Enters `local_execution()` inside `handle_termination()`, runs a federated mean, prints `READY <worker pid> <result>`,
 waits for a line on stdin, then ends according to MODE:
 
   normal   leaves the `with` blocks and exits 0
@@ -39,12 +38,7 @@ def main(mode: str) -> None:
   def slow(x):
     return tff.federated_mean(tff.federated_map(spin, x))
 
-  guard = (
-      runtime.handle_termination()
-      if not mode.endswith('_unhandled')
-      else _nothing()
-  )
-  with guard:
+  with runtime.handle_termination():
     with runtime.local_execution(worker_timeout_s=10) as handle:
       result = mean([1.0, 2.0, 6.0])
       print(f'READY {handle.workers[0].pid} {result}', flush=True)
@@ -59,15 +53,6 @@ def main(mode: str) -> None:
         print('COMPUTING', flush=True)
         while True:  # Signalled in the middle of a long TFF call.
           slow([1.0, 2.0])
-
-
-class _nothing:  # pylint: disable=invalid-name
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return False
 
 
 if __name__ == '__main__':

@@ -1,7 +1,7 @@
 """No TFF worker outlives the process that started it, however it ends.
 
 One child Python process per ending (normal exit, exception, and SIGINT,
-SIGTERM, SIGTERM without our handler, SIGKILL during a computation) enters `local_execution()`, runs a
+SIGTERM, SIGKILL during a computation) enters `local_execution()`, runs a
 computation and reports its worker's pid. The children start together (a
 module fixture) to overlap their TensorFlow start-up, then idle until their
 test says go. Each test then ends
@@ -31,9 +31,8 @@ CASES = {
     # in TFF's invoke, an RPC in flight): the hardest moment to unwind.
     'compute_sigint': (signal.SIGINT, {-signal.SIGINT}),
     'compute_sigterm': (signal.SIGTERM, {128 + signal.SIGTERM}),
-    # Without `handle_termination`, SIGTERM kills Python outright (no
-    # clean-up at all): PR_SET_PDEATHSIG must take the worker down.
-    'compute_sigterm_unhandled': (signal.SIGTERM, {-signal.SIGTERM}),
+    # No clean-up at all (as for SIGTERM without `handle_termination`):
+    # PR_SET_PDEATHSIG must take the worker down.
     'compute_sigkill': (signal.SIGKILL, {-signal.SIGKILL}),
 }
 

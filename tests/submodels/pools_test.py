@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import once_per_structure
 from tff_hetero import models
 from tff_hetero.models import ModelError
 from tff_hetero.models.width import WidthUnit
@@ -77,7 +78,7 @@ def test_sizes_must_increase_in_pool_order():
 _IMAGES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
 
 
-@pytest.mark.parametrize("name", sorted(models.MODELS))
+@pytest.mark.parametrize("name", once_per_structure(models.MODELS))
 def test_default_pool_of_every_model_grows_in_pool_order(name):
   """Sizes increase in pool order for every model's default start indices.
 
