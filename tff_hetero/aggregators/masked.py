@@ -3,7 +3,8 @@
 Width sub-models (HeteroFL, AdaptiveFL), sparse masks (FedSGC, FedDST) and
 selected channels (SPATL) all send the server values that cover part of the
 model. AdaptiveFL's Algorithm 2 (Jia et al., DAC 2024) aggregates them per
-element: with n_c the client's weight (its data size) and m_c its mask,
+element: with n_c the client's weight (the examples it trained on, i.e. its
+data size times its local epochs) and m_c its mask,
 
     sum_c n_c * m_c * v_c   and   sum_c n_c * m_c,
 

@@ -9,7 +9,9 @@ Each round (Algorithm 1):
    pool order, else a one-line error naming the sizes);
 2. for each drawn model m it picks a client with probability proportional to
    the reward R(m, c) = min(0.5, R_s(m, c)) x R_c(m, c) among the available
-   clients not yet picked this round (Section 3.3), where
+   clients not yet picked this round (the paper normalises over all clients;
+   its reference code zeroes a client's reward once picked, so a client
+   trains one model per round, and so do we), where
      R_s(m, c) = sum_{k in type(m)} sum_{t >= k} T_r[t][c]
                  / (|type(m)| x sum_t T_r[t][c])      (resource reward)
      R_c(m, c) = 1 / sqrt(T_c[type(m)][c])            (curiosity reward)
@@ -89,15 +91,18 @@ Deviations from the paper and from its reference code
   T_c[type(sent)] += 1 and T_r[t] -= 0, 1, 2, ... from S_p up (floored at
   0), so T_r[S_p] keeps the client selectable should its capacity recover.
   The reference's fallback then returns S_p anyway: the device trains S_p
-  beyond its resource and T_r[S_p] gains 3. In the committed reproduction
-  no fine-pool run had such a device (`failed` sums to 0); the coarse-pool
-  runs of Table 4, whose smallest member is S1, had 52, 53 and 52 of 300
-  client-rounds (seeds 0, 1, 2), which the reference would have trained.
+  beyond its resource and T_r[S_p] gains 3. The reproduction's Table 4
+  reports these client-rounds per run (measured: the sum of `failed`); they
+  arise mostly in the coarse pool, whose smallest member is S1.
 * R_s of the L type divides by |type(L)| = 1 (the reference's `L =
   sum(T[6:]) / total`), which is the paper's formula with the type's size in
   place of p; for S and M both are p.
 * If every available client has reward 0 for a model, the client is drawn
   uniformly among the available ones (the paper does not say).
+* Section 3.3's "version reward" ("if the difference between the model
+  version and the average version is high, the reward will be mainly
+  determined by the version reward") is defined nowhere in the paper or its
+  equations, and not implemented.
 * Start indices I = 0 and pools whose sizes do not increase are rejected
   (the earlier defaults of the small models had both);
   `--prune_min_start_index` (tau) defaults to 1.

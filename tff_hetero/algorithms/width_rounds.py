@@ -47,7 +47,10 @@ Computations are built once per group kind and cached.
 
 Local training is SGD with the client learning rate and momentum held
 constant over rounds, no weight decay, over every batch of the client's
-dataset (its last batch may be smaller). The AdaptiveFL reference code's
+dataset: its E local epochs are one stream of E passes cut into batches, so
+a batch may span two epochs and only the last batch of the last epoch may
+be smaller (ceil(E n / B) steps; per-epoch batches with `drop_last`, as
+the reference code trains, give E floor(n / B)). The AdaptiveFL reference code's
 per-round decay 0.998, weight decay 1e-4 and `drop_last` are not applied;
 the reason is stated once, in `adaptivefl.py` (Deviations).
 
