@@ -7,9 +7,9 @@
 #   tools/test.sh tests/data              # a path given: only that path
 #   tools/test.sh -n 0                    # in this process only (no xdist workers)
 #
-# Test files are spread over one pytest-xdist process per CPU (`-n auto --dist loadfile`:
-# a file's tests, and its module fixtures, stay in one process) unless the arguments
-# choose `-n`/`--numprocesses` themselves. Most tests wait on TFF workers or on
+# Test files are spread over one pytest-xdist process per logical CPU
+# (`-n logical --dist loadfile`: a file's tests, and its module fixtures, stay in one
+# process) unless the arguments choose `-n`/`--numprocesses` themselves. Most tests wait on TFF workers or on
 # subprocesses part of the time, so two processes on two cores take about half the time.
 #
 # Exit code: pytest's (0 all passed, 1 failures, 5 no tests collected, ...).
@@ -28,7 +28,7 @@ for arg in "$@"; do
   fi
 done
 
-parallel=(-n auto --dist loadfile)
+parallel=(-n logical --dist loadfile)
 for arg in "$@"; do
   if [[ "$arg" == -n* || "$arg" == --numprocesses* ]]; then
     parallel=()
