@@ -102,3 +102,39 @@ def test_ignored_sigint_stays_ignored():
         pass
   finally:
     signal.signal(signal.SIGINT, before)
+
+
+async def _writes_in_two_steps(steps, sig):
+  """A release/checkpoint-like coroutine: a signal arrives between writes."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  steps.append('first')
+  os.kill(os.getpid(), sig)
+  await asyncio.gather(asyncio.sleep(0.05), asyncio.sleep(0.05))
+  steps.append('second')
+  return 'done'
+
+
+@pytest.mark.parametrize('sig,error', [(signal.SIGTERM, runtime.Terminated),
+                                       (signal.SIGINT, KeyboardInterrupt)])
+def test_run_to_completion_finishes_then_raises(default_sigint, sig, error):
+  del default_sigint
+  steps, after = [], []
+  with pytest.raises(error):
+    with runtime.handle_termination():
+      runtime.run_to_completion(_writes_in_two_steps(steps, sig))
+      after.append('next statement')  # Not reached: raised on return.
+  assert steps == ['first', 'second']
+  assert not after
+
+
+def test_run_to_completion_without_a_signal_returns_the_result():
+  steps = []
+
+  async def body():
+    steps.append('ran')
+    return 7
+
+  with runtime.handle_termination():
+    assert runtime.run_to_completion(body()) == 7
+  assert runtime.run_to_completion(body()) == 7  # Outside: plain asyncio.run.
+  assert steps == ['ran', 'ran']

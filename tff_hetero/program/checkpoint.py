@@ -18,7 +18,6 @@ writes resumes from the previous complete checkpoint.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import os
@@ -31,6 +30,7 @@ import tensorflow_federated as tff
 import tree
 
 from tff_hetero.accounting import CommLedger
+from tff_hetero.runtime.signals import run_to_completion
 
 _SIDECAR = "program_state_{version}.json"
 
@@ -77,7 +77,7 @@ class CheckpointManager:
   def complete_versions(self) -> list[int]:
     if not os.path.isdir(self._root_dir):
       return []
-    versions = asyncio.run(self._manager.get_versions()) or []
+    versions = run_to_completion(self._manager.get_versions()) or []
     return sorted(v for v in versions if os.path.exists(self._sidecar(v)))
 
   def latest_round(self) -> Optional[int]:
@@ -98,10 +98,10 @@ class CheckpointManager:
     leaves = [np.asarray(leaf) for leaf in leaves]
     version = int(state.round_num)
     # A partial version left by a killed run is replaced.
-    asyncio.run(self._manager._remove(version))  # pylint: disable=protected-access
+    run_to_completion(self._manager._remove(version))  # pylint: disable=protected-access
     if os.path.exists(self._sidecar(version)):
       os.remove(self._sidecar(version))
-    asyncio.run(self._manager.save(leaves, version))
+    run_to_completion(self._manager.save(leaves, version))
     sidecar = collections.OrderedDict(
         round_num=version,
         num_server_leaves=len(server_leaves),
@@ -117,7 +117,7 @@ class CheckpointManager:
     self._remove_orphan_sidecars()
 
   def _remove_orphan_sidecars(self) -> None:
-    versions = set(asyncio.run(self._manager.get_versions()) or [])
+    versions = set(run_to_completion(self._manager.get_versions()) or [])
     for name in os.listdir(self._root_dir):
       if name.startswith("program_state_") and name.endswith(".json"):
         version = int(name[len("program_state_"):-len(".json")])
@@ -136,7 +136,7 @@ class CheckpointManager:
     client_counts = sidecar["client_leaf_counts"]
     num_columns = len(sidecar["ledger_columns"])
     total = num_server + sum(client_counts.values()) + num_columns
-    leaves = asyncio.run(self._manager.load(version, [None] * total))
+    leaves = run_to_completion(self._manager.load(version, [None] * total))
     leaves = [np.asarray(leaf) for leaf in leaves]
     server_state = tree.unflatten_as(server_template, leaves[:num_server])
     position = num_server

@@ -23,6 +23,8 @@ from typing import Any
 
 import tensorflow_federated as tff
 
+from tff_hetero.runtime.signals import run_to_completion
+
 METRICS_CSV = "metrics.csv"
 REPORT_JSON = "report.json"
 FINAL_WEIGHTS = "final_model_weights.npz"
@@ -56,7 +58,7 @@ class MetricsReleaser:
           self._tensorboard.release(scalars, key=round_num),
           self._log.release(scalars, key=round_num))
 
-    asyncio.run(release_all())
+    run_to_completion(release_all())
 
 
 def _missing(value) -> bool:

@@ -5,7 +5,8 @@
   installing a TFF execution context (local own worker, remote workers, several
   workers through TFF's mergeable context) whose RPCs are bounded by
   `worker_timeout_s` (see `contexts`).
-* `handle_termination`: SIGTERM/SIGHUP raise `Terminated` so contexts unwind.
+* `handle_termination`: SIGTERM/SIGHUP raise `Terminated` so contexts unwind;
+  `run_to_completion` runs a short coroutine that such a signal must not cut.
 * `testing`: helpers for tests asserting that no worker outlives a run.
 
 Importing this package does not import TensorFlow Federated; the contexts do,
@@ -24,6 +25,7 @@ from tff_hetero.runtime.contexts import register_executor
 from tff_hetero.runtime.contexts import remote_execution
 from tff_hetero.runtime.signals import Terminated
 from tff_hetero.runtime.signals import handle_termination
+from tff_hetero.runtime.signals import run_to_completion
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import PortInUseError
 from tff_hetero.runtime.workers import WorkerProcess
@@ -56,6 +58,7 @@ __all__ = [
     'port_is_free',
     'register_executor',
     'remote_execution',
+    'run_to_completion',
     'stop_all_workers',
     'worker_binary_path',
 ]

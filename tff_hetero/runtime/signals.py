@@ -9,16 +9,25 @@ KeyboardInterrupt, so execution contexts exit normally and stop their workers.
 `Terminated` subclasses `SystemExit` (code 128 + signal number, e.g. 143 for
 SIGTERM): `except Exception` does not swallow it, and if nothing catches it
 the interpreter exits quietly with the conventional "killed by signal" status.
+
+`run_to_completion(coro)` runs a short coroutine (a metrics release, a
+checkpoint write) with these signals held back until it returns: raised
+inside an event loop, they would leave half-written files and orphaned
+asyncio tasks whose errors are logged after the one-line error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
-__all__ = ['Terminated', 'handle_termination']
+__all__ = ['Terminated', 'handle_termination', 'run_to_completion']
+
+_T = TypeVar('_T')
 
 
 class Terminated(SystemExit):
@@ -39,6 +48,43 @@ class Terminated(SystemExit):
     return f'terminated by {self.signal_name}'
 
 
+def _exception_for(signum: int) -> BaseException:
+  if signum == signal.SIGINT:
+    return KeyboardInterrupt()
+  return Terminated(signum)
+
+
+# Main-thread only (signal handlers run there): how many `_held_back()`
+# blocks are open, and the signal that arrived inside one.
+_hold_depth = 0
+_held_signal: list[int] = []
+
+
+@contextlib.contextmanager
+def _held_back() -> Iterator[None]:
+  """A signal handled by `handle_termination` raises when the block ends."""
+  global _hold_depth
+  _hold_depth += 1
+  try:
+    yield
+  finally:
+    _hold_depth -= 1
+    signum = _held_signal.pop() if not _hold_depth and _held_signal else None
+  if signum is not None:  # Only on a normal exit; an error wins otherwise.
+    raise _exception_for(signum)
+
+
+def run_to_completion(coro: Coroutine[Any, Any, _T]) -> _T:
+  """`asyncio.run(coro)`, with handled signals raised once it has finished.
+
+  Outside the main thread this is plain `asyncio.run`.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    return asyncio.run(coro)
+  with _held_back():
+    return asyncio.run(coro)
+
+
 _DEFAULT_SIGNALS = tuple(
     s for s in (getattr(signal, 'SIGTERM', None), getattr(signal, 'SIGHUP', None))
     if s is not None
@@ -57,6 +103,7 @@ def handle_termination(
   cancels the running task, and a task that absorbs the cancellation lets
   the interrupt vanish (the run went on). An ignored SIGINT (a background
   job's) stays ignored.
+  A signal arriving inside `run_to_completion` raises when that returns.
   Only the first signal raises; later ones (while the block is unwinding and
   stopping workers) are ignored so they cannot interrupt the clean-up. The
   previous handlers are restored on exit. Outside the main thread (where
@@ -72,9 +119,10 @@ def handle_termination(
     if fired:
       return
     fired.append(signum)
-    if signum == signal.SIGINT:
-      raise KeyboardInterrupt()
-    raise Terminated(signum)
+    if _hold_depth:
+      _held_signal.append(signum)
+      return
+    raise _exception_for(signum)
 
   previous = {}
   try:
