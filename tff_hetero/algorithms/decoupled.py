@@ -29,11 +29,6 @@ algorithms.
 Called without a plan (`ClientRound.assignment` None, e.g. by code that
 samples its own cohort), a client trains every model that fits its capacity
 that round.
-
-The committed AdaptiveFL reproduction (docs/reproductions/adaptivefl) ran
-before this change, with one shared cohort: there L1 trained 75 of 300
-client-rounds in `decoupled_iid_seed0` (71 and 61 for seeds 1 and 2), M1
-118, S1 223, and 77 client-rounds trained nothing.
 """
 
 from __future__ import annotations
