@@ -12,7 +12,9 @@ Suite `base` measures, in one run on the same model, data and cohort:
   * `keras_floor_round_s`: the same client work (each cohort client's local
     epochs of SGD) as plain compiled TF/Keras training in one process;
   * `rss_growth_pct`: growth of resident memory (driver plus its TFF worker)
-    between round 10 and round `--rss_rounds` of our pipeline.
+    of our pipeline from rounds 10-14 to the last 5 rounds of `--rss_rounds`
+    (medians of the 5 per-round readings at each end: a round's transient
+    buffers move a single reading by tens of MiB).
 Suite `hetero` (`--model` defaults to vgg16_eighth there) times
 `FederatedAlgorithm.next` on the same cohort and client datasets:
   * `fedavg_round_s`: FedAvg (TFF's builder with our measured parts);
@@ -42,7 +44,8 @@ cohort 4 by default):
     extract, the server trains one epoch on their features and answers);
   * `fedgkt_server_step_s`: the server's part of it (training + answers);
   * `fedgkt_rss_growth_pct`: resident memory of driver + TFF worker from
-    round 10 to round `--gkt_rounds` (default 50): features must not pile up;
+    rounds 10-14 to the last 5 of `--gkt_rounds` (default 50; medians, as
+    `rss_growth_pct`): features must not pile up;
   * the same for `--gkt_mode=async` (`fedgkt_async_*`: the event simulation
     of the devices decides each round's arrivals, the server trains on each;
     `fedgkt_async_clients_per_round` is the mean number of arrivals).
@@ -113,6 +116,19 @@ def _rss_bytes() -> int:
     except psutil.NoSuchProcess:
       pass
   return total
+
+
+def _rss_growth(rss: dict[int, int], prefix: str) -> collections.OrderedDict:
+  """Resident memory at rounds 10-14 and at the last 5 rounds (medians of
+  the per-round readings, MiB) and the growth between them (%)."""
+  last = max(rss)
+  start = statistics.median(rss[r] for r in range(10, 15))
+  end = statistics.median(rss[r] for r in range(last - 4, last + 1))
+  return collections.OrderedDict([
+      (f"{prefix}_rounds10to14_mib", round(start / 2**20, 1)),
+      (f"{prefix}_rounds{last - 4}to{last}_mib", round(end / 2**20, 1)),
+      (f"{prefix}_growth_pct", round(100.0 * (end - start) / start, 2)),
+  ])
 
 
 def bench_base() -> collections.OrderedDict:
@@ -195,10 +211,7 @@ def bench_base() -> collections.OrderedDict:
     loop.run_experiment(
         _config(rounds=rss_rounds, eval_every=10, root_output_dir=root,
                 experiment_name="rss"), on_round=record)
-    base = rss[10]
-    results["rss_round10_mib"] = round(base / 2**20, 1)
-    results[f"rss_round{rss_rounds}_mib"] = round(rss[rss_rounds] / 2**20, 1)
-    results["rss_growth_pct"] = round(100.0 * (rss[rss_rounds] - base) / base, 2)
+    results.update(_rss_growth(rss, "rss"))
   results["overhead_vs_tff"] = round(
       results["ours_fedavg_round_s"] / results["tff_fedavg_round_s"], 3)
   results["setup"] = (f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
@@ -421,10 +434,7 @@ def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
       rows[r]["server_step_s"] for r in timed))
   results[f"{prefix}_clients_per_round"] = round(statistics.mean(
       rows[r]["clients"] for r in timed), 2)
-  results[f"{prefix}_rss_round10_mib"] = round(rss[10] / 2**20, 1)
-  results[f"{prefix}_rss_round{rounds}_mib"] = round(rss[rounds] / 2**20, 1)
-  results[f"{prefix}_rss_growth_pct"] = round(
-      100.0 * (rss[rounds] - rss[10]) / rss[10], 2)
+  results.update(_rss_growth(rss, f"{prefix}_rss"))
   results[f"{prefix}_feature_mib_per_round"] = round(
       statistics.mean(rows[r]["feature_bytes"] for r in timed) / 2**20, 2)
   return results

@@ -102,9 +102,9 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
   server_logits = np.zeros((n, CLASSES), np.float32)
   server_logits[:, 2] = 5.0
   # One batch holding every sample, one epoch, plain SGD at lr 0.3.
-  dataset = fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
-      arrays, batch_size=64, local_epochs=1, shuffle_seed=5), server_logits,
-                                CLASSES)
+  dataset = fedgkt.client_dataset_with_teacher(
+      arrays, server_logits, CLASSES, batch_size=64, local_epochs=1,
+      shuffle_seed=5)
   update = fedgkt.build_edge_update(
       algorithm.edge_fn, algorithm.split_layer,
       learning_process.client_sgd(0.3), algorithm.settings)
@@ -156,9 +156,9 @@ def test_client_kd_off_without_an_answer_or_transfer():
     model, _, _, sums = update(
         fedgkt.ClientModel(initial.trainable, initial.non_trainable,
                            initial.optimizer_state),
-        fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
-            arrays, batch_size=64, local_epochs=1, shuffle_seed=5), logits,
-                            CLASSES))
+        fedgkt.client_dataset_with_teacher(
+            arrays, logits, CLASSES, batch_size=64, local_epochs=1,
+            shuffle_seed=5))
     z = algorithm.edge_fn()(arrays.x, training=True).numpy()
     step, _ = _bias_step(z, arrays.y, z, 0.3, 0.0, 4.0, True)
     assert float(sums["kd"]) == 0.0
@@ -216,17 +216,27 @@ def test_server_step_by_hand(transfer):
                              atol=1e-4)
 
 
-def test_with_teacher_gives_each_batch_its_own_samples_logits():
+def test_each_batch_carries_its_own_samples_logits():
   arrays = _arrays(n=10)
   logits = np.arange(10 * CLASSES, dtype=np.float32).reshape(10, CLASSES)
-  batches = list(fedgkt.with_teacher(data_lib.make_indexed_client_dataset(
-      arrays, batch_size=4, local_epochs=2, shuffle_seed=1), logits, CLASSES))
+  batches = list(fedgkt.client_dataset_with_teacher(
+      arrays, logits, CLASSES, batch_size=4, local_epochs=2, shuffle_seed=1))
   assert sum(len(b["y"]) for b in batches if b["train"]) == 20
+  # 20 training samples in batches of 4 (across the epoch boundary), then
+  # the 10 sent in 4, 4, 2.
+  assert [len(b["y"]) for b in batches] == [4, 4, 4, 4, 4, 4, 4, 2]
   for batch in batches:
     assert bool(batch["has_teacher"])
     rows = [int(r[0]) // CLASSES for r in batch["teacher"].numpy()]
+    np.testing.assert_array_equal(rows, batch["index"])
     np.testing.assert_array_equal(arrays.y[rows], batch["y"])
     np.testing.assert_array_equal(arrays.x[rows], batch["x"])
+  # Before the first answer: no teacher, zero rows.
+  first = next(iter(fedgkt.client_dataset_with_teacher(
+      arrays, np.zeros((0, CLASSES), np.float32), CLASSES, batch_size=4,
+      local_epochs=1, shuffle_seed=1)))
+  assert not bool(first["has_teacher"])
+  np.testing.assert_array_equal(first["teacher"], np.zeros((4, CLASSES)))
 
 
 def test_plateau_schedule_by_hand():
@@ -290,14 +300,17 @@ def _rounds(mode):
     for round_num in range(1, 5 if mode == "async" else 4):
       plan = algorithm.plan_round(state, round_num, fed.client_ids, 3,
                                   sampler)
-      clients = [api.ClientRound(
-          client_id=a.client_id, num_examples=len(fed.client_train(
-              a.client_id)),
-          dataset=algorithm.client_dataset(
-              fed.client_train(a.client_id), batch_size=32, local_epochs=1,
-              shuffle_seed=round_num),
-          state=stored.get(a.client_id, algorithm.initial_client_state()),
-          assignment=a.payload) for a in plan]
+      clients = []
+      for a in plan:
+        client_state = stored.get(a.client_id,
+                                  algorithm.initial_client_state())
+        clients.append(api.ClientRound(
+            client_id=a.client_id, num_examples=len(fed.client_train(
+                a.client_id)),
+            dataset=algorithm.client_dataset(
+                fed.client_train(a.client_id), batch_size=32, local_epochs=1,
+                shuffle_seed=round_num, state=client_state),
+            state=client_state, assignment=a.payload))
       output = algorithm.next(state, round_num, clients)
       state = output.state
       stored.update(output.client_states)
@@ -322,10 +335,11 @@ def test_type_signatures():
           positions.placement, sums.placement] == [
               tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
   assert uploads.member.features.shape == (None, 8, 8, 16)
-  # Batches carry their samples' teachers; no index reaches TFF.
+  # Batches carry their samples' positions (in the client's own data) and
+  # teachers.
   element = client.parameter[1].member.element
   assert list(element._name_to_index) == [  # pylint: disable=protected-access
-      "x", "y", "train", "teacher", "has_teacher"]
+      "x", "y", "index", "train", "has_teacher", "teacher"]
   server = comps.server_round.type_signature
   assert all(p.placement == tff.SERVER for p in server.parameter)
   assert server.result.member[4].shape == (None, CLASSES)

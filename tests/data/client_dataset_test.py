@@ -16,6 +16,7 @@ from tff_hetero.data import (
     build_federated_data,
     load_dataset,
     make_client_dataset,
+    make_indexed_client_dataset,
 )
 
 tf = pytest.importorskip("tensorflow")
@@ -91,6 +92,34 @@ def test_images_follow_their_labels():
   for batch in dataset:
     expected = arrays.x[batch["y"].numpy()]
     np.testing.assert_array_equal(batch["x"].numpy(), expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"epoch_aligned": True, "local_epochs": 3},
+        {"augment": "crop"},
+    ],
+)
+def test_client_datasets_hold_no_dataset_function(kwargs):
+  # The program builds one dataset per sampled client per round in one
+  # eager process; each `Dataset.map` (or filter, flat_map) it would hold
+  # keeps native memory for the rest of the process.
+  arguments = {"batch_size": 4, "local_epochs": 2, "shuffle_seed": 3, **kwargs}
+  for dataset in (
+      make_client_dataset(_arrays(9), **arguments),
+      make_indexed_client_dataset(
+          _arrays(9), batch_size=4, local_epochs=2, shuffle_seed=3,
+          augment=kwargs.get("augment", "none"),
+          batch_values={"flag": True},
+          sample_rows={"row": np.eye(9, dtype=np.float32)},
+      ),
+  ):
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=protected-access
+    assert not graph.library.function
+    assert "MapDataset" not in {node.op for node in graph.node}
 
 
 @pytest.mark.parametrize(

@@ -223,14 +223,17 @@ class FederatedAlgorithm(abc.ABC):
     return {}
 
   def client_dataset(self, arrays: Any, *, batch_size: int, local_epochs: int,
-                     shuffle_seed: int, augment: str = "none"
-                     ) -> tf.data.Dataset:
+                     shuffle_seed: int, augment: str = "none",
+                     state: Any = None) -> tf.data.Dataset:
     """A sampled client's `ClientRound.dataset` from its training arrays.
 
-    Default: `tff_hetero.data.make_client_dataset` (batched
+    `state` is the client's persistent state (`ClientRound.state`), for
+    algorithms whose clients train on values they received (FedGKT's
+    server logits). Default: `tff_hetero.data.make_client_dataset` (batched
     `OrderedDict(x=, y=)`, `local_epochs` passes shuffled from the seed,
     each batch `augment`ed).
     """
+    del state
     from tff_hetero import data  # pylint: disable=g-import-not-at-top
     return data.make_client_dataset(arrays, batch_size=batch_size,
                                     local_epochs=local_epochs,

@@ -86,11 +86,11 @@ Deviations from the paper and the official code (FedML
 
 * Server logits are keyed by sample, not by batch: the official code stores
   them by batch index while the client's loader reshuffles, so they reach
-  the wrong images. Here the client's training batches carry their samples'
-  positions (`data.make_indexed_client_dataset`) and the driver attaches to
-  each batch the server logits of those samples (`teacher`), inside the
-  client's own dataset: the positions never leave the client's data, so the
-  cohort can be split across TFF workers in any way.
+  the wrong images. Here each batch of the client's dataset carries its
+  samples' positions and their rows of the client's last server logits
+  (`teacher`; `client_dataset_with_teacher`): the logits travel inside the
+  client's own data, so the cohort can be split across TFF workers in any
+  way.
 * The features, logits and labels a client sends come from one pass over
   its samples without augmentation; the official code extracts them from its
   training loader, whose random crops and flips differ from the images the
@@ -130,8 +130,8 @@ server logits of its samples and the server version that computed them
 arrive and dropped: nothing accumulates on the server between rounds.
 
 Typed computations, with M = <trainable, non_trainable, optimizer_state> of
-the edge, D = the client's batches <x, y, train, teacher=float32[?, C],
-has_teacher=bool>, U = <features=float32[?, h, w, c], logits=float32[?, C],
+the edge, D = the client's batches <x, y, index=int64[?], train=bool,
+has_teacher=bool, teacher=float32[?, C]>, U = <features=float32[?, h, w, c], logits=float32[?, C],
 labels=int32[?]>, S = server weights, O = server optimizer state; the server
 trains on the received U (concatenated over the clients it trains on) in
 the batches of the int64 sample order it is given (shuffled, all its
@@ -524,28 +524,26 @@ def _sources(composed: tf.keras.Model, edge: tf.keras.Model,
   return [where[id(v)] for v in getattr(composed, attribute)]
 
 
-def with_teacher(dataset: tf.data.Dataset, server_logits,
-                 num_classes: int) -> tf.data.Dataset:
+def client_dataset_with_teacher(arrays, server_logits, num_classes: int, *,
+                                batch_size: int, local_epochs: int,
+                                shuffle_seed, augment: str = "none"
+                                ) -> tf.data.Dataset:
   """A client's indexed batches with the server logits of their samples.
 
-  `server_logits` has one row per sample of the client (its last answer) or
-  none (no answer yet: `has_teacher` False, zero teachers). The gather runs
-  in the client's dataset pipeline, on the client's own positions.
+  `data.make_indexed_client_dataset` batches (x, y, index, train) with
+  `has_teacher` and `teacher`: `server_logits` has one row per sample of
+  the client (its last answer), and each batch gets its own samples' rows;
+  or it has none (no answer yet: `has_teacher` False, zero teachers).
   """
   logits = np.asarray(server_logits, np.float32).reshape(-1, num_classes)
   have = logits.shape[0] > 0
-  table = tf.constant(logits if have else np.zeros((1, num_classes),
-                                                   np.float32))
-
-  def attach(batch):
-    index = batch["index"]
-    teacher = (tf.gather(table, index) if have else
-               tf.zeros([tf.shape(index)[0], num_classes]))
-    return collections.OrderedDict(
-        x=batch["x"], y=batch["y"], train=batch["train"], teacher=teacher,
-        has_teacher=tf.constant(have))
-
-  return dataset.map(attach)
+  if not have:
+    logits = np.zeros((len(arrays), num_classes), np.float32)
+  return data_lib.make_indexed_client_dataset(
+      arrays, batch_size=batch_size, local_epochs=local_epochs,
+      shuffle_seed=shuffle_seed, augment=augment,
+      batch_values=collections.OrderedDict(has_teacher=have),
+      sample_rows=collections.OrderedDict(teacher=logits))
 
 
 class FedGKT(api.FederatedAlgorithm):
@@ -635,9 +633,10 @@ class FedGKT(api.FederatedAlgorithm):
     element_spec = collections.OrderedDict(
         x=tf.TensorSpec([None, *shape], tf.float32),
         y=tf.TensorSpec([None], tf.int32),
+        index=tf.TensorSpec([None], tf.int64),
         train=tf.TensorSpec([], tf.bool),
-        teacher=tf.TensorSpec([None, classes], tf.float32),
-        has_teacher=tf.TensorSpec([], tf.bool))
+        has_teacher=tf.TensorSpec([], tf.bool),
+        teacher=tf.TensorSpec([None, classes], tf.float32))
     return GKTComputations(
         self.edge_fn, self.server_fn, self.split_layer, element_spec,
         ClientModel(*self._edge_initial, self._client_optimizer_initial),
@@ -678,10 +677,13 @@ class FedGKT(api.FederatedAlgorithm):
                      np.int64(-1))
 
   def client_dataset(self, arrays, *, batch_size, local_epochs,
-                     shuffle_seed, augment="none"):
-    return data_lib.make_indexed_client_dataset(
-        arrays, batch_size=batch_size, local_epochs=local_epochs,
-        shuffle_seed=shuffle_seed, augment=augment)
+                     shuffle_seed, augment="none", state=None):
+    """Indexed batches carrying the client's last server logits (`state`)."""
+    logits = (EdgeState(*state).server_logits if state is not None else
+              np.zeros((0, self.num_classes), np.float32))
+    return client_dataset_with_teacher(
+        arrays, logits, self.num_classes, batch_size=batch_size,
+        local_epochs=local_epochs, shuffle_seed=shuffle_seed, augment=augment)
 
   def plan_round(self, state: GKTState, round_num: int,
                  available: Sequence[str], size: int,
@@ -705,8 +707,7 @@ class FedGKT(api.FederatedAlgorithm):
     if not clients:
       return api.RoundOutput(state=state, metrics=collections.OrderedDict(
           loss=math.nan), traffic=())
-    datasets = [with_teacher(c.dataset, s.server_logits, self.num_classes)
-                for c, s in zip(clients, states)]
+    datasets = [c.dataset for c in clients]
     models, uploads, bytes_up, echoed, client_sums = comps.client_round(
         [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
          for s in states], datasets, cohort_positions.positions(len(clients)))

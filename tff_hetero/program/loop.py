@@ -293,15 +293,17 @@ def run_experiment(
         for assignment, shuffle_seed in zip(assignments, seeds):
           client_id = assignment.client_id
           arrays = fed.client_train(client_id)
+          state = client_states.get(client_id, client_template)
           clients.append(api.ClientRound(
               client_id=client_id,
               dataset=algorithm.client_dataset(
                   arrays, batch_size=config.batch_size,
                   local_epochs=config.local_epochs,
-                  shuffle_seed=shuffle_seed, augment=config.augment),
+                  shuffle_seed=shuffle_seed, augment=config.augment,
+                  state=state),
               num_examples=len(arrays) * config.local_epochs,
               capacity=population.capacity_at_round(client_id, round_num),
-              state=client_states.get(client_id, client_template),
+              state=state,
               tier=population.tier_of(client_id),
               assignment=assignment.payload,
           ))

@@ -159,9 +159,10 @@ class SparseTraining(api.FederatedAlgorithm):
     return np.int64(0)
 
   def client_dataset(self, arrays, *, batch_size: int, local_epochs: int,
-                     shuffle_seed: int, augment: str = "none"):
+                     shuffle_seed: int, augment: str = "none", state=None):
     """Batches that never span two epochs (readjustment happens at epoch
     boundaries)."""
+    del state
     from tff_hetero import data  # pylint: disable=g-import-not-at-top
     return data.make_client_dataset(
         arrays, batch_size=batch_size, local_epochs=local_epochs,
