@@ -17,6 +17,7 @@ import pytest
 
 from tff_hetero import runtime
 from tff_hetero.runtime import testing as proc_testing
+from tff_hetero.runtime import workers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -200,3 +201,21 @@ def test_testing_helpers_find_tagged_orphans():
     if proc.poll() is None:
       proc.kill()
       proc.wait()
+
+
+def test_close_channel_waits_for_grpcs_polling_thread():
+  # grpc watches a subscribed channel from a thread that re-checks its
+  # subscribers every 0.2 s; a channel closed under it makes the thread
+  # die with a printed "Channel closed!" traceback.
+  import grpc  # pylint: disable=g-import-not-at-top
+  channel = grpc.insecure_channel(f'localhost:{runtime.find_free_port()}')
+  state = channel._connectivity_state  # pylint: disable=protected-access
+
+  def callback(connectivity):
+    del connectivity
+
+  channel.subscribe(callback, try_to_connect=True)
+  channel.unsubscribe(callback)
+  assert state.polling  # The thread has not noticed yet.
+  workers.close_channel(channel)
+  assert not state.polling

@@ -182,7 +182,7 @@ class _Probe:
 
   def close(self):
     self._future.cancel()
-    self._channel.close()
+    workers_lib.close_channel(self._channel)
 
 
 def check_workers(
@@ -288,7 +288,7 @@ def _make_bounded_stub_class():
           self._channel.unsubscribe(self._on_state)
         except Exception:  # pylint: disable=broad-except
           pass
-        self._channel.close()
+        workers_lib.close_channel(self._channel)
 
     def _unreachable(self) -> WorkerUnavailableError:
       return WorkerUnavailableError(
