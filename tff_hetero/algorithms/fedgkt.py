@@ -135,8 +135,9 @@ has_teacher=bool, teacher=float32[?, C]>, U = <features=float32[?, h, w,
 c], logits=float32[?, C], labels=int32[?]>, S = server weights, O =
 server optimizer state; the server trains on the received U (concatenated
 over the clients it trains on) in the batches of the int64 sample order it
-is given (shuffled, all its epochs): tensors, not a `tf.data` dataset, which TFF would serialize with
-the features inside as graph constants (capped at 100 MB):
+is given (shuffled, all its epochs): tensors, not a `tf.data` dataset,
+which TFF would serialize with the features inside as graph constants
+(capped at 100 MB):
 
     client round: (<M@CLIENTS, {D*}@CLIENTS, int32@CLIENTS (position)> ->
                    <M@CLIENTS, U@CLIENTS, int64@CLIENTS (bytes up),
