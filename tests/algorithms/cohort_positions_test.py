@@ -40,3 +40,13 @@ def test_cohort_order_undoes_a_worker_permutation():
 def test_cohort_order_refuses_missing_or_repeated_positions(echoed):
   with pytest.raises(RuntimeError, match=r"^FedX: .*expected 0\.\.2 once each"):
     cohort_positions.cohort_order(echoed, 3, "FedX")
+
+
+def test_padded_fills_to_the_size_and_refuses_a_larger_cohort():
+  assert cohort_positions.padded(["a", "b"], 4, "-") == ["a", "b", "-", "-"]
+  assert cohort_positions.padded(["a", "b"], 2, "-") == ["a", "b"]
+  # A padded cohort's results: the real clients are positions 0..n-1.
+  echoed = [np.int32(2), np.int32(3), np.int32(0), np.int32(1)]
+  assert cohort_positions.cohort_order(echoed, 4, "FedX")[:2] == [2, 3]
+  with pytest.raises(ValueError, match="3 clients does not fit"):
+    cohort_positions.padded(["a", "b", "c"], 2, "-")

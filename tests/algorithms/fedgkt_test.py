@@ -286,6 +286,7 @@ def _config(**overrides):
 
 
 _RUNS = {}
+_COHORT_SIZES = {}  # mode -> clients sent to each client_round call
 
 
 def _rounds(mode):
@@ -293,6 +294,15 @@ def _rounds(mode):
   if mode not in _RUNS:
     experiment = loop.build_experiment(_config(gkt_mode=mode))
     algorithm = experiment.algorithm
+    comps, sizes = algorithm.computations, []
+    client_round = comps.client_round
+
+    def recording_client_round(models_, datasets, positions):
+      sizes.append((len(models_), len(datasets), len(positions)))
+      return client_round(models_, datasets, positions)
+
+    comps.client_round = recording_client_round
+    _COHORT_SIZES[mode] = sizes
     fed = experiment.federated_data
     state, stored, outputs = algorithm.initialize(), {}, []
     from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
@@ -391,6 +401,9 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   slow_by_slot = [ids[i] for i in state.events.slot_client if ids[i] != fast]
   plans = [[a.client_id for a in plan] for plan, _ in outputs]
   assert plans == [[fast], [fast], [fast] + slow_by_slot, [fast]]
+  # Every round sends K = 3 clients to the worker (the arrivals, then
+  # padding that trains on nothing): one executor stack on the worker.
+  assert _COHORT_SIZES["async"] == [(3, 3, 3)] * 4
   assert [[a.payload[0].finish / d for a in plan] for plan, _ in outputs] == [
       [1], [2], [3, 4, 4], [4]]
   # One server update per arrival, each answered by the model after it.

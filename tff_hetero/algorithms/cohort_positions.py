@@ -16,6 +16,14 @@ back in cohort order (`cohort_order`, `reorder`):
     echo: ({int32}@CLIENTS -> {int32}@CLIENTS)
 
 SERVER-placed results (sums, means) do not depend on the order.
+
+A round whose cohort size varies from call to call (FedGKT's asynchronous
+arrivals) pads it to one fixed size with clients that train on nothing
+(`padded`), and keeps the first n results (`cohort_order(..)[:n]`): the TFF
+worker builds and keeps one executor stack per CLIENTS cardinality it is
+sent, each with its own copy of the computations' kernels (measured with
+FedGKT's ResNet-8 edge client: the worker at ~430 MiB after 60 calls of
+cardinality 4, ~1,100-1,280 MiB after 60 calls cycling through 1..6).
 """
 
 from __future__ import annotations
@@ -33,6 +41,14 @@ POSITIONS_AT_CLIENTS = tff.FederatedType(POSITION_TYPE, tff.CLIENTS)
 def positions(n: int) -> list[np.int32]:
   """The driver's argument for a cohort of `n` clients: 0, 1, ..., n - 1."""
   return [np.int32(k) for k in range(n)]
+
+
+def padded(values: Sequence, size: int, fill) -> list:
+  """`values` followed by `fill` up to `size` entries (module docstring)."""
+  if len(values) > size:
+    raise ValueError(f"a cohort of {len(values)} clients does not fit the"
+                     f" padded size {size}")
+  return list(values) + [fill] * (size - len(values))
 
 
 def echo(client_positions):

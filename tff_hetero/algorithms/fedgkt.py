@@ -686,6 +686,16 @@ class FedGKT(api.FederatedAlgorithm):
         arrays, logits, self.num_classes, batch_size=batch_size,
         local_epochs=local_epochs, shuffle_seed=shuffle_seed, augment=augment)
 
+  @functools.cached_property
+  def _no_data(self) -> tf.data.Dataset:
+    """A padding client's dataset: no batches, the clients' element spec."""
+    shape, classes = self.task.input_shape, self.num_classes
+    return client_dataset_with_teacher(
+        data_lib.ArrayDataset(np.zeros((0, *shape), np.float32),
+                              np.zeros((0,), np.int32)),
+        np.zeros((0, classes), np.float32), classes, batch_size=1,
+        local_epochs=1, shuffle_seed=0)
+
   def plan_round(self, state: GKTState, round_num: int,
                  available: Sequence[str], size: int,
                  sampler) -> list[api.Assignment]:
@@ -708,13 +718,21 @@ class FedGKT(api.FederatedAlgorithm):
     if not clients:
       return api.RoundOutput(state=state, metrics=collections.OrderedDict(
           loss=math.nan), traffic=())
-    datasets = [c.dataset for c in clients]
+    # The cohort is padded to K clients that train on nothing: async rounds
+    # hold 1..K arrivals, and the worker keeps an executor stack per cohort
+    # size (`cohort_positions`).
+    size = max(len(clients), self.concurrency)
+    sent = [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
+            for s in states]
     models, uploads, bytes_up, echoed, client_sums = comps.client_round(
-        [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
-         for s in states], datasets, cohort_positions.positions(len(clients)))
+        cohort_positions.padded(sent, size, sent[0]),
+        cohort_positions.padded([c.dataset for c in clients], size,
+                                self._no_data),
+        cohort_positions.positions(size))
     # On several workers TFF returns the clients' results in the order the
     # workers finish (module docstring): put them back in the cohort's.
-    order = cohort_positions.cohort_order(echoed, len(clients), "FedGKT")
+    order = cohort_positions.cohort_order(echoed, size,
+                                          "FedGKT")[:len(clients)]
     models, uploads, bytes_up = (cohort_positions.reorder(order, part)
                                  for part in (models, uploads, bytes_up))
     uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
