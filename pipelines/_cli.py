@@ -13,6 +13,11 @@ from absl import flags
 # unknown batch dimension (seen with TF 2.14 + absl). Its C++ start-up chatter
 # is silenced first, so that errors stay one line.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# glibc's arena limit holds only if set before any thread needs an arena
+# (tff_hetero/runtime/heap.py): before TensorFlow starts its thread pools.
+from tff_hetero.runtime import heap  # pylint: disable=g-bad-import-order
+
+heap.configure_process_heap()
 import tensorflow  # noqa: F401  pylint: disable=unused-import,g-bad-import-order
 import warnings  # pylint: disable=g-bad-import-order
 

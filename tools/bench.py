@@ -2,19 +2,54 @@ r"""Benchmarks of the training pipeline (not part of the test suite).
 
   python tools/bench.py                 # --suite=base
   python tools/bench.py --suite=base --rounds=5 --rss_rounds=100
+  python tools/bench.py --suite=coldstart
+  python tools/bench.py --smoke --rounds=2 --rss_rounds=20   # tries it out
 
-Suite `base` measures, in one run on the same model, data and cohort:
-  * `ours_fedavg_round_s`: a round of our pipeline's FedAvg (the program's
-    round: sampling, client datasets, the measured TFF process, ledger,
-    metrics release), evaluation excluded;
-  * `tff_fedavg_round_s`: TFF's `build_weighted_fed_avg` driven directly on
-    the same client datasets, on the same runtime (our local worker);
-  * `keras_floor_round_s`: the same client work (each cohort client's local
-    epochs of SGD) as plain compiled TF/Keras training in one process;
-  * `rss_growth_pct`: growth of resident memory (driver plus its TFF worker)
-    of our pipeline from rounds 10-14 to the last 5 rounds of `--rss_rounds`
-    (medians of the 5 per-round readings at each end: a round's transient
-    buffers move a single reading by tens of MiB).
+`--rounds` rounds (at least 5; fewer only with `--smoke`) are timed after
+one warm-up round. Suite `base` reports each timed quantity as their median
+with the fastest and slowest round beside it (`<key>_min`, `<key>_max`);
+suites `hetero` and `sparse` report medians.
+Suite `base` runs FedAvg (SGD 0.05, iid partition of `--dataset`,
+`--num_clients` clients, cohort `--clients_per_round`) in two
+configurations, `compute` (mnist_cnn_feddst, 5 local epochs, batch 50: the
+clients' arithmetic dominates) and `overhead` (mnist_cnn, 1 epoch, batch 20:
+the framework's per-round cost dominates), and reports for each, keys
+prefixed `<cfg>_`:
+  * `ours_round_s`: a round of our program's FedAvg (`loop.run_experiment`:
+    sampling, client datasets, the measured TFF process, ledger, metrics
+    release), from its history's wall times; the last round, which also
+    evaluates and checkpoints, is not timed;
+  * `tff_round_s`: TFF's `build_weighted_fed_avg` driven directly on the
+    first cohort's client datasets, on the same runtime (our local worker);
+  * `floor_sequential_round_s`, `floor_parallel_round_s`: the same client
+    work (each client: from the same initial weights, plain SGD over the very
+    batches of its dataset, in their order) in plain TensorFlow: the batches
+    held as stacked in-memory tensors, one compiled `tf.function` call per
+    client looping over them (`tf.range`, variables updated in place by
+    `assign_sub`, gradients by `tf.GradientTape`); clients one after the
+    other, or spread over one thread per core, each thread with its own
+    model copy and function (TensorFlow runs the functions of the threads at
+    once). Every floor round must take as many SGD steps as the datasets
+    hold batches (`steps_per_round`). Server aggregation is not part of it;
+  * `floor_round_s`: the better of the two (`floor_best` says which);
+  * `ours_over_floor`, `tff_over_floor`, `ours_over_tff`: ratios of medians.
+Then `rss_*`: growth of resident memory (driver plus its TFF worker) of our
+pipeline on the `overhead` configuration from rounds 10-14 to the last 5
+rounds of `--rss_rounds` (medians of the 5 per-round readings at each end:
+a round's transient buffers move a single reading by tens of MiB).
+Suite `coldstart` starts, for each registered algorithm (or
+`--coldstart_algorithms`), one at a time, a fresh
+`python -m pipelines.train --rounds=1` on `--dataset` (mnist_cnn;
+FedGKT and split learning fedgkt_edge_resnet8 + fedgkt_server_resnet19;
+other flags at the pipeline's defaults) and reports:
+  * `coldstart_<name>_s`: process start to process end, or the error's last
+    line if the run failed;
+  * `coldstart_<name>_first_round_s`: process start to the release of round
+    1's metrics (the last round: evaluation included), the cold start whose
+    goal is `coldstart_goal_s` (30 s on two cores); `coldstart_over_goal`
+    lists the algorithms that missed it or failed;
+  * `coldstart_<name>_round1_wall_s`: round 1's own `wall_time_s` from
+    metrics.csv (tracing and evaluation, no start-up).
 Suite `hetero` (`--model` defaults to vgg16_eighth there) times
 `FederatedAlgorithm.next` on the same cohort and client datasets:
   * `fedavg_round_s`: FedAvg (TFF's builder with our measured parts);
@@ -57,6 +92,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -65,25 +101,54 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Before TensorFlow starts its threads, as the CLI entry points do (heap.py).
+from tff_hetero.runtime import heap  # noqa: E402
+
+heap.configure_process_heap()
 # Before absl parses flags (see pipelines/_cli.py).
 import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-_SUITE = flags.DEFINE_enum("suite", "base", ["base", "hetero", "sparse", "gkt"],
-                           "Benchmark suite.")
+_SUITE = flags.DEFINE_enum(
+    "suite", "base", ["base", "hetero", "sparse", "gkt", "coldstart"],
+    "Benchmark suite.")
 _GKT_ROUNDS = flags.DEFINE_integer("gkt_rounds", 50,
                                    "Rounds of the FedGKT memory run.")
 _GKT_SERVER = flags.DEFINE_string("gkt_server_model", "fedgkt_server_resnet19",
                                   "FedGKT server model (suite gkt).")
-_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (after 1 warm-up).")
+_ROUNDS = flags.DEFINE_integer(
+    "rounds", 5, "Timed rounds (after 1 warm-up), at least 5 unless --smoke.")
+_SMOKE = flags.DEFINE_bool(
+    "smoke", False, "Allow --rounds below 5 (to try this script out; such"
+    " medians are no result).")
+flags.register_validator(
+    "rounds", lambda n: n >= 1, message="--rounds must be at least 1")
+flags.register_multi_flags_validator(
+    ["rounds", "smoke"], lambda f: f["rounds"] >= 5 or f["smoke"],
+    message="--rounds below 5 needs --smoke")
+_COLDSTART_ALGORITHMS = flags.DEFINE_list(
+    "coldstart_algorithms", [],
+    "Algorithms of --suite=coldstart (default: every registered one).")
+_COLDSTART_TIMEOUT = flags.DEFINE_float(
+    "coldstart_timeout_s", 600.0,
+    "--suite=coldstart: seconds before a run is stopped (SIGTERM).")
 _RSS_ROUNDS = flags.DEFINE_integer("rss_rounds", 100,
                                    "Rounds of the memory-growth run.")
 _DATASET = flags.DEFINE_string("dataset", "mnist5k", "Data set.")
 _MODEL = flags.DEFINE_string(
-    "model", None, "Model (default mnist_cnn; vgg16_eighth for --suite=hetero).")
-_CLIENTS = flags.DEFINE_integer("num_clients", 20, "Clients in all.")
-_COHORT = flags.DEFINE_integer("clients_per_round", 10, "Cohort size.")
+    "model", None, "Model of suites hetero (default vgg16_eighth), sparse"
+    " (mnist_cnn) and gkt (fedgkt_edge_resnet8); base and coldstart choose"
+    " their own.")
+_CLIENTS = flags.DEFINE_integer(
+    "num_clients", 20, "Clients in all (coldstart: the pipeline's default"
+    " unless given).")
+_COHORT = flags.DEFINE_integer(
+    "clients_per_round", 10, "Cohort size (gkt: 4 unless given; coldstart:"
+    " the pipeline's default unless given).")
+
+
+CLIENT_LR = 0.05
 
 
 def _config(**overrides):
@@ -92,7 +157,7 @@ def _config(**overrides):
       algorithm="fedavg", dataset=_DATASET.value, model=_model(),
       partition="iid", num_clients=_CLIENTS.value,
       clients_per_round=_COHORT.value, local_epochs=1, batch_size=20,
-      client_lr=0.05, seed=0, checkpoint_every=10**6, progress=False)
+      client_lr=CLIENT_LR, seed=0, checkpoint_every=10**6, progress=False)
   settings.update(overrides)
   return ExperimentConfig(**settings)
 
@@ -131,9 +196,155 @@ def _rss_growth(rss: dict[int, int], prefix: str) -> collections.OrderedDict:
   ])
 
 
-def bench_base() -> collections.OrderedDict:
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+def _spread(results: collections.OrderedDict, key: str,
+            times) -> collections.OrderedDict:
+  """Sets `key` to the median of `times` (seconds), `key_min`, `key_max`."""
+  results[key] = round(float(statistics.median(times)), 4)
+  results[f"{key}_min"] = round(float(min(times)), 4)
+  results[f"{key}_max"] = round(float(max(times)), 4)
+  return results
+
+
+def _count_batches(dataset) -> int:
+  return sum(1 for _ in dataset)
+
+
+class _FloorClient(collections.namedtuple(
+    "_FloorClient", ["xs", "ys", "tail_x", "tail_y"])):
+  """One client's batches in memory: full batches stacked (xs [n, b, ...],
+  ys [n, b]) and the smaller last batch, if any, apart (else None)."""
+
+  @classmethod
+  def of(cls, dataset):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    batches = [(b["x"].numpy(), b["y"].numpy()) for b in dataset]
+    tail = None
+    if len(batches) > 1 and len(batches[-1][1]) != len(batches[0][1]):
+      batches, tail = batches[:-1], batches[-1]
+    if any(len(y) != len(batches[0][1]) for _, y in batches):
+      raise ValueError("only a client dataset's last batch may be smaller")
+    return cls(tf.constant(np.stack([x for x, _ in batches])),
+               tf.constant(np.stack([y for _, y in batches])),
+               None if tail is None else tf.constant(tail[0]),
+               None if tail is None else tf.constant(tail[1]))
+
+
+class _FloorTrainer:
+  """A model copy and one compiled function doing a client's local work.
+
+  `trainer(client)` sets the model to `initial` and runs plain SGD
+  (`v.assign_sub(lr * g)`, gradients of the mean sparse cross-entropy on
+  logits, as the TFF model's loss) over the client's stacked batches in a
+  `tf.range` loop (a `tf.while_loop` in the graph), then its last batch;
+  `steps` counts the SGD steps taken.
+  """
+
+  def __init__(self, model_fn, initial, lr: float):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    model = model_fn()
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    initial = [tf.constant(w) for w in initial]
+    trainable = model.trainable_variables
+    self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def step(x, y):
+      with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+      for v, g in zip(trainable, tape.gradient(loss, trainable)):
+        v.assign_sub(lr * g)
+      self.steps.assign_add(1)
+
+    @tf.function
+    def train(xs, ys, tail_x, tail_y):
+      for v, w in zip(model.variables, initial):
+        v.assign(w)
+      for i in tf.range(tf.shape(xs)[0]):
+        step(xs[i], ys[i])
+      if tail_x is not None:
+        step(tail_x, tail_y)
+      return self.steps.read_value()
+
+    self._train = train
+
+  def __call__(self, client: _FloorClient):
+    return self._train(*client)
+
+
+def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
+  """Seconds per round of the cohort's client work in plain TensorFlow.
+
+  Sequential: one `_FloorTrainer` runs the clients one after the other.
+  Parallel: one thread per core (at most one per client), each with its own
+  trainer (model copy, variables, compiled function) and a fixed share of
+  the clients (client i to thread i mod threads), so that the warm-up round
+  traces every function a timed round calls. Each variant is timed over
+  `timed` rounds after one warm-up round, and every round must take as many
+  SGD steps as the client datasets hold batches.
+  """
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  clients = [_FloorClient.of(d) for d in datasets]
+  batches = sum(_count_batches(d) for d in datasets)
+  initial = task.model_fn().get_weights()
+  threads = max(1, min(len(os.sched_getaffinity(0)), len(clients)))
+  trainers = [_FloorTrainer(task.model_fn, initial, lr)
+              for _ in range(threads)]
+  shares = [clients[k::threads] for k in range(threads)]
+
+  def sequential():
+    for client in clients:
+      trainers[0](client)
+
+  def work(k):
+    for client in shares[k]:
+      trainers[k](client)
+
+  def steps():
+    return sum(int(t.steps.numpy()) for t in trainers)
+
+  results = collections.OrderedDict(steps_per_round=batches,
+                                    floor_threads=threads)
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+
+    def parallel():
+      for future in [pool.submit(work, k) for k in range(threads)]:
+        future.result()
+
+    for name, round_fn in (("sequential", sequential),
+                           ("parallel", parallel)):
+      times = []
+      for round_num in range(timed + 1):
+        before = steps()
+        start = time.perf_counter()
+        round_fn()
+        elapsed = time.perf_counter() - start
+        if steps() - before != batches:
+          raise AssertionError(
+              f"floor ({name}) took {steps() - before} SGD steps in a round;"
+              f" the client datasets hold {batches} batches")
+        if round_num:  # Round 0 is warm-up (tracing).
+          times.append(elapsed)
+      _spread(results, f"floor_{name}_round_s", times)
+  best = min(("sequential", "parallel"),
+             key=lambda n: results[f"floor_{n}_round_s"])
+  results["floor_round_s"] = results[f"floor_{best}_round_s"]
+  results["floor_round_s_min"] = results[f"floor_{best}_round_s_min"]
+  results["floor_round_s_max"] = results[f"floor_{best}_round_s_max"]
+  results["floor_best"] = best
+  return results
+
+
+# The `base` suite's configurations: (model, local epochs, batch size).
+BASE_CONFIGS = collections.OrderedDict(
+    compute=("mnist_cnn_feddst", 5, 50),
+    overhead=("mnist_cnn", 1, 20),
+)
+
+
+def _bench_config(name: str, model: str, epochs: int, batch: int,
+                  root: str) -> collections.OrderedDict:
+  """Ours, TFF and the floor on one `BASE_CONFIGS` entry (see the module
+  docstring); keys without the configuration's prefix."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
@@ -141,82 +352,84 @@ def bench_base() -> collections.OrderedDict:
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   timed = _ROUNDS.value
+  shape = dict(model=model, local_epochs=epochs, batch_size=batch)
+  lr = CLIENT_LR
   results = collections.OrderedDict()
-  with tempfile.TemporaryDirectory() as root:
-    # Ours: the whole program, rounds timed from its own history.
-    config = _config(rounds=timed + 1, eval_every=10**6, root_output_dir=root,
-                     experiment_name="ours")
-    result = loop.run_experiment(config)
-    times = np.diff([0.0] + [r["wall_time_s"] for r in result.report["history"]])
-    # Round 1 is warm-up; the last round also evaluates.
-    results["ours_fedavg_round_s"] = float(statistics.median(times[1:-1]))
 
-    experiment = loop.build_experiment(_config(rounds=1))
-    fed = experiment.federated_data
-    cohort = list(fed.client_ids)[:_COHORT.value]
-    datasets = [data_lib.make_client_dataset(
-        fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i)
-                for i, cid in enumerate(cohort)]
-    task = experiment.task
+  # Ours: the whole program, rounds timed from its own history. Round 1 is
+  # warm-up; the last round also evaluates (and checkpoints) and is dropped.
+  result = loop.run_experiment(_config(
+      rounds=timed + 2, eval_every=10**6, root_output_dir=root,
+      experiment_name=name, **shape))
+  history = result.report["history"]
+  walls = [0.0] + [r["wall_time_s"] for r in history]
+  times = [b - a for a, b in zip(walls, walls[1:])][1:-1]
+  if len(times) != timed or any(
+      r["clients"] != _COHORT.value for r in history[1:-1]):
+    raise AssertionError(f"{name}: the program's timed rounds did not each"
+                         f" train {_COHORT.value} clients")
+  _spread(results, "ours_round_s", times)
 
-    # TFF's builder, driven directly.
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-        task.tff_model_fn(),
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05))
-    with runtime.local_execution():
-      state = process.initialize()
-      state = process.next(state, datasets).state  # Warm-up.
-      times = []
-      for _ in range(timed):
-        start = time.perf_counter()
-        state = process.next(state, datasets).state
-        times.append(time.perf_counter() - start)
-    results["tff_fedavg_round_s"] = float(statistics.median(times))
+  experiment = loop.build_experiment(_config(rounds=1, **shape))
+  fed, task = experiment.federated_data, experiment.task
+  cohort = list(fed.client_ids)[:_COHORT.value]
+  datasets = [data_lib.make_client_dataset(
+      fed.client_train(cid), batch_size=batch, local_epochs=epochs,
+      shuffle_seed=i) for i, cid in enumerate(cohort)]
 
-    # Plain Keras/TF: the same client work in one process.
-    model = task.model_fn()
-    initial = [w.copy() for w in model.get_weights()]
-    optimizer = tf.keras.optimizers.SGD(0.05)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def train(dataset):
-      for batch in dataset:
-        with tf.GradientTape() as tape:
-          loss = loss_fn(batch["y"], model(batch["x"], training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-
-    def keras_round():
-      for dataset in datasets:
-        model.set_weights(initial)
-        train(dataset)
-
-    keras_round()  # Warm-up (tracing).
+  # TFF's builder, driven directly on the same runtime.
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      task.tff_model_fn(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr))
+  with runtime.local_execution():
+    state = process.initialize()
+    state = process.next(state, datasets).state  # Warm-up.
     times = []
     for _ in range(timed):
       start = time.perf_counter()
-      keras_round()
+      state = process.next(state, datasets).state
       times.append(time.perf_counter() - start)
-    results["keras_floor_round_s"] = float(statistics.median(times))
+  _spread(results, "tff_round_s", times)
 
-    # Memory growth over a long run of our pipeline.
+  results.update(_floor(task, datasets, lr, timed))
+  floor = results["floor_round_s"]
+  results["ours_over_floor"] = round(results["ours_round_s"] / floor, 3)
+  results["tff_over_floor"] = round(results["tff_round_s"] / floor, 3)
+  results["ours_over_tff"] = round(
+      results["ours_round_s"] / results["tff_round_s"], 3)
+  sizes = sorted({len(fed.client_train(c)) for c in fed.client_ids})
+  results["setup"] = (
+      f"{_DATASET.value}/{model}, {_CLIENTS.value} iid clients of"
+      f" {'/'.join(map(str, sizes))} examples, cohort {_COHORT.value},"
+      f" batch {batch}, {epochs} epoch(s), SGD {lr}, median/min/max of"
+      f" {timed} rounds after 1 warm-up")
+  return results
+
+
+def bench_base() -> collections.OrderedDict:
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  results = collections.OrderedDict()
+  with tempfile.TemporaryDirectory() as root:
+    for name, (model, epochs, batch) in BASE_CONFIGS.items():
+      for key, value in _bench_config(name, model, epochs, batch,
+                                      root).items():
+        results[f"{name}_{key}"] = value
+
+    # Memory growth over a long run of our pipeline (overhead configuration).
     rss = {}
 
     def record(round_num, row):
       del row
       rss[round_num] = _rss_bytes()
 
+    model, epochs, batch = BASE_CONFIGS["overhead"]
     rss_rounds = max(_RSS_ROUNDS.value, 20)
     loop.run_experiment(
         _config(rounds=rss_rounds, eval_every=10, root_output_dir=root,
-                experiment_name="rss"), on_round=record)
+                experiment_name="rss", model=model, local_epochs=epochs,
+                batch_size=batch), on_round=record)
     results.update(_rss_growth(rss, "rss"))
-  results["overhead_vs_tff"] = round(
-      results["ours_fedavg_round_s"] / results["tff_fedavg_round_s"], 3)
-  results["setup"] = (f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
-                      f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
-                      f" median of {timed} rounds")
   return results
 
 
@@ -454,8 +667,110 @@ def bench_gkt() -> collections.OrderedDict:
   return results
 
 
+# `--suite=coldstart`: models of the algorithms that cannot train the default.
+_GKT_MODELS = ("--model=fedgkt_edge_resnet8",
+               "--gkt_server_model=fedgkt_server_resnet19")
+_COLDSTART_FLAGS = {"fedgkt": _GKT_MODELS, "split_learning": _GKT_MODELS}
+_COLDSTART_MODEL = "--model=mnist_cnn"
+# If the registry cannot be imported (its names as of this script).
+_REGISTERED = ("fedavg", "fedprox", "fedadam", "adaptivefl", "heterofl",
+               "all_large", "decoupled", "fedsgc", "feddst", "prunefl",
+               "grasp", "fedgkt", "split_learning")
+COLDSTART_GOAL_S = 30.0
+
+
+def _registered_algorithms() -> list[str]:
+  try:
+    from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return list(_REGISTERED)
+  return list(registry.ALGORITHMS)
+
+
+def _last_line(*texts: str) -> str:
+  for text in texts:
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    if lines:
+      return lines[-1]
+  return ""
+
+
+def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
+  """One round of `name` in a fresh `python -m pipelines.train` process."""
+  import csv  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import testing as proc_testing  # pylint: disable=g-import-not-at-top
+
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  command = [sys.executable, "-m", "pipelines.train", f"--algorithm={name}",
+             f"--dataset={_DATASET.value}", "--rounds=1", "--noprogress",
+             f"--root_output_dir={root}", f"--experiment_name={name}",
+             *_COLDSTART_FLAGS.get(name, (_COLDSTART_MODEL,))]
+  for flag in (_CLIENTS, _COHORT):
+    if flag.present:
+      command.append(f"--{flag.name}={flag.value}")
+  tag, env = proc_testing.tagged_env()
+  results = collections.OrderedDict()
+  started = time.time()
+  start = time.perf_counter()
+  proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    out, err = proc.communicate(timeout=_COLDSTART_TIMEOUT.value)
+    failure = None if proc.returncode == 0 else (
+        f"error (exit {proc.returncode}): {_last_line(err, out)}")
+  except subprocess.TimeoutExpired:
+    proc.terminate()  # SIGTERM: the pipeline stops its worker and exits.
+    out, err = proc.communicate(timeout=120)
+    failure = (f"timeout after {_COLDSTART_TIMEOUT.value:g} s:"
+               f" {_last_line(err, out)}")
+  elapsed = time.perf_counter() - start
+  leftover = [w.pid for w in proc_testing.worker_processes(tag=tag)]
+  leftover = proc_testing.wait_until_gone(leftover, timeout_s=10)
+  if leftover:  # The run's own workers, orphaned: recorded, then stopped.
+    results[f"coldstart_{name}_workers_left"] = len(leftover)
+    for pid in leftover:
+      os.kill(pid, signal.SIGTERM)
+  if failure is not None:
+    results[f"coldstart_{name}_s"] = failure
+    return results
+  results[f"coldstart_{name}_s"] = round(elapsed, 2)
+  metrics = os.path.join(root, name, "metrics.csv")
+  # metrics.csv is last written when round 1's row is released.
+  results[f"coldstart_{name}_first_round_s"] = round(
+      os.stat(metrics).st_mtime - started, 2)
+  with open(metrics, newline="") as f:
+    first = next(csv.DictReader(f))
+  results[f"coldstart_{name}_round1_wall_s"] = float(first["wall_time_s"])
+  return results
+
+
+def bench_coldstart() -> collections.OrderedDict:
+  names = _COLDSTART_ALGORITHMS.value or _registered_algorithms()
+  results = collections.OrderedDict()
+  slow = []
+  with tempfile.TemporaryDirectory() as root:
+    for name in names:
+      results.update(_coldstart_run(name, root))
+      first = results.get(f"coldstart_{name}_first_round_s")
+      if first is None or first >= COLDSTART_GOAL_S:
+        slow.append(name)
+  results["coldstart_goal_s"] = COLDSTART_GOAL_S
+  results["coldstart_over_goal"] = slow
+  cohort = ", ".join(
+      f"--{f.name}={f.value}" if f.present else f"the pipeline's {f.name}"
+      for f in (_CLIENTS, _COHORT))
+  results["setup"] = (
+      f"python -m pipelines.train --rounds=1 on {_DATASET.value}, {cohort},"
+      f" {_COLDSTART_MODEL[2:]} ({' '.join(_GKT_MODELS)} for"
+      f" {', '.join(sorted(_COLDSTART_FLAGS))}), other flags at their"
+      " defaults; one fresh process per algorithm, run one at a time")
+  return results
+
+
 SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero,
-                                 sparse=bench_sparse, gkt=bench_gkt)
+                                 sparse=bench_sparse, gkt=bench_gkt,
+                                 coldstart=bench_coldstart)
 
 
 def main(argv):
@@ -463,6 +778,8 @@ def main(argv):
   from absl import logging  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)
   results = SUITES[_SUITE.value]()
+  if _SMOKE.value:
+    results["smoke"] = True  # Too few rounds to be a result.
   for key, value in results.items():
     print(f"{key}: {value}")
   print(json.dumps(results), flush=True)

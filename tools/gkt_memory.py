@@ -18,6 +18,11 @@ import tempfile
 
 import psutil
 
+from tff_hetero.runtime import heap
+
+# Before TensorFlow starts its threads, as the CLI entry points do (heap.py).
+heap.configure_process_heap()
+
 
 def main() -> None:
   from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top

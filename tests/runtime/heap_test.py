@@ -1,5 +1,6 @@
 """heap: the fixed mmap threshold returns freed tensors' memory to the system,
-in this process (`mallopt`) and in the TFF workers we start (environment)."""
+and the arena limit caps the threads' heaps, in this process (`mallopt`) and
+in the TFF workers we start (environment)."""
 
 import os
 import subprocess
@@ -55,7 +56,9 @@ def test_fixed_threshold_returns_freed_blocks():
 
 def test_worker_environment_sets_the_threshold_and_keeps_a_users_value():
   assert heap.worker_environment({})[heap.ENVIRONMENT_VARIABLE] == "131072"
-  mine = {heap.ENVIRONMENT_VARIABLE: "65536", "PATH": "/bin"}
+  assert heap.worker_environment({})[heap.ARENA_ENVIRONMENT_VARIABLE] == "2"
+  mine = {heap.ENVIRONMENT_VARIABLE: "65536",
+          heap.ARENA_ENVIRONMENT_VARIABLE: "4", "PATH": "/bin"}
   assert heap.worker_environment(mine) == mine
 
 
@@ -70,3 +73,44 @@ def test_workers_start_with_the_threshold(tmp_path):
   finally:
     worker.stop()
   assert b"MALLOC_MMAP_THRESHOLD_=131072" in env
+  assert b"MALLOC_ARENA_MAX=2" in env
+
+
+# Eight threads that each hold a block: by default glibc gives each new
+# thread an arena of its own (up to 8 per core), with the limit at most
+# `ARENA_MAX` of them in all. `malloc_info` lists one <heap> per arena.
+_ARENAS = textwrap.dedent("""
+    import ctypes, re, sys, threading
+    from tff_hetero.runtime import heap
+    if sys.argv[1] == "configured":
+      assert heap.configure_process_heap()
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    ready, done = threading.Barrier(9), threading.Event()
+    def hold():
+      libc.malloc(1 << 10)
+      ready.wait()
+      done.wait()
+    threads = [threading.Thread(target=hold) for _ in range(8)]
+    for t in threads:
+      t.start()
+    ready.wait()
+    libc.open_memstream.restype = ctypes.c_void_p
+    buf, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    libc.malloc_info(0, ctypes.c_void_p(stream))
+    libc.fclose(ctypes.c_void_p(stream))
+    print(len(re.findall(rb"<heap nr=", buf.value)))
+    done.set()
+""")
+
+
+def _arenas(mode):
+  out = subprocess.run([sys.executable, "-c", _ARENAS, mode], cwd=REPO,
+                       capture_output=True, text=True, check=True)
+  return int(out.stdout)
+
+
+def test_arena_limit_caps_the_threads_arenas():
+  assert _arenas("default") > heap.ARENA_MAX
+  assert _arenas("configured") <= heap.ARENA_MAX
