@@ -65,7 +65,10 @@ Modes (`mode`):
   uploads arrive when; the server trains on each arrival alone, in arrival
   order, and answers that client at once; the client starts its next job
   with those logits (the newest it has). A program round is the next
-  arrivals (at most K, ending before a client's second arrival).
+  arrivals (at most K, ending before a client's second arrival); the
+  client computation always gets K clients, the arrivals padded with
+  clients that have no data and whose results are dropped, since the TFF
+  worker keeps an executor stack per cohort size (`cohort_positions`).
   `attach(population, client_sizes)` gives the simulation its devices.
   Two readings of the paper's one sentence: the server trains E_s epochs on
   each single arrival's features (not on a buffer of several clients'), and
