@@ -13,8 +13,8 @@ from absl import flags
 # unknown batch dimension (seen with TF 2.14 + absl). Its C++ start-up chatter
 # is silenced first, so that errors stay one line.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# glibc's arena limit holds only if set before any thread needs an arena
-# (tff_hetero/runtime/heap.py): before TensorFlow starts its thread pools.
+# glibc keeps the arenas made before its limit is set
+# (tff_hetero/runtime/heap.py): set it before TensorFlow's thread pools run.
 from tff_hetero.runtime import heap  # pylint: disable=g-bad-import-order
 
 heap.configure_process_heap()

@@ -721,7 +721,11 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
         f"error (exit {proc.returncode}): {_last_line(err, out)}")
   except subprocess.TimeoutExpired:
     proc.terminate()  # SIGTERM: the pipeline stops its worker and exits.
-    out, err = proc.communicate(timeout=120)
+    try:
+      out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+      proc.kill()  # Its worker, if any, is found below by its tag.
+      out, err = proc.communicate()
     failure = (f"timeout after {_COLDSTART_TIMEOUT.value:g} s:"
                f" {_last_line(err, out)}")
   elapsed = time.perf_counter() - start
@@ -730,12 +734,18 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
   if leftover:  # The run's own workers, orphaned: recorded, then stopped.
     results[f"coldstart_{name}_workers_left"] = len(leftover)
     for pid in leftover:
-      os.kill(pid, signal.SIGTERM)
+      try:
+        os.kill(pid, signal.SIGTERM)
+      except ProcessLookupError:
+        pass
   if failure is not None:
     results[f"coldstart_{name}_s"] = failure
     return results
   results[f"coldstart_{name}_s"] = round(elapsed, 2)
   metrics = os.path.join(root, name, "metrics.csv")
+  if not os.path.exists(metrics):
+    results[f"coldstart_{name}_s"] = "error: the run wrote no metrics.csv"
+    return results
   # metrics.csv is last written when round 1's row is released.
   results[f"coldstart_{name}_first_round_s"] = round(
       os.stat(metrics).st_mtime - started, 2)

@@ -404,6 +404,13 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   # Every round sends K = 3 clients to the worker (the arrivals, then
   # padding that trains on nothing): one executor stack on the worker.
   assert _COHORT_SIZES["async"] == [(3, 3, 3)] * 4
+  # The padding leaves no trace: traffic, client states and the loss are
+  # the arrivals' only.
+  for plan, output in outputs:
+    arrivals = [a.client_id for a in plan]
+    assert [t.client_id for t in output.traffic] == arrivals
+    assert list(output.client_states) == arrivals
+    assert np.isfinite(output.metrics["loss"])
   assert [[a.payload[0].finish / d for a in plan] for plan, _ in outputs] == [
       [1], [2], [3, 4, 4], [4]]
   # One server update per arrival, each answered by the model after it.

@@ -43,10 +43,19 @@ _FRAGMENT = textwrap.dedent("""
 """)
 
 
+def _run(script, mode, **extra_env):
+  """`script` in a fresh interpreter whose environment sets no malloc
+  tunable but `extra_env` (a user's setting wins over the configured one)."""
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+  env.update(extra_env)
+  return subprocess.run([sys.executable, "-c", script, mode], cwd=REPO,
+                        env=env, capture_output=True, text=True, check=True,
+                        timeout=120).stdout
+
+
 def _retained_mib(mode):
-  out = subprocess.run([sys.executable, "-c", _FRAGMENT, mode], cwd=REPO,
-                       capture_output=True, text=True, check=True)
-  return float(out.stdout)
+  return float(_run(_FRAGMENT, mode))
 
 
 def test_fixed_threshold_returns_freed_blocks():
@@ -86,11 +95,11 @@ _ARENAS = textwrap.dedent("""
       assert heap.configure_process_heap()
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
-    ready, done = threading.Barrier(9), threading.Event()
+    ready, done = threading.Barrier(9, timeout=60), threading.Event()
     def hold():
       libc.malloc(1 << 10)
       ready.wait()
-      done.wait()
+      done.wait(60)
     threads = [threading.Thread(target=hold) for _ in range(8)]
     for t in threads:
       t.start()
@@ -105,12 +114,24 @@ _ARENAS = textwrap.dedent("""
 """)
 
 
-def _arenas(mode):
-  out = subprocess.run([sys.executable, "-c", _ARENAS, mode], cwd=REPO,
-                       capture_output=True, text=True, check=True)
-  return int(out.stdout)
+def _arenas(mode, **extra_env):
+  return int(_run(_ARENAS, mode, **extra_env))
 
 
 def test_arena_limit_caps_the_threads_arenas():
   assert _arenas("default") > heap.ARENA_MAX
   assert _arenas("configured") <= heap.ARENA_MAX
+
+
+def test_a_users_environment_setting_wins_in_this_process():
+  # glibc reads MALLOC_ARENA_MAX at start-up; configuring keeps it.
+  assert _arenas("configured", MALLOC_ARENA_MAX="8") > heap.ARENA_MAX
+
+
+def test_the_cli_sets_the_heap_before_tensorflow_is_imported():
+  script = textwrap.dedent("""
+      import sys
+      from tff_hetero.runtime import heap
+      print("tensorflow" in sys.modules)
+  """)
+  assert _run(script, "-").strip() == "False"

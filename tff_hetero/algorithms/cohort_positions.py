@@ -19,11 +19,12 @@ SERVER-placed results (sums, means) do not depend on the order.
 
 A round whose cohort size varies from call to call (FedGKT's asynchronous
 arrivals) pads it to one fixed size with clients that train on nothing
-(`padded`), and keeps the first n results (`cohort_order(..)[:n]`): the TFF
-worker builds and keeps one executor stack per CLIENTS cardinality it is
-sent, each with its own copy of the computations' kernels (measured with
-FedGKT's ResNet-8 edge client: the worker at ~430 MiB after 60 calls of
-cardinality 4, ~1,100-1,280 MiB after 60 calls cycling through 1..6).
+(`padded`), and keeps the results of cohort positions 0..n-1
+(`cohort_order(..)[:n]`): the TFF worker builds and keeps one executor
+stack per CLIENTS cardinality it is sent, each with its own copy of the
+computations' kernels (measured by calling FedGKT's client computation
+with its ResNet-8 edge model: the worker at ~430 MiB after 60 calls of 4
+clients, ~1,100-1,280 MiB after 60 calls cycling through 1..6 clients).
 """
 
 from __future__ import annotations

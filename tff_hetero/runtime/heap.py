@@ -25,14 +25,14 @@ memory, rounds 10 -> 45, on a machine busy with other runs, commit 14c0f69):
 851 -> 1,042 / 505 -> 596 MiB by default, 802 -> 818 / 445 -> 499 MiB with
 `MALLOC_ARENA_MAX=2` in the environment of both.
 
-`configure_process_heap` sets both in the running process (`mallopt`);
-glibc fixes its arena limit when a thread first needs an arena beyond the
-main one, so the limit holds only if this runs before the process starts
-threads: the command-line entry points call it before importing
-TensorFlow, and the execution contexts call it again (the threshold then
-still applies). `worker_environment` carries both to a child through
-`MALLOC_MMAP_THRESHOLD_` and `MALLOC_ARENA_MAX`, which glibc reads at
-start-up. Both do nothing where the C library is not glibc.
+`configure_process_heap` sets both in the running process (`mallopt`),
+except a setting the environment already gives (`MALLOC_MMAP_THRESHOLD_`,
+`MALLOC_ARENA_MAX`, read by glibc at start-up: the user's setting wins).
+Arenas created before the limit is set are kept, so the command-line entry
+points call it before importing TensorFlow, whose thread pools allocate;
+the execution contexts call it again for library users. `worker_environment`
+carries both to a child through the same variables. Both do nothing where
+the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -73,8 +73,13 @@ def configure_process_heap() -> bool:
   libc = _glibc()
   if libc is None:
     return False
-  return (bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and
-          bool(libc.mallopt(_M_ARENA_MAX, ARENA_MAX)))
+  done = True
+  for variable, parameter, value in (
+      (ENVIRONMENT_VARIABLE, _M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
+      (ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, ARENA_MAX)):
+    if variable not in os.environ:
+      done = bool(libc.mallopt(parameter, value)) and done
+  return done
 
 
 def worker_environment(base: Optional[Mapping[str, str]] = None
