@@ -128,7 +128,8 @@ def test_a_users_environment_setting_wins_in_this_process():
   assert _arenas("configured", MALLOC_ARENA_MAX="8") > heap.ARENA_MAX
 
 
-def test_the_cli_sets_the_heap_before_tensorflow_is_imported():
+def test_importing_heap_does_not_import_tensorflow():
+  # The CLI entry points configure the heap before TensorFlow starts threads.
   script = textwrap.dedent("""
       import sys
       from tff_hetero.runtime import heap
