@@ -53,6 +53,17 @@ _PROX_MU = flags.DEFINE_float(
     "Proximal strength (FedProx: default 0.01; FedDST/FedSGC: default 0).")
 _ADAM_EPS = flags.DEFINE_float("server_adam_epsilon", 1e-3,
                                "FedAdam server epsilon (tau).")
+flags.DEFINE_string(
+    "aggregator", "mean",
+    "Model aggregator (FedAvg, FedProx, FedAdam): mean (example-weighted),"
+    " clip (each update clipped to --clip_norm, then the mean), dp (DP-FedAvg"
+    " Gaussian sum: clipped to --clip_norm, noise --noise_multiplier x"
+    " --clip_norm, clients weighted uniformly; no epsilon is reported).")
+flags.DEFINE_float(
+    "clip_norm", None, "L2 bound of each client update (--aggregator=clip|dp).")
+flags.DEFINE_float(
+    "noise_multiplier", None,
+    "Gaussian noise std over --clip_norm (--aggregator=dp), >= 0.")
 _SEED = flags.DEFINE_integer(
     "seed", 0, "Seed of model init, partition, tiers, sampling and shuffles.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate every N rounds.")

@@ -1,8 +1,59 @@
-"""tff-hetero: TensorFlow Federated algorithms for federated learning across heterogeneous devices."""
+"""tff-hetero: TensorFlow Federated algorithms for federated learning across
+heterogeneous devices.
 
-import os as _os
+The public API, importable from here (each name loads its module, and with it
+TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
 
-# TensorFlow's C++ start-up chatter hides the one-line errors our pipelines print.
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+* Builders in TFF's form, taking a no-arg Keras factory, the spec of one batch
+  of client data, TFF optimizers and `tff.aggregators` factories, and
+  returning measured `tff.learning.templates.LearningProcess`es:
+  `build_fedavg_process`, `build_fedprox_process`, `build_fedadam_process`.
+* `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
+  factories with their client weighting.
+* Execution: `local_execution`, `remote_execution` (context managers on TFF
+  workers this process owns).
+* The training program: `ExperimentConfig`, `run_experiment`.
+* Errors: `HeteroError` and its family (`tff_hetero.errors`).
+
+Subpackages keep their own `__all__` (`tff_hetero.models`, `.data`,
+`.devices`, `.submodels`, `.aggregators`, `.accounting`, `.algorithms`,
+`.runtime`, `.program`).
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+# Public name -> the module defining it.
+_EXPORTS = {
+    "build_fedavg_process": "tff_hetero.algorithms.fedavg",
+    "build_fedprox_process": "tff_hetero.algorithms.fedprox",
+    "build_fedadam_process": "tff_hetero.algorithms.fedadam",
+    "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
+    "local_execution": "tff_hetero.runtime.contexts",
+    "remote_execution": "tff_hetero.runtime.contexts",
+    "ExperimentConfig": "tff_hetero.program.config",
+    "run_experiment": "tff_hetero.program.loop",
+    "HeteroError": "tff_hetero.errors",
+    "UsageError": "tff_hetero.errors",
+    "DataError": "tff_hetero.errors",
+    "DeviceError": "tff_hetero.errors",
+    "ModelError": "tff_hetero.errors",
+    "DivergenceError": "tff_hetero.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+  if name not in _EXPORTS:
+    raise AttributeError(f"module 'tff_hetero' has no attribute {name!r}")
+  value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

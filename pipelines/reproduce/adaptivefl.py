@@ -91,6 +91,13 @@ import os
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
+from tff_hetero import data as data_lib
+from tff_hetero import models
+from tff_hetero.algorithms import adaptivefl
+from tff_hetero.algorithms import adaptivefl_simulation as simulation
+from tff_hetero.errors import UsageError
+from tff_hetero.program import loop
+from tff_hetero.submodels import pools
 
 PARTS = ("2", "3", "4", "5", "sim")
 DEFAULT_SEEDS = (0, 1, 2)
@@ -169,7 +176,6 @@ def _variant_name(selection: str) -> str:
 
 
 def _start_indices(base) -> list[int]:
-  from tff_hetero import models  # pylint: disable=g-import-not-at-top
   if base.pool_start_indices:
     return [int(i) for i in base.pool_start_indices.split(":")]
   return list(models.MODELS[base.model].default_start_indices)
@@ -183,11 +189,6 @@ def population_capacities(base) -> str:
   """
   if base.tier_capacities:
     return base.tier_capacities
-  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero import models  # pylint: disable=g-import-not-at-top
-  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   tiers = [t.strip() for t in base.tiers.split(",")]
   if tiers != list(CAPACITY_OF_LEVEL):
     raise UsageError("--tier_capacities",
@@ -207,7 +208,6 @@ def population_capacities(base) -> str:
 
 def plan_runs(base, parts, seeds=DEFAULT_SEEDS) -> list[_common.Run]:
   """Every training run the parts need, each once, seed by seed."""
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   plan = _common.RunPlan(base)
   first = seeds[0]
 
@@ -277,9 +277,6 @@ def _pct(values) -> str:
 
 def simulate(seeds) -> collections.OrderedDict:
   """The `sim` part: waste per selection and seed (module docstring)."""
-  from tff_hetero import models  # pylint: disable=g-import-not-at-top
-  from tff_hetero.algorithms import adaptivefl_simulation as simulation  # pylint: disable=g-import-not-at-top
-  from tff_hetero.submodels import pools  # pylint: disable=g-import-not-at-top
   pool = pools.adaptivefl_pool(models.width_units("vgg16", (32, 32, 3), 10),
                                0.66, 0.4, (8, 6, 4))
   out = collections.OrderedDict()

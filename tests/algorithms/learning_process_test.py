@@ -8,6 +8,8 @@ what each client received and sent, computed here by hand.
 
 import collections
 
+import attrs
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -52,7 +54,11 @@ def _clients():
 
 
 def test_fedavg_process_signature():
-  process = fedavg.build_fedavg_process(_TASK, client_lr=0.1)
+  process = fedavg.build_fedavg_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   assert isinstance(process, tff.learning.templates.LearningProcess)
   metrics = process.next.type_signature.result.metrics.member
   assert str(metrics.distributor) == "<bytes_down=int64,clients=int64>"
@@ -62,21 +68,27 @@ def test_fedavg_process_signature():
 
 def test_measured_fedavg_equals_tff_fedavg(tff_context):
   del tff_context
-  ours = fedavg.build_fedavg_process(_TASK, client_lr=0.1)
+  ours = fedavg.build_fedavg_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   reference = tff.learning.algorithms.build_weighted_fed_avg(
-      _TASK.tff_model_fn(),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+    _TASK.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   ours_state = ours.next(ours.initialize(), _datasets()).state
   ref_state = reference.next(reference.initialize(), _datasets()).state
-  for a, b in zip(ours.get_model_weights(ours_state).trainable,
-                  reference.get_model_weights(ref_state).trainable):
+  for a, b in zip(
+    ours.get_model_weights(ours_state).trainable,
+    reference.get_model_weights(ref_state).trainable,
+  ):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
 def test_round_reports_measured_traffic_per_client(tff_context):
   del tff_context
-  config = ExperimentConfig(client_lr=0.1, client_momentum=0.0,
-                            server_lr=1.0)
+  config = ExperimentConfig(client_lr=0.1, client_momentum=0.0, server_lr=1.0)
   algorithm = fedavg.build_fedavg(config, _TASK)
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   assert [t.client_id for t in output.traffic] == ["c0", "c1"]
@@ -93,36 +105,61 @@ def test_round_reports_measured_traffic_per_client(tff_context):
 
 def test_fedprox_with_zero_mu_equals_fedavg(tff_context):
   del tff_context
-  prox = fedprox.build_fedprox_process(_TASK, client_lr=0.1, server_lr=1.0,
-                                       prox_mu=0.0)
-  avg = fedavg.build_fedavg_process(_TASK, client_lr=0.1)
+  prox = fedprox.build_fedprox_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    prox_mu=0.0,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
+  avg = fedavg.build_fedavg_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   prox_state = prox.next(prox.initialize(), _datasets()).state
   avg_state = avg.next(avg.initialize(), _datasets()).state
-  for a, b in zip(prox.get_model_weights(prox_state).trainable,
-                  avg.get_model_weights(avg_state).trainable):
+  for a, b in zip(
+    prox.get_model_weights(prox_state).trainable,
+    avg.get_model_weights(avg_state).trainable,
+  ):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
 def test_fedprox_pulls_towards_global_model(tff_context):
   del tff_context
-  initial = fedavg.build_fedavg_process(_TASK, client_lr=0.1)
+  initial = fedavg.build_fedavg_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   start = initial.get_model_weights(initial.initialize()).trainable
   distances = []
   for mu in (0.0, 2.0):  # client_lr * mu < 1: the pull does not overshoot.
-    process = fedprox.build_fedprox_process(_TASK, client_lr=0.1,
-                                            server_lr=1.0, prox_mu=mu)
+    process = fedprox.build_fedprox_process(
+      _TASK.model_fn,
+      input_spec=_TASK.element_spec,
+      prox_mu=mu,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
     # Ten local epochs: long enough for the proximal pull to act.
     datasets = [d.repeat(10) for d in _datasets()]
     state = process.next(process.initialize(), datasets).state
     end = process.get_model_weights(state).trainable
-    distances.append(sum(np.sum((a - b)**2) for a, b in zip(end, start)))
+    distances.append(sum(np.sum((a - b) ** 2) for a, b in zip(end, start)))
   assert distances[1] < distances[0]
 
 
 def test_fedadam_state_holds_adam_moments_and_moves_weights(tff_context):
   del tff_context
-  process = fedadam.build_fedadam_process(_TASK, client_lr=0.1, server_lr=0.01,
-                                         epsilon=1e-8)
+  process = fedadam.build_fedadam_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_learning_rate=0.01,
+    epsilon=1e-8,
+  )
   state = process.initialize()
   before = process.get_model_weights(state).trainable
   state = process.next(state, _datasets()).state
@@ -136,20 +173,25 @@ def test_fedadam_state_holds_adam_moments_and_moves_weights(tff_context):
 def _bn_keras_model():
   inputs = tf.keras.Input((3,))
   x = tf.keras.layers.Dense(
-      2, use_bias=False, name="fc",
-      kernel_initializer=tf.keras.initializers.Constant(
-          [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))(inputs)
+    2,
+    use_bias=False,
+    name="fc",
+    kernel_initializer=tf.keras.initializers.Constant(
+      [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+    ),
+  )(inputs)
   x = tf.keras.layers.BatchNormalization(name="bn")(x)
   return tf.keras.Model(inputs, tf.keras.layers.Dense(4, name="logits")(x))
 
 
 def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   del tff_context
-  task = api.Task("tiny_bn", _bn_keras_model, (3,), 4, _SPEC,
-                  training_flops_per_example=1)
+  task = api.Task(
+    "tiny_bn", _bn_keras_model, (3,), 4, _SPEC, training_flops_per_example=1
+  )
   algorithm = fedavg.build_fedavg(
-      ExperimentConfig(client_lr=0.0, client_momentum=0.0, server_lr=1.0),
-      task)
+    ExperimentConfig(client_lr=0.0, client_momentum=0.0, server_lr=1.0), task
+  )
   state = algorithm.initialize()
   # TFF's FedAvg leaves the moving statistics at their initial values.
   raw = algorithm.model_weights(state)
@@ -159,15 +201,49 @@ def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   np.testing.assert_array_equal(raw.non_trainable[mean_at], [0, 0])
   # Client A: one batch, x[:, :2] = (1, 2), (3, 4); client B: (5, 6). The
   # fc layer passes the first two features through (lr 0: unchanged).
-  data = api.ClientDatasets([
-      tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+  data = api.ClientDatasets(
+    [
+      tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(
           x=np.asarray(rows, np.float32), y=np.zeros([len(rows)], np.int32)
-      )).batch(2) for rows in ([[1, 2, 9], [3, 4, 9]], [[5, 6, 9]])])
+        )
+      ).batch(2)
+      for rows in ([[1, 2, 9], [3, 4, 9]], [[5, 6, 9]])
+    ]
+  )
   (evaluated,) = algorithm.evaluation_models(state, data).values()
-  np.testing.assert_allclose(evaluated.weights.non_trainable[mean_at], [3, 4],
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    evaluated.weights.non_trainable[mean_at], [3, 4], atol=1e-6
+  )
   for a, b in zip(evaluated.weights.trainable, raw.trainable):
     np.testing.assert_array_equal(a, b)
   # Without client data (or without BN) the weights are the process's.
   (plain,) = algorithm.evaluation_models(state).values()
   np.testing.assert_array_equal(plain.weights.non_trainable[mean_at], [0, 0])
+
+
+def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
+  del tff_context
+  # --aggregator=dp with a bound no update reaches and no noise: the sum of
+  # the updates over --clients_per_round, i.e. TFF's unweighted FedAvg.
+  config = ExperimentConfig(client_lr=0.1, clients_per_round=2,
+                            aggregator="dp", clip_norm=1e6,
+                            noise_multiplier=0.0)
+  algorithm = fedavg.build_fedavg(config, _TASK)
+  output = algorithm.next(algorithm.initialize(), 1, _clients())
+  reference = tff.learning.algorithms.build_unweighted_fed_avg(
+      _TASK.tff_model_fn(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+  ref_state = reference.next(reference.initialize(), _datasets()).state
+  for a, b in zip(algorithm.model_weights(output.state).trainable,
+                  reference.get_model_weights(ref_state).trainable):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  # The example-weighted mean (clients of 5 and 3 examples) differs.
+  weighted = fedavg.build_fedavg(attrs.evolve(config, aggregator="mean",
+                                              clip_norm=None,
+                                              noise_multiplier=None), _TASK)
+  weighted_state = weighted.next(weighted.initialize(), 1, _clients()).state
+  assert any(
+      np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-4
+      for a, b in zip(weighted.model_weights(weighted_state).trainable,
+                      reference.get_model_weights(ref_state).trainable))

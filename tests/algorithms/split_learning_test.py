@@ -12,9 +12,9 @@ from tff_hetero import data as data_lib
 from tff_hetero import models
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import split_learning
+from tff_hetero.errors import UsageError
 from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import loop
-from tff_hetero.program.errors import UsageError
 
 SHAPE, CLASSES, LR = (8, 8, 1), 10, 0.1
 

@@ -22,15 +22,22 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero import devices
+from tff_hetero.accounting import CommLedger
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import decoupled
 from tff_hetero.algorithms import heterofl
 from tff_hetero.algorithms import static_batch_norm
+from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.devices import Capacity
+from tff_hetero.errors import UsageError
 from tff_hetero.models.width import WidthUnit
+from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import checkpoint
+from tff_hetero.program.sampling import CohortSampler
 from tff_hetero.submodels import pools
 
 _LR = 0.1
@@ -233,8 +240,6 @@ def test_elements_nobody_trained_keep_their_values(tff_context):
 
 def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
   del tff_context
-  from tff_hetero.accounting import CommLedger  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import checkpoint  # pylint: disable=g-import-not-at-top
   algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
                                     client_lr=_LR)
   params = algorithm.params
@@ -334,8 +339,6 @@ def test_heterofl_device_below_its_tier_trains_a_fallback_rate_not_idles():
 
 
 def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
-  from tff_hetero import devices  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
   algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
   with pytest.raises(RuntimeError, match="attach"):
     algorithm.plan_round(None, 1, ["c0"], 1, CohortSampler(0))
@@ -494,13 +497,10 @@ def test_no_query_without_batch_norm():
 
 
 def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
-  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   ids = [f"c{i}" for i in range(10)]
   full = 385  # test_pool_of_the_toy
   config = ExperimentConfig()  # weak,medium,strong 4:3:3, 0.25:0.5:1.
-  population = loop.build_population(config, ids, _TASK)
+  population = task_devices.build_population(config, ids, _TASK)
   # floor(f x 385 + 0.5): 96.25 -> 96, 192.5 -> 193.
   assert [t.capacity_params for t in population.tiers] == [96, 193, full]
   # Parameter counts as given; HeteroFL's rates are the largest k/100 whose
@@ -511,7 +511,7 @@ def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
   #   rate 0.75 -> (3, 3, 5): 30 + 84 + 140 + 18 = 272 <= 300;
   #   rate 0.76 -> (3, 4, 5): 30 + 112 + 185 + 18 = 345 > 300.
   given = attrs.evolve(config, tier_capacities="130:300:1")
-  assert [t.capacity_params for t in loop.resolve_tiers(given, _TASK)] == [
+  assert [t.capacity_params for t in task_devices.resolve_tiers(given, _TASK)] == [
       130, 300, full]
   assert heterofl.tier_rates_from_config(given, _TASK) == {
       "weak": 0.5, "medium": 0.75, "strong": 1.0}
@@ -563,7 +563,6 @@ def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
   params = algorithm.params
   state = algorithm.initialize()
   # Planning never sees a capacity at all.
-  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
   plan = algorithm.plan_round(state, 1, ["c0", "c1", "c2"], 3,
                               CohortSampler(0))
   assert sorted(a.client_id for a in plan) == ["c0", "c1", "c2"]
@@ -590,8 +589,6 @@ def test_four_algorithms_train_within_one_population(tff_context,
   ignores capacities by design: everyone trains L1.
   """
   del tff_context
-  from tff_hetero import devices  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
   ids = [f"c{i}" for i in range(8)]
   # S1 74, M1 155, L1 385 (test_pool_of_the_toy); capacities fluctuate
   # across them from round to round.

@@ -25,3 +25,25 @@ from tff_hetero.algorithms.registry import ALGORITHMS
 from tff_hetero.algorithms.static_batch_norm import build_statistics_query
 from tff_hetero.algorithms.width_rounds import HeterogeneousRounds
 from tff_hetero.algorithms.width_rounds import LevelCatalog
+
+__all__ = [
+    "AdaptiveFL",
+    "AllLarge",
+    "Assignment",
+    "ClientRound",
+    "ClientDatasets",
+    "EvaluationData",
+    "EvaluationModel",
+    "FederatedAlgorithm",
+    "RoundOutput",
+    "Task",
+    "Decoupled",
+    "build_fedadam_process",
+    "build_fedavg_process",
+    "build_fedprox_process",
+    "HeteroFL",
+    "ALGORITHMS",
+    "build_statistics_query",
+    "HeterogeneousRounds",
+    "LevelCatalog",
+]

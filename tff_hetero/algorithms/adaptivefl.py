@@ -136,10 +136,13 @@ from typing import Any, Optional
 import attrs
 import numpy as np
 
+from tff_hetero import models as models_lib
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import width_rounds
+from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
+from tff_hetero.parsing import parse_number_list
 from tff_hetero.submodels import pools as pools_lib
 
 SELECTIONS = ("rl", "greedy", "random", "curiosity", "resource")
@@ -496,9 +499,6 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
   Only the start indices are checked here; `AdaptiveFL` checks that the
   sizes increase once the members are built.
   """
-  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.config import parse_number_list  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
   ratios = parse_number_list("--pool_ratios", config.pool_ratios)
@@ -528,8 +528,6 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
 
 def build_adaptivefl(config, task: api.Task,
                      client_ids: Sequence[str]) -> AdaptiveFL:
-  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if config.adaptivefl_selection not in SELECTIONS:
     raise UsageError(
         "--adaptivefl_selection",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
+from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
 
 
@@ -56,7 +57,6 @@ class AllLarge(api.FederatedAlgorithm):
 
 def build_all_large(config, task: api.Task, client_ids=()) -> AllLarge:
   del client_ids  # Every client trains the same model.
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
   return AllLarge(task, client_lr=config.client_lr,

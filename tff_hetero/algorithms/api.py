@@ -22,7 +22,9 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
+from tff_hetero import data
 from tff_hetero.accounting import ClientTraffic
+from tff_hetero.algorithms import model_fns
 
 
 @attrs.frozen
@@ -57,20 +59,12 @@ class Task:
   def tff_model_fn(self, keras_model_fn=None):
     """A no-arg function building a `tff.learning.models.VariableModel`.
 
-    Of the task's model, or of `keras_model_fn`'s (e.g. a sub-model).
+    Of the task's model, or of `keras_model_fn`'s (e.g. a sub-model), with
+    the default classification loss and accuracy
+    (`model_fns.variable_model_fn`).
     """
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    keras_model_fn = keras_model_fn or self.model_fn
-
-    def model_fn():
-      return tff.learning.models.from_keras_model(
-          keras_model_fn(),
-          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          input_spec=self.element_spec,
-          metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-      )
-
-    return model_fn
+    return model_fns.variable_model_fn(
+        keras_model_fn or self.model_fn, self.element_spec)
 
 
 @attrs.frozen
@@ -234,7 +228,6 @@ class FederatedAlgorithm(abc.ABC):
     each batch `augment`ed).
     """
     del state
-    from tff_hetero import data  # pylint: disable=g-import-not-at-top
     return data.make_client_dataset(arrays, batch_size=batch_size,
                                     local_epochs=local_epochs,
                                     shuffle_seed=shuffle_seed,

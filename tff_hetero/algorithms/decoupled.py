@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 
 from tff_hetero.accounting import ClientTraffic
+from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.submodels import pools as pools_lib
@@ -170,7 +171,6 @@ def _per_client(traffic) -> tuple[ClientTraffic, ...]:
 
 def build_decoupled(config, task: api.Task, client_ids=()) -> Decoupled:
   del client_ids  # Clients are assigned by capacity only.
-  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
   return Decoupled(task, adaptivefl.pool_from_config(config, task),
                    client_lr=config.client_lr,
                    client_momentum=config.client_momentum,

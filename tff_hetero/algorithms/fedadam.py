@@ -2,14 +2,19 @@
 client step with Adam as the server optimizer, on TFF's own
 `build_weighted_fed_avg`.
 
-`build_fedadam_process(task, client_lr, server_lr, beta_1, beta_2, epsilon)`
-returns a `tff.learning.templates.LearningProcess` with the signature of
-FedAvg's (see `fedavg.py`); the server state additionally holds Adam's moments.
-The paper's `tau` (adaptivity) is Adam's `epsilon` here.
+`build_fedadam_process(model_fn, *, input_spec, client_optimizer_fn,
+server_learning_rate, beta_1, beta_2, epsilon, ...)` returns a
+`tff.learning.templates.LearningProcess` with the signature of FedAvg's (see
+`fedavg.py`); the server state additionally holds Adam's moments. The paper's
+`tau` (adaptivity) is Adam's `epsilon` here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
@@ -17,20 +22,36 @@ from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import learning_process
 
 
-def build_fedadam_process(task: api.Task, *, client_lr: float,
-                          server_lr: float, client_momentum: float = 0.0, beta_1: float = 0.9,
-                          beta_2: float = 0.99, epsilon: float = 1e-3):
+def build_fedadam_process(
+    model_fn: Callable[[], tf.keras.Model],
+    *,
+    input_spec: Any,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_learning_rate: float,
+    beta_1: float = 0.9,
+    beta_2: float = 0.99,
+    epsilon: float = 1e-3,
+    **fedavg_options,
+) -> tff.learning.templates.LearningProcess:
+  """FedAvg with server Adam; `fedavg_options` are `build_fedavg_process`'s
+  (`model_aggregator`, `client_weighting`, `loss_fn`, `metrics_fn`)."""
+  if "server_optimizer_fn" in fedavg_options:
+    raise TypeError("build_fedadam_process builds its server optimizer (Adam);"
+                    " pass server_learning_rate, beta_1, beta_2, epsilon")
   return fedavg.build_fedavg_process(
-      task, client_lr=client_lr, client_momentum=client_momentum,
-      server_optimizer=tff.learning.optimizers.build_adam(
-          learning_rate=server_lr, beta_1=beta_1, beta_2=beta_2,
-          epsilon=epsilon))
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=tff.learning.optimizers.build_adam(
+          learning_rate=server_learning_rate, beta_1=beta_1, beta_2=beta_2,
+          epsilon=epsilon),
+      **fedavg_options)
 
 
 def build_fedadam(config, task: api.Task,
                   client_ids=()) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedadam.
   process = build_fedadam_process(
-      task, client_lr=config.client_lr, server_lr=config.server_lr,
-      client_momentum=config.client_momentum, epsilon=config.server_adam_epsilon)
+      task.model_fn, input_spec=task.element_spec,
+      **learning_process.process_options(config),
+      server_learning_rate=config.server_lr,
+      epsilon=config.server_adam_epsilon)
   return learning_process.LearningProcessAlgorithm("fedadam", process, task)

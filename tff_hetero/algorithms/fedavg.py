@@ -1,40 +1,86 @@
 """FedAvg (McMahan et al., 2017, "Communication-Efficient Learning of Deep
 Networks from Decentralized Data") on TFF's own `build_weighted_fed_avg`.
 
-`build_fedavg_process(task, client_lr, server_lr)` returns the
+`build_fedavg_process(model_fn, *, input_spec, client_optimizer_fn, ...)`
+takes a no-arg Keras factory (logits out), the spec of one batch of client
+data, and TFF's optimizers and aggregation factories, and returns the
 `tff.learning.templates.LearningProcess`
 
   initialize: ( -> S@SERVER)
   next:       (<S@SERVER, {<x=float32[?,...], y=int32[?]>*}@CLIENTS> ->
                <state=S@SERVER, metrics=M@SERVER>)
 
-with client SGD at `client_lr`, server SGD at `server_lr` (1.0 is plain
-FedAvg), example-weighted mean, and the measuring distributor / aggregator of
-`tff_hetero.accounting.tff_measure` (M carries bytes down and up).
+with the measuring distributor / aggregator of
+`tff_hetero.accounting.tff_measure` around `model_aggregator`, so M carries
+the bytes that crossed the network:
+
+  M.distributor = <bytes_down=int64, clients=int64>
+  M.aggregator  = <inner=<model_aggregator's measurements>, bytes_up, clients>
+  M.client_work.train = <metrics=<loss, accuracy, num_examples, ...>,
+                         uploaded_bytes=int64>
+
+Server SGD at learning rate 1 (TFF's default server optimizer is SGD at 1.0)
+makes the new global model the weighted mean of the client models: plain
+FedAvg.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Optional
+
+import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import model_fns
 
 
-def build_fedavg_process(task: api.Task, *, client_lr: float,
-                         client_momentum: float = 0.0,
-                         server_lr: float = 1.0,
-                         server_optimizer=None,
-                         model_aggregator=None,
-                         client_optimizer: str = "sgd"):
-  parts = learning_process.measured_parts(task, model_aggregator)
+def build_fedavg_process(
+    model_fn: Callable[[], tf.keras.Model],
+    *,
+    input_spec: Any,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    model_aggregator=None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+    metrics_fn: Optional[Callable[[], list]] = None,
+) -> tff.learning.templates.LearningProcess:
+  """FedAvg as a measured `LearningProcess` (module docstring).
+
+  Args:
+    model_fn: No-arg callable returning a fresh `tf.keras.Model` (identically
+      initialised on every call: seed it).
+    input_spec: Spec of one batch of client data, e.g.
+      `OrderedDict(x=tf.TensorSpec([None, 28, 28, 1]), y=tf.TensorSpec([None],
+      tf.int32))`.
+    client_optimizer_fn: The clients' `tff.learning.optimizers.Optimizer`.
+    server_optimizer_fn: The server's; default SGD at learning rate 1.
+    model_aggregator: A `tff.aggregators` factory for the updates (default
+      `MeanFactory`); an unweighted one (e.g. DP) needs UNIFORM weighting.
+    client_weighting: `tff.learning.ClientWeighting`.
+    loss_fn: No-arg callable returning the Keras loss (default: sparse
+      cross-entropy on logits).
+    metrics_fn: No-arg callable returning a list of Keras metrics (default:
+      sparse categorical accuracy).
+  """
+  tff_model_fn = model_fns.variable_model_fn(model_fn, input_spec, loss_fn,
+                                             metrics_fn)
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  parts = learning_process.measured_parts(tff_model_fn, model_aggregator,
+                                          client_weighting)
   return tff.learning.algorithms.build_weighted_fed_avg(
-      task.tff_model_fn(),
-      client_optimizer_fn=learning_process.client_optimizer(
-          client_optimizer, client_lr, client_momentum),
-      server_optimizer_fn=(server_optimizer or
-                           tff.learning.optimizers.build_sgdm(
-                               learning_rate=server_lr)),
+      tff_model_fn,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
       model_distributor=parts.model_distributor,
       model_aggregator=parts.model_aggregator,
       metrics_aggregator=parts.metrics_aggregator,
@@ -42,10 +88,11 @@ def build_fedavg_process(task: api.Task, *, client_lr: float,
 
 
 def build_fedavg(config, task: api.Task,
-                client_ids=()) -> api.FederatedAlgorithm:
+                 client_ids=()) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedavg.
   process = build_fedavg_process(
-      task, client_lr=config.client_lr,
-      client_momentum=config.client_momentum, server_lr=config.server_lr,
-      client_optimizer=config.client_optimizer)
+      task.model_fn, input_spec=task.element_spec,
+      **learning_process.process_options(config),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=config.server_lr))
   return learning_process.LearningProcessAlgorithm("fedavg", process, task)

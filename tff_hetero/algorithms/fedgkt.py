@@ -184,6 +184,7 @@ from tff_hetero.algorithms import async_events
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
+from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 
 TRANSFERS = ("both", "server_to_edge", "none")
@@ -914,7 +915,6 @@ class FedGKT(api.FederatedAlgorithm):
 def check_flags(config) -> None:
   """Raises `UsageError` naming the first `--model` / `--gkt_*` flag FedGKT
   cannot take (the numeric ones are checked by `ExperimentConfig`)."""
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if config.model not in models_lib.MODELS or not models_lib.MODELS[
       config.model].split_layer:
     edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)
@@ -976,5 +976,4 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
                   local_epochs=config.local_epochs,
                   concurrency=config.clients_per_round)
   except models_lib.ModelError as e:
-    from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
     raise UsageError("--gkt_server_model", str(e)) from None

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -93,6 +94,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import model_fns
 
 
 # `--prox_mu` when not given: FedProx's own default here; other algorithms
@@ -116,7 +118,9 @@ def _zero_all_if_any_non_finite(structure):
 
 def build_proximal_client_update(
     model_fn: Callable[[], tff.learning.models.VariableModel],
-    prox_mu: float):
+    prox_mu: float,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES)):
   """Layer 1: the pure `tf.function` FedProx client update.
 
   Builds the model (its variables) once; the returned
@@ -126,7 +130,8 @@ def build_proximal_client_update(
   weights, and returns
 
     (ClientResult(update=w_t.trainable - w.trainable,
-                  update_weight=float32(num_examples)),
+                  update_weight=float32(num_examples), or 1 with
+                  `client_weighting=UNIFORM`),
      model.report_local_unfinalized_metrics())
 
   The update is zeroed, and its weight and the metrics reset, if any entry of
@@ -134,6 +139,7 @@ def build_proximal_client_update(
   """
   model = model_fn()
   prox_mu = float(prox_mu)
+  uniform = client_weighting is tff.learning.ClientWeighting.UNIFORM
 
   @tf.function
   def client_update(optimizer, initial_weights, data, optimizer_hparams=None):
@@ -179,11 +185,15 @@ def build_proximal_client_update(
     update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                    model_weights.trainable, check_types=False)
     update, non_finite = _zero_all_if_any_non_finite(update)
+    if uniform:  # A Python bool: chosen when the function is traced.
+      finite_weight = tf.constant(1.0, tf.float32)
+    else:
+      finite_weight = tf.cast(num_examples, tf.float32)
     if non_finite > 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()
     else:
-      weight = tf.cast(num_examples, tf.float32)
+      weight = finite_weight
     return (tff.learning.templates.ClientResult(update=update,
                                                 update_weight=weight),
             model.report_local_unfinalized_metrics())
@@ -196,10 +206,14 @@ def build_proximal_client_work(
     optimizer: tff.learning.optimizers.Optimizer,
     prox_mu: float,
     metrics_aggregator=None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
 ) -> tff.learning.templates.ClientWorkProcess:
   """Layers 2 and 3: the FedProx `ClientWorkProcess` (see module docstring).
 
-  Clients are weighted by their number of examples. `metrics_aggregator`
+  Clients are weighted by their number of examples, or each by 1 with
+  `client_weighting=UNIFORM` (an unweighted aggregator, e.g. DP).
+  `metrics_aggregator`
   defaults to `tff.learning.metrics.sum_then_finalize`.
   """
   prox_mu = float(prox_mu)
@@ -235,7 +249,8 @@ def build_proximal_client_work(
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update_computation(optimizer_hparams, initial_weights, dataset):
-    client_update = build_proximal_client_update(model_fn, prox_mu)
+    client_update = build_proximal_client_update(model_fn, prox_mu,
+                                                 client_weighting)
     return client_update(optimizer, initial_weights, dataset,
                          optimizer_hparams)
 
@@ -259,30 +274,45 @@ def build_proximal_client_work(
       set_hparams_fn=set_hparams_fn)
 
 
-def build_fedprox_process(task: api.Task, *, client_lr: float,
-                          server_lr: float, prox_mu: float,
-                          client_momentum: float = 0.0,
-                          client_optimizer: str = "sgd"):
-  """FedProx as a measured `tff.learning.templates.LearningProcess`."""
-  model_fn = task.tff_model_fn()
-  parts = learning_process.measured_parts(task)
+def build_fedprox_process(
+    model_fn: Callable[[], tf.keras.Model],
+    *,
+    input_spec: Any,
+    prox_mu: float,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    model_aggregator=None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+    metrics_fn: Optional[Callable[[], list]] = None,
+) -> tff.learning.templates.LearningProcess:
+  """FedProx as a measured `LearningProcess` (module docstring).
+
+  Arguments as `fedavg.build_fedavg_process`'s, plus `prox_mu` (>= 0).
+  """
+  tff_model_fn = model_fns.variable_model_fn(model_fn, input_spec, loss_fn,
+                                             metrics_fn)
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  parts = learning_process.measured_parts(tff_model_fn, model_aggregator,
+                                          client_weighting)
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
+    return tff.learning.models.ModelWeights.from_model(tff_model_fn())
 
   weights_type = initial_model_weights_fn.type_signature.result
   client_work = build_proximal_client_work(
-      model_fn,
-      learning_process.client_optimizer(client_optimizer, client_lr,
-                                        client_momentum),
-      prox_mu,
-      metrics_aggregator=parts.metrics_aggregator)
+      tff_model_fn, client_optimizer_fn, prox_mu,
+      metrics_aggregator=parts.metrics_aggregator,
+      client_weighting=client_weighting)
   aggregator = parts.model_aggregator.create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(learning_rate=server_lr),
-      weights_type)
+      server_optimizer_fn, weights_type)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn, parts.model_distributor, client_work,
       aggregator, finalizer)
@@ -293,7 +323,8 @@ def build_fedprox(config, task: api.Task,
   del client_ids  # Every client is alike to fedprox.
   prox_mu = DEFAULT_PROX_MU if config.prox_mu is None else config.prox_mu
   process = build_fedprox_process(
-      task, client_lr=config.client_lr, server_lr=config.server_lr,
-      prox_mu=prox_mu, client_momentum=config.client_momentum,
-      client_optimizer=config.client_optimizer)
+      task.model_fn, input_spec=task.element_spec, prox_mu=prox_mu,
+      **learning_process.process_options(config),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=config.server_lr))
   return learning_process.LearningProcessAlgorithm("fedprox", process, task)

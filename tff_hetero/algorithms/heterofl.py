@@ -56,8 +56,13 @@ import collections
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
+from tff_hetero import models as models_lib
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms import width_rounds
+from tff_hetero.errors import UsageError
+from tff_hetero.models import width as width_lib
+from tff_hetero.parsing import parse_number_list
 from tff_hetero.submodels import pools as pools_lib
 
 
@@ -144,8 +149,6 @@ FALLBACK_STEP = 0.05
 
 def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
   """Trainable parameters of HeteroFL's sub-model at `rate`."""
-  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero.models import width as width_lib  # pylint: disable=g-import-not-at-top
   widths = width_lib.widths_for(task.width_units, rate, 0, "ceil")
   cache = {} if cache is None else cache
   if widths not in cache:
@@ -180,10 +183,7 @@ def largest_fitting_rate(task: api.Task, capacity_params: Optional[int],
 def tier_rates_from_config(config, task: api.Task
                            ) -> dict[str, Optional[float]]:
   """HeteroFL's rate per tier of `--tiers` (module docstring)."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.config import parse_number_list  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
-  tiers = loop.resolve_tiers(config, task)
+  tiers = task_devices.resolve_tiers(config, task)
   cache = {}
   if not config.heterofl_rates:
     return {t.name: largest_fitting_rate(task, t.capacity_params, cache)
@@ -213,7 +213,6 @@ def tier_rates_from_config(config, task: api.Task
 
 def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
   del client_ids  # The server assigns widths by tier only.
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
   return HeteroFL(task, tier_rates_from_config(config, task),

@@ -29,8 +29,41 @@ import tensorflow_federated as tff
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import tff_measure
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms import static_batch_norm
+
+
+def check_optimizer(name: str, optimizer) -> None:
+  if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    raise TypeError(f"{name} must be a tff.learning.optimizers.Optimizer"
+                    f" (e.g. build_sgdm(0.1)), got {type(optimizer).__name__}")
+
+
+def weighted_model_aggregator(model_aggregator, client_weighting):
+  """`model_aggregator` as a weighted factory, checked against the weighting.
+
+  None means TFF's `MeanFactory`. An unweighted factory (e.g.
+  `DifferentiallyPrivateFactory`) ignores the weights, so it needs
+  `ClientWeighting.UNIFORM`; TFF's `as_weighted_aggregator` wraps it.
+  """
+  if not isinstance(client_weighting, tff.learning.ClientWeighting):
+    raise TypeError("client_weighting must be a tff.learning.ClientWeighting"
+                    f" (NUM_EXAMPLES or UNIFORM), got {client_weighting!r}")
+  if model_aggregator is None:
+    return tff.aggregators.MeanFactory()
+  if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
+    return model_aggregator
+  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    if client_weighting is not tff.learning.ClientWeighting.UNIFORM:
+      raise TypeError(
+          f"model_aggregator {type(model_aggregator).__name__} is unweighted:"
+          " it needs client_weighting=tff.learning.ClientWeighting.UNIFORM,"
+          f" got {client_weighting}")
+    return tff.aggregators.as_weighted_aggregator(model_aggregator)
+  raise TypeError("model_aggregator must be a tff.aggregators factory, got"
+                  f" {type(model_aggregator).__name__}")
 
 
 @attrs.frozen
@@ -40,14 +73,17 @@ class MeasuredParts:
   metrics_aggregator: Any
 
 
-def measured_parts(task: api.Task, model_aggregator=None) -> MeasuredParts:
-  """Distributor, aggregator and metrics aggregator that measure traffic."""
-  weights_type = tff.learning.models.weights_type_from_model(
-      task.tff_model_fn())
+def measured_parts(tff_model_fn, model_aggregator=None,
+                   client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES
+                   ) -> MeasuredParts:
+  """Distributor, aggregator and metrics aggregator that measure traffic,
+  around `model_aggregator` (`weighted_model_aggregator`)."""
+  weights_type = tff.learning.models.weights_type_from_model(tff_model_fn)
   return MeasuredParts(
       model_distributor=tff_measure.build_measured_broadcast_process(
           weights_type),
-      model_aggregator=tff_measure.MeasuredUploadFactory(model_aggregator),
+      model_aggregator=tff_measure.MeasuredUploadFactory(
+          weighted_model_aggregator(model_aggregator, client_weighting)),
       metrics_aggregator=tff_measure.measured_metrics_aggregator(),
   )
 
@@ -88,6 +124,23 @@ def client_optimizer(name: str, learning_rate: float, momentum: float = 0.0):
   """The clients' optimizer by `--client_optimizer` name (fresh state each
   round, as `client_sgd`)."""
   return CLIENT_OPTIMIZERS[name](learning_rate, momentum)
+
+
+def process_options(config) -> dict[str, Any]:
+  """The builders' options a run's settings choose: the clients' optimizer
+  (`--client_optimizer`, `--client_lr`, `--client_momentum`) and the model
+  aggregator with its client weighting (`--aggregator`, `--clip_norm`,
+  `--noise_multiplier`, the cohort size `--clients_per_round`)."""
+  aggregator, weighting = model_aggregators.build_model_aggregator(
+      config.aggregator, clip_norm=config.clip_norm,
+      noise_multiplier=config.noise_multiplier,
+      clients_per_round=config.clients_per_round)
+  return dict(
+      client_optimizer_fn=client_optimizer(config.client_optimizer,
+                                           config.client_lr,
+                                           config.client_momentum),
+      model_aggregator=aggregator,
+      client_weighting=weighting)
 
 
 def per_client_bytes(total: int, num_clients: int, what: str) -> int:

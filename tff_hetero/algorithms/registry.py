@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import attrs
 
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import decoupled
@@ -36,6 +37,8 @@ class AlgorithmEntry:
   # `ExperimentConfig` fields only some algorithms read, declared by each
   # algorithm that reads them (undeclared fields count for every algorithm).
   settings: frozenset[str] = frozenset()
+  # `--aggregator` values the builder honours.
+  aggregators: tuple[str, ...] = ("mean",)
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = collections.OrderedDict()
@@ -43,12 +46,13 @@ ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = collections.Ordered
 
 def register(name: str, builder: Callable, paper: str,
              client_optimizers: tuple[str, ...] = ("sgd",),
-             settings: tuple[str, ...] = ()) -> None:
+             settings: tuple[str, ...] = (),
+             aggregators: tuple[str, ...] = ("mean",)) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
   ALGORITHMS[name] = AlgorithmEntry(name, builder, paper,
                                     tuple(client_optimizers),
-                                    frozenset(settings))
+                                    frozenset(settings), tuple(aggregators))
 
 
 def foreign_settings(name: str) -> frozenset[str]:
@@ -59,9 +63,15 @@ def foreign_settings(name: str) -> frozenset[str]:
 
 
 _SGD_OR_ADAM = ("sgd", "adam")
-register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017", _SGD_OR_ADAM)
-register("fedprox", fedprox.build_fedprox, "Li et al. 2020", _SGD_OR_ADAM)
-register("fedadam", fedadam.build_fedadam, "Reddi et al. 2021")
+# Aggregators of `tff_hetero.aggregators.model_aggregators`; the others use
+# their own (masked sums, FedGKT's features) and accept only `mean`.
+_TFF_AGGREGATORS = tuple(model_aggregators.MODEL_AGGREGATORS)
+register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017", _SGD_OR_ADAM,
+         aggregators=_TFF_AGGREGATORS)
+register("fedprox", fedprox.build_fedprox, "Li et al. 2020", _SGD_OR_ADAM,
+         aggregators=_TFF_AGGREGATORS)
+register("fedadam", fedadam.build_fedadam, "Reddi et al. 2021",
+         aggregators=_TFF_AGGREGATORS)
 register("adaptivefl", adaptivefl.build_adaptivefl, "Jia et al. 2024")
 register("heterofl", heterofl.build_heterofl, "Diao et al. 2021")
 register("all_large", all_large.build_all_large,

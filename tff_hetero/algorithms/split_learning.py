@@ -63,6 +63,7 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 
 
@@ -299,7 +300,6 @@ def build_split_learning(config, task: api.Task,
                          client_ids=()) -> SplitLearning:
   """Registry builder: `--algorithm=split_learning`."""
   del client_ids
-  from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
   spec = models_lib.MODELS.get(config.model)
   if spec is None or not spec.split_layer:
     edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)

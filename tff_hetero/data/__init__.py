@@ -27,7 +27,7 @@ from tff_hetero.data.datasets import (
     default_tfds_data_dir,
     load_dataset,
 )
-from tff_hetero.data.errors import DataError
+from tff_hetero.errors import DataError
 from tff_hetero.data.partition import (
     DIRICHLET_MAX_ATTEMPTS,
     PARTITIONERS,

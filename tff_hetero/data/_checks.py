@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from tff_hetero.data.errors import DataError
+from tff_hetero.errors import DataError
 
 
 def read_only_view(array: object) -> np.ndarray:

@@ -62,7 +62,7 @@ import attrs
 import numpy as np
 
 from tff_hetero.data import _checks
-from tff_hetero.data.errors import DataError
+from tff_hetero.errors import DataError
 
 if TYPE_CHECKING:
   import tensorflow_datasets as tfds

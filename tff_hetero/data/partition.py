@@ -50,8 +50,9 @@ import attrs
 import numpy as np
 
 from tff_hetero.data import _checks
+from tff_hetero.data import augment as augment_lib
 from tff_hetero.data.datasets import ArrayDataset, DatasetSplits
-from tff_hetero.data.errors import DataError
+from tff_hetero.errors import DataError
 
 if TYPE_CHECKING:
   import tensorflow as tf
@@ -591,7 +592,6 @@ def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
 
 
 def _augmentation(augment: str, shuffle_seed: int | None):
-  from tff_hetero.data import augment as augment_lib  # pylint: disable=g-import-not-at-top
   _checks.check_choice("--augment", augment, augment_lib.AUGMENTATIONS)
   augment_fn = augment_lib.AUGMENTATIONS[augment]
   if augment_fn is not None and shuffle_seed is None:

@@ -10,7 +10,6 @@ See `tiers.py` for the flags and defaults (AdaptiveFL's 4:3:3) and
 `population.py` for the assignment and the per-round draws.
 """
 
-from tff_hetero.devices.errors import DeviceError
 from tff_hetero.devices.population import Capacity
 from tff_hetero.devices.population import DevicePopulation
 from tff_hetero.devices.population import DeviceProfile
@@ -27,6 +26,7 @@ from tff_hetero.devices.tiers import TIERS_FLAG
 from tff_hetero.devices.tiers import TierSpec
 from tff_hetero.devices.tiers import parse_tiers
 from tff_hetero.devices.tiers import resolve_capacities
+from tff_hetero.errors import DeviceError
 
 __all__ = [
     "AVAILABILITY_FLAG",

@@ -48,8 +48,8 @@ from typing import NamedTuple
 import attrs
 import numpy as np
 
-from tff_hetero.devices.errors import DeviceError
 from tff_hetero.devices.tiers import TierSpec
+from tff_hetero.errors import DeviceError
 
 _ASSIGN_STREAM = 0
 _CAPACITY_STREAM = 1

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from tff_hetero.devices.errors import DeviceError
+from tff_hetero.errors import DeviceError
 
 TIERS_FLAG = "--tiers"
 PROPORTIONS_FLAG = "--tier_proportions"

@@ -14,6 +14,7 @@ See `registry.py` for the names, `cnn.py` / `mlp.py` / `vgg.py` /
 units, and `counting.py` for the counting conventions.
 """
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models.counting import LayerCost
 from tff_hetero.models.counting import ParamCount
 from tff_hetero.models.counting import TRAINING_MACS_MULTIPLIER
@@ -21,7 +22,6 @@ from tff_hetero.models.counting import count_flops
 from tff_hetero.models.counting import count_params
 from tff_hetero.models.counting import layer_costs
 from tff_hetero.models.counting import training_flops_per_example
-from tff_hetero.models.errors import ModelError
 from tff_hetero.models.registry import MODELS
 from tff_hetero.models.registry import ModelSpec
 from tff_hetero.models.registry import build_model

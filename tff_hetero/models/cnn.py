@@ -79,9 +79,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models import width as width_lib
 from tff_hetero.models.blocks import numbered_units
-from tff_hetero.models.errors import ModelError
 from tff_hetero.models.seeding import SeedStream
 
 

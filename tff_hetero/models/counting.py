@@ -68,8 +68,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models.blocks import ChannelShortcut
-from tff_hetero.models.errors import ModelError
 
 TRAINING_MACS_MULTIPLIER = 3
 

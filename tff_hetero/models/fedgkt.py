@@ -69,13 +69,13 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models import bottleneck
 from tff_hetero.models import resnet
 from tff_hetero.models import width as width_lib
 from tff_hetero.models.blocks import Factory
 from tff_hetero.models.blocks import UnitsFn
 from tff_hetero.models.cnn import check_image_input
-from tff_hetero.models.errors import ModelError
 
 FEATURE_CHANNELS = 16
 SPLIT_LAYER = "stem_relu"

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import tensorflow as tf
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models import bottleneck
 from tff_hetero.models import cnn
 from tff_hetero.models import fedgkt
@@ -40,7 +41,6 @@ from tff_hetero.models import mlp
 from tff_hetero.models import resnet
 from tff_hetero.models import vgg
 from tff_hetero.models import width as width_lib
-from tff_hetero.models.errors import ModelError
 
 ModelFactory = Callable[..., tf.keras.Model]
 WidthUnitsFn = Callable[[tuple[int, ...], int],

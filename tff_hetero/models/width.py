@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from tff_hetero.models.errors import ModelError
+from tff_hetero.errors import ModelError
 
 ROUNDINGS = ("floor", "ceil")
 

@@ -1,8 +1,17 @@
 """The training program: rounds, evaluation, checkpoints, metrics, report."""
 
+from tff_hetero.errors import DivergenceError
+from tff_hetero.errors import UsageError
 from tff_hetero.program.config import ExperimentConfig
-from tff_hetero.program.errors import DivergenceError
-from tff_hetero.program.errors import UsageError
 from tff_hetero.program.loop import build_experiment
 from tff_hetero.program.loop import run_experiment
 from tff_hetero.program.loop import validate_config
+
+__all__ = [
+    "DivergenceError",
+    "UsageError",
+    "ExperimentConfig",
+    "build_experiment",
+    "run_experiment",
+    "validate_config",
+]

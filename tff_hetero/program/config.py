@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from tff_hetero.program.errors import UsageError
+from tff_hetero.errors import UsageError
+from tff_hetero.parsing import parse_number_list
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
@@ -54,6 +55,10 @@ class ExperimentConfig:
   server_lr: float = 1.0
   prox_mu: float | None = None
   server_adam_epsilon: float = 1e-3
+  # Model aggregator (`tff_hetero.aggregators.model_aggregators`).
+  aggregator: str = "mean"
+  clip_norm: float | None = None
+  noise_multiplier: float | None = None
   seed: int = 0
   eval_every: int = 1
   checkpoint_every: int = 5
@@ -275,17 +280,3 @@ def _one_of(flag: str, value: str, accepted) -> None:
   if value not in accepted:
     raise UsageError(flag, f"unknown value {value!r}; accepted: "
                      + ", ".join(accepted))
-
-
-def parse_number_list(flag: str, text: str, kind: type = float) -> list:
-  """`"0.66:0.4"` -> [0.66, 0.4]; `UsageError` naming `flag` if malformed."""
-  parts = [p.strip() for p in str(text).split(":")]
-  try:
-    values = [kind(p) for p in parts]
-  except ValueError:
-    raise UsageError(
-        flag, f"{text!r} is not a ':'-separated list of"
-        f" {'integers' if kind is int else 'numbers'}") from None
-  if kind is float and not all(math.isfinite(v) for v in values):
-    raise UsageError(flag, f"{text!r} holds a non-finite number")
-  return values

@@ -30,14 +30,16 @@ from tff_hetero import devices as devices_lib
 from tff_hetero import models as models_lib
 from tff_hetero import runtime
 from tff_hetero.accounting import CommLedger
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import registry
+from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.errors import DivergenceError
+from tff_hetero.errors import UsageError
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import outputs
 from tff_hetero.program.config import ExperimentConfig
-from tff_hetero.program.errors import DivergenceError
-from tff_hetero.program.errors import UsageError
 from tff_hetero.program.evaluation import CentralEvaluator
 from tff_hetero.program.progress import ProgressBar
 from tff_hetero.program.sampling import CohortSampler
@@ -64,6 +66,13 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     raise UsageError(
         "--client_optimizer", f"{config.algorithm} accepts"
         f" {', '.join(accepted)}, got {config.client_optimizer!r}")
+  model_aggregators.check_settings(config.aggregator, config.clip_norm,
+                                   config.noise_multiplier)
+  accepted = ALGORITHMS[config.algorithm].aggregators
+  if config.aggregator not in accepted:
+    raise UsageError(
+        "--aggregator", f"{config.algorithm} accepts {', '.join(accepted)},"
+        f" got {config.aggregator!r}")
   return config
 
 
@@ -108,33 +117,6 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
   )
 
 
-def resolve_tiers(config: ExperimentConfig,
-                  task: api.Task) -> tuple[devices_lib.TierSpec, ...]:
-  """The device tiers of the flags, capacities resolved on the task's model.
-
-  Capacities belong to the population, not to an algorithm: every algorithm
-  of a comparison sees the same budgets (fractions of the full model, or
-  parameter counts, from `--tier_capacities`; by default 0.25 / 0.5 / 1 of
-  the full model for weak / medium / strong).
-  """
-  tiers = devices_lib.parse_tiers(
-      config.tiers, config.tier_proportions,
-      capacities=config.tier_capacities or None,
-      availability=config.tier_availability or None,
-      fluctuation=config.tier_fluctuation or None)
-  model = task.model_fn()
-  return devices_lib.resolve_capacities(
-      tiers, models_lib.count_params(model).trainable,
-      models_lib.count_flops(model))
-
-
-def build_population(config: ExperimentConfig, client_ids,
-                     task: api.Task) -> devices_lib.DevicePopulation:
-  """The device population of the flags (`resolve_tiers`), seeded."""
-  return devices_lib.assign_tiers(client_ids, resolve_tiers(config, task),
-                                  seed=config.seed)
-
-
 def build_experiment(config: ExperimentConfig) -> Experiment:
   """Loads data, partitions, builds population, task and algorithm."""
   config = validate_config(config)
@@ -153,7 +135,8 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   task = build_task(config, splits)
   algorithm = ALGORITHMS[config.algorithm].builder(
       config, task, federated_data.client_ids)
-  population = build_population(config, federated_data.client_ids, task)
+  population = task_devices.build_population(
+      config, federated_data.client_ids, task)
   algorithm.attach(population, {
       c: federated_data.num_train_examples(c)
       for c in federated_data.client_ids})

@@ -35,7 +35,7 @@ import attrs
 import numpy as np
 import tensorflow as tf
 
-from tff_hetero.models.errors import ModelError
+from tff_hetero.errors import ModelError
 
 
 @attrs.frozen

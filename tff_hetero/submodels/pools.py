@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from tff_hetero.errors import ModelError
 from tff_hetero.models import width as width_lib
-from tff_hetero.models.errors import ModelError
 
 SIZE_CLASSES = ("S", "M", "L")
 

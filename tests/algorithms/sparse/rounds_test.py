@@ -355,10 +355,10 @@ def test_fedprox_term_equals_fedprox(tff_context):
   # The oracle is `fedprox.build_fedprox_process` (checked against a hand
   # computation in fedprox_test.py), not TFF's `build_weighted_fed_prox`,
   # whose proximal gradient has the opposite sign (see fedprox.py).
-  process = fedprox.build_fedprox_process(_TASK, client_lr=0.1, server_lr=1.0,
-                                          prox_mu=0.5)
+  process = fedprox.build_fedprox_process(_TASK.model_fn, input_spec=_TASK.element_spec, prox_mu=0.5, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1), server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
   algorithm = feddst.build_feddst(
-      _config(sparsity=0.0, readjust_every=0, prox_mu=0.5), _TASK, _IDS)
+    _config(sparsity=0.0, readjust_every=0, prox_mu=0.5), _TASK, _IDS
+  )
   fed_state = process.initialize()
   for r in (1, 2):
     data = [c.dataset for c in _clients(algorithm, r, (0, 1, 2), {})]
@@ -366,13 +366,17 @@ def test_fedprox_term_equals_fedprox(tff_context):
   history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
   actual = algorithm.model_weights(history[-1][1].state).trainable
   without = feddst.build_feddst(
-      _config(sparsity=0.0, readjust_every=0), _TASK, _IDS)
+    _config(sparsity=0.0, readjust_every=0), _TASK, _IDS
+  )
   plain = without.model_weights(_run(without, [(0, 1, 2)] * 2)[-1][1].state)
-  for a, e, p in zip(actual, process.get_model_weights(fed_state).trainable,
-                     plain.trainable):
+  for a, e, p in zip(
+    actual, process.get_model_weights(fed_state).trainable, plain.trainable
+  ):
     np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
-  assert any(np.abs(np.asarray(a) - np.asarray(p)).max() > 1e-4
-             for a, p in zip(actual, plain.trainable))
+  assert any(
+    np.abs(np.asarray(a) - np.asarray(p)).max() > 1e-4
+    for a, p in zip(actual, plain.trainable)
+  )
 
 
 def test_memory_none_averages_this_round_only(tff_context):
@@ -382,17 +386,20 @@ def test_memory_none_averages_this_round_only(tff_context):
   # one the memory-keeping run records for c0: round 1 is the same in both
   # (all three clients upload, no readjustment).
   settings = dict(readjust_every=0, sparsity=0.5)
-  none = fedsgc.build_fedsgc(_config(sgc_memory="none", **settings), _TASK,
-                             _IDS)
-  models = fedsgc.build_fedsgc(_config(sgc_memory="models", **settings),
-                               _TASK, _IDS)
+  none = fedsgc.build_fedsgc(
+    _config(sgc_memory="none", **settings), _TASK, _IDS
+  )
+  models = fedsgc.build_fedsgc(
+    _config(sgc_memory="models", **settings), _TASK, _IDS
+  )
   assert none.initialize().memory.weight.shape == (0,)
   cohorts = [(0, 1, 2), (0,)]
   without = _run(none, cohorts)[-1][1].state.model
   upload = _run(models, cohorts)[-1][1].state.memory
   for i in range(4):
-    np.testing.assert_allclose(without.trainable[i],
-                               np.asarray(upload.values[i])[0], atol=1e-6)
+    np.testing.assert_allclose(
+      without.trainable[i], np.asarray(upload.values[i])[0], atol=1e-6
+    )
 
 
 def test_memory_updates_by_hand(tff_context):
@@ -401,12 +408,18 @@ def test_memory_updates_by_hand(tff_context):
   (_, first), (before, second) = _run(algorithm, [(0, 1, 2), (1,)])
   # Rows hold changes to the model each client was sent: c0, c2 from round
   # 1 (sent the initial model), c1 from round 2.
-  expected = _union_average(second.state.memory, before.model.trainable,
-                            "updates")
+  expected = _union_average(
+    second.state.memory, before.model.trainable, "updates"
+  )
   model = second.state.model
   for i, (candidate, held) in enumerate(expected):
-    mask = (np.asarray(model.masks[0]) if i == 0 else
-            np.asarray(model.masks[1]) if i == 2 else 1)
+    mask = (
+      np.asarray(model.masks[0])
+      if i == 0
+      else np.asarray(model.masks[1])
+      if i == 2
+      else 1
+    )
     previous = np.asarray(before.model.trainable[i])
     value = np.where(held, candidate, previous if i in (1, 3) else 0)
     np.testing.assert_allclose(model.trainable[i], value * mask, atol=1e-5)
@@ -414,12 +427,26 @@ def test_memory_updates_by_hand(tff_context):
 
 
 def test_fedsgc_learns(tmp_path):
-  result = loop.run_experiment(ExperimentConfig(
-      algorithm="fedsgc", dataset="digits", model="mlp", partition="iid",
-      num_clients=10, clients_per_round=5, rounds=12, local_epochs=2,
-      batch_size=20, client_lr=0.1, sparsity=0.8, eval_every=12,
-      checkpoint_every=12, progress=False, root_output_dir=str(tmp_path),
-      experiment_name="learns"))
+  result = loop.run_experiment(
+    ExperimentConfig(
+      algorithm="fedsgc",
+      dataset="digits",
+      model="mlp",
+      partition="iid",
+      num_clients=10,
+      clients_per_round=5,
+      rounds=12,
+      local_epochs=2,
+      batch_size=20,
+      client_lr=0.1,
+      sparsity=0.8,
+      eval_every=12,
+      checkpoint_every=12,
+      progress=False,
+      root_output_dir=str(tmp_path),
+      experiment_name="learns",
+    )
+  )
   # Ten classes: chance is 0.1.
   assert result.report["final_metrics"]["accuracy"] > 0.6
   history = result.report["history"]
@@ -428,15 +455,32 @@ def test_fedsgc_learns(tmp_path):
 
 
 def test_flags_reach_the_algorithm():
-  experiment = loop.build_experiment(ExperimentConfig(
-      algorithm="fedsgc", dataset="synthetic", model="mlp", num_clients=4,
-      clients_per_round=2, sparsity=0.9, readjust_every=3, prune_alpha=0.1,
-      congruity_lambda=0.25, rounds=10, local_epochs=3, sgc_memory="updates"))
+  experiment = loop.build_experiment(
+    ExperimentConfig(
+      algorithm="fedsgc",
+      dataset="synthetic",
+      model="mlp",
+      num_clients=4,
+      clients_per_round=2,
+      sparsity=0.9,
+      readjust_every=3,
+      prune_alpha=0.1,
+      congruity_lambda=0.25,
+      rounds=10,
+      local_epochs=3,
+      sgc_memory="updates",
+    )
+  )
   algorithm = experiment.algorithm
   # E_end = 3 epochs x 10 rounds x 2 / 4 clients = 15; begin E // 2 + 1.
   assert algorithm.schedule == prune_grow.ReadjustSchedule(
-      alpha=0.1, delta_epochs=3, begin_epoch=2, end_epoch=15,
-      request_every=3, request_end_round=0)
+    alpha=0.1,
+    delta_epochs=3,
+    begin_epoch=2,
+    end_epoch=15,
+    request_every=3,
+    request_end_round=0,
+  )
   assert algorithm.sparsity == 0.9 and algorithm.memory == "updates"
   assert algorithm.initialize().memory.weight.shape == (4,)
 
@@ -444,12 +488,17 @@ def test_flags_reach_the_algorithm():
 def _bn_mlp():
   inputs = tf.keras.Input((2, 3, 1))
   x = tf.keras.layers.Dense(
-      8, name="fc1", kernel_initializer=tf.keras.initializers.GlorotUniform(1))(
-          tf.keras.layers.Flatten()(inputs))
+    8, name="fc1", kernel_initializer=tf.keras.initializers.GlorotUniform(1)
+  )(tf.keras.layers.Flatten()(inputs))
   x = tf.keras.layers.BatchNormalization(name="bn")(x)
-  return tf.keras.Model(inputs, tf.keras.layers.Dense(
-      3, name="logits",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+  return tf.keras.Model(
+    inputs,
+    tf.keras.layers.Dense(
+      3,
+      name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2),
+    )(x),
+  )
 
 
 def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
@@ -463,24 +512,33 @@ def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   mean_at = positions[id(wrapped.get_layer("bn").moving_mean)]
   # The server aggregates kernels and biases only.
   np.testing.assert_array_equal(weights.non_trainable[mean_at], np.zeros(8))
-  datasets = [data_lib.make_client_dataset(
-      _arrays(i, 1), batch_size=3, local_epochs=1, shuffle_seed=None)
-              for i in range(3)]
+  datasets = [
+    data_lib.make_client_dataset(
+      _arrays(i, 1), batch_size=3, local_epochs=1, shuffle_seed=None
+    )
+    for i in range(3)
+  ]
   (evaluated,) = algorithm.evaluation_models(
-      state, api.ClientDatasets(datasets)).values()
+    state, api.ClientDatasets(datasets)
+  ).values()
 
   def fc1(name, variables, values):
-    (value,) = [a for v, a in zip(variables, values)
-                if "fc1" in v.name and v.name.endswith(f"/{name}:0")]
+    (value,) = [
+      a
+      for v, a in zip(variables, values)
+      if "fc1" in v.name and v.name.endswith(f"/{name}:0")
+    ]
     return value
 
   kernel = fc1("kernel", wrapped.trainable_weights, weights.trainable)
   bias = fc1("bias", wrapped.trainable_weights, weights.trainable)
   mask = fc1("mask", wrapped.non_trainable_weights, weights.non_trainable)
-  x = np.concatenate([b["x"].numpy().reshape(-1, 6) for d in datasets
-                      for b in d])
-  np.testing.assert_allclose(evaluated.weights.non_trainable[mean_at],
-                             (x @ (kernel * mask) + bias).mean(axis=0),
-                             atol=1e-5)
+  x = np.concatenate(
+    [b["x"].numpy().reshape(-1, 6) for d in datasets for b in d]
+  )
+  np.testing.assert_allclose(
+    evaluated.weights.non_trainable[mean_at],
+    (x @ (kernel * mask) + bias).mean(axis=0),
+    atol=1e-5,
+  )
   assert np.abs(evaluated.weights.non_trainable[mean_at]).max() > 1e-2
-

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero import data
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
@@ -41,6 +42,7 @@ from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import static_batch_norm
 from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.errors import UsageError
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
@@ -163,7 +165,6 @@ class SparseTraining(api.FederatedAlgorithm):
     """Batches that never span two epochs (readjustment happens at epoch
     boundaries)."""
     del state
-    from tff_hetero import data  # pylint: disable=g-import-not-at-top
     return data.make_client_dataset(
         arrays, batch_size=batch_size, local_epochs=local_epochs,
         shuffle_seed=shuffle_seed, augment=augment, epoch_aligned=True)
@@ -286,7 +287,6 @@ class SparseTraining(api.FederatedAlgorithm):
 
 def check_memory(memory: str) -> str:
   if memory not in computations.MEMORIES:
-    from tff_hetero.program.errors import UsageError  # pylint: disable=g-import-not-at-top
     raise UsageError("--sgc_memory", f"unknown value {memory!r}; accepted: "
                      + ", ".join(computations.MEMORIES))
   return memory

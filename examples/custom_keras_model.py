@@ -1,0 +1,102 @@
+"""FedAvg with a Keras model of your own, from tff-hetero's public API only.
+
+  python examples/custom_keras_model.py [--aggregator=mean|clip|dp] [--rounds=N]
+
+Builds a small Keras MLP (not one of the registry's models), trains it with
+`tff_hetero.build_fedavg_process` on a TFF worker this script owns
+(`tff_hetero.local_execution`) over synthetic, seeded client data, and prints
+per round the training loss, the global model's accuracy on held-out data,
+and the bytes that crossed the network as TFF measured them. With
+`--aggregator=clip` or `dp` the model updates go through TFF's clipping or
+DP-FedAvg Gaussian factory (`tff_hetero.build_model_aggregator`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import tff_hetero
+
+NUM_FEATURES, NUM_CLASSES = 10, 3
+INPUT_SPEC = collections.OrderedDict(
+    x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+    y=tf.TensorSpec([None], tf.int32))
+
+
+def keras_model() -> tf.keras.Model:
+  """Your model: any Keras model that outputs logits, seeded."""
+  initializer = tf.keras.initializers.GlorotUniform(seed=1)
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(NUM_FEATURES,)),
+      tf.keras.layers.Dense(16, activation="relu",
+                            kernel_initializer=initializer),
+      tf.keras.layers.Dense(NUM_CLASSES, kernel_initializer=initializer),
+  ])
+
+
+def synthetic_data(num_clients: int, per_client: int, seed: int = 0):
+  """Linearly separable classes, each client with its own label skew."""
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(0, 2, size=(NUM_CLASSES, NUM_FEATURES))
+
+  def sample(n, label_probs):
+    y = rng.choice(NUM_CLASSES, size=n, p=label_probs).astype(np.int32)
+    x = (centers[y] + rng.normal(0, 1, size=(n, NUM_FEATURES))).astype(
+        np.float32)
+    return x, y
+
+  clients = []
+  for _ in range(num_clients):
+    x, y = sample(per_client, rng.dirichlet([1.0] * NUM_CLASSES))
+    clients.append(tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)).batch(10))
+  test = sample(600, [1 / NUM_CLASSES] * NUM_CLASSES)
+  return clients, test
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--aggregator", default="mean",
+                      choices=["mean", "clip", "dp"])
+  parser.add_argument("--rounds", type=int, default=10)
+  args = parser.parse_args()
+
+  clients, (test_x, test_y) = synthetic_data(num_clients=8, per_client=60)
+  cohort = 4
+  aggregator, weighting = tff_hetero.build_model_aggregator(
+      args.aggregator,
+      clip_norm=None if args.aggregator == "mean" else 1.0,
+      noise_multiplier=0.1 if args.aggregator == "dp" else None,
+      clients_per_round=cohort)
+  process = tff_hetero.build_fedavg_process(
+      keras_model, input_spec=INPUT_SPEC,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=aggregator, client_weighting=weighting)
+
+  evaluation_model = keras_model()
+  rng = np.random.default_rng(1)
+  with tff_hetero.local_execution():
+    state = process.initialize()
+    for round_num in range(1, args.rounds + 1):
+      chosen = rng.choice(len(clients), size=cohort, replace=False)
+      output = process.next(state, [clients[i] for i in chosen])
+      state = output.state
+      metrics = output.metrics
+      process.get_model_weights(state).assign_weights_to(evaluation_model)
+      logits = evaluation_model(test_x, training=False)
+      accuracy = float(np.mean(np.argmax(logits, axis=1) == test_y))
+      print(f"round {round_num}:"
+            f" loss={float(metrics['client_work']['train']['metrics']['loss']):.4f}"
+            f" test_accuracy={accuracy:.4f}"
+            f" bytes_down={int(metrics['distributor']['bytes_down'])}"
+            f" bytes_up={int(metrics['aggregator']['bytes_up'])}",
+            flush=True)
+
+
+if __name__ == "__main__":
+  main()

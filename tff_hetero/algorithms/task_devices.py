@@ -1,0 +1,44 @@
+"""The device population of a task: tier capacities resolved on its model.
+
+Capacities belong to the population, not to an algorithm: every algorithm of
+a comparison sees the same budgets (fractions of the full model, or parameter
+counts, from `--tier_capacities`; by default 0.25 / 0.5 / 1 of the full model
+for weak / medium / strong). The program builds the population from here, and
+the algorithms whose paper lets the server know each tier (HeteroFL) read the
+same tiers from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tff_hetero import devices as devices_lib
+from tff_hetero import models as models_lib
+from tff_hetero.algorithms import api
+
+
+def resolve_tiers(settings: Any,
+                  task: api.Task) -> tuple[devices_lib.TierSpec, ...]:
+  """The device tiers of the settings, capacities resolved on the task's model.
+
+  `settings` has the `ExperimentConfig` fields `tiers`, `tier_proportions`,
+  `tier_capacities`, `tier_availability` and `tier_fluctuation` (flag strings;
+  empty means the default).
+  """
+  tiers = devices_lib.parse_tiers(
+      settings.tiers, settings.tier_proportions,
+      capacities=settings.tier_capacities or None,
+      availability=settings.tier_availability or None,
+      fluctuation=settings.tier_fluctuation or None)
+  model = task.model_fn()
+  return devices_lib.resolve_capacities(
+      tiers, models_lib.count_params(model).trainable,
+      models_lib.count_flops(model))
+
+
+def build_population(settings: Any, client_ids,
+                     task: api.Task) -> devices_lib.DevicePopulation:
+  """The device population of the settings (`resolve_tiers`), seeded by
+  `settings.seed`."""
+  return devices_lib.assign_tiers(client_ids, resolve_tiers(settings, task),
+                                  seed=settings.seed)
