@@ -24,19 +24,23 @@ import tff_hetero
 
 NUM_FEATURES, NUM_CLASSES = 10, 3
 INPUT_SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-    y=tf.TensorSpec([None], tf.int32))
+  x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+  y=tf.TensorSpec([None], tf.int32),
+)
 
 
 def keras_model() -> tf.keras.Model:
   """Your model: any Keras model that outputs logits, seeded."""
   initializer = tf.keras.initializers.GlorotUniform(seed=1)
-  return tf.keras.Sequential([
+  return tf.keras.Sequential(
+    [
       tf.keras.layers.InputLayer(input_shape=(NUM_FEATURES,)),
-      tf.keras.layers.Dense(16, activation="relu",
-                            kernel_initializer=initializer),
+      tf.keras.layers.Dense(
+        16, activation="relu", kernel_initializer=initializer
+      ),
       tf.keras.layers.Dense(NUM_CLASSES, kernel_initializer=initializer),
-  ])
+    ]
+  )
 
 
 def synthetic_data(num_clients: int, per_client: int, seed: int = 0):
@@ -47,36 +51,45 @@ def synthetic_data(num_clients: int, per_client: int, seed: int = 0):
   def sample(n, label_probs):
     y = rng.choice(NUM_CLASSES, size=n, p=label_probs).astype(np.int32)
     x = (centers[y] + rng.normal(0, 1, size=(n, NUM_FEATURES))).astype(
-        np.float32)
+      np.float32
+    )
     return x, y
 
   clients = []
   for _ in range(num_clients):
     x, y = sample(per_client, rng.dirichlet([1.0] * NUM_CLASSES))
-    clients.append(tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(x=x, y=y)).batch(10))
+    clients.append(
+      tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)
+      ).batch(10)
+    )
   test = sample(600, [1 / NUM_CLASSES] * NUM_CLASSES)
   return clients, test
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--aggregator", default="mean",
-                      choices=["mean", "clip", "dp"])
+  parser.add_argument(
+    "--aggregator", default="mean", choices=["mean", "clip", "dp"]
+  )
   parser.add_argument("--rounds", type=int, default=10)
   args = parser.parse_args()
 
   clients, (test_x, test_y) = synthetic_data(num_clients=8, per_client=60)
   cohort = 4
   aggregator, weighting = tff_hetero.build_model_aggregator(
-      args.aggregator,
-      clip_norm=None if args.aggregator == "mean" else 1.0,
-      noise_multiplier=0.1 if args.aggregator == "dp" else None,
-      clients_per_round=cohort)
+    args.aggregator,
+    clip_norm=None if args.aggregator == "mean" else 1.0,
+    noise_multiplier=0.1 if args.aggregator == "dp" else None,
+    clients_per_round=cohort,
+  )
   process = tff_hetero.build_fedavg_process(
-      keras_model, input_spec=INPUT_SPEC,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_aggregator=aggregator, client_weighting=weighting)
+    keras_model,
+    input_spec=INPUT_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    model_aggregator=aggregator,
+    client_weighting=weighting,
+  )
 
   evaluation_model = keras_model()
   rng = np.random.default_rng(1)
@@ -90,12 +103,14 @@ def main() -> None:
       process.get_model_weights(state).assign_weights_to(evaluation_model)
       logits = evaluation_model(test_x, training=False)
       accuracy = float(np.mean(np.argmax(logits, axis=1) == test_y))
-      print(f"round {round_num}:"
-            f" loss={float(metrics['client_work']['train']['metrics']['loss']):.4f}"
-            f" test_accuracy={accuracy:.4f}"
-            f" bytes_down={int(metrics['distributor']['bytes_down'])}"
-            f" bytes_up={int(metrics['aggregator']['bytes_up'])}",
-            flush=True)
+      print(
+        f"round {round_num}:"
+        f" loss={float(metrics['client_work']['train']['metrics']['loss']):.4f}"
+        f" test_accuracy={accuracy:.4f}"
+        f" bytes_down={int(metrics['distributor']['bytes_down'])}"
+        f" bytes_up={int(metrics['aggregator']['bytes_up'])}",
+        flush=True,
+      )
 
 
 if __name__ == "__main__":

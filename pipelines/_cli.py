@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 import sys
-from collections.abc import Callable
 
 from absl import flags
 
@@ -15,17 +15,19 @@ from absl import flags
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # glibc keeps the arenas made before its limit is set
 # (tff_hetero/runtime/heap.py): set it before TensorFlow's thread pools run.
-from tff_hetero.runtime import heap  # pylint: disable=g-bad-import-order
+from tff_hetero.runtime import heap  # noqa: E402
 
 heap.configure_process_heap()
-import tensorflow  # noqa: F401  pylint: disable=unused-import,g-bad-import-order
-import warnings  # pylint: disable=g-bad-import-order
+import warnings  # noqa: E402
+
+import tensorflow  # noqa: E402, F401
 
 # TFF warns that batch-norm statistics are not trained by federated rounds;
 # the width-heterogeneous algorithms compute them on purpose before each
 # evaluation (static batch norm), so the warning is noise in their output.
 warnings.filterwarnings(
-    "ignore", message="Batch Normalization contains non-trainable variables")
+  "ignore", message="Batch Normalization contains non-trainable variables"
+)
 
 USAGE_EXIT = 2
 
@@ -50,6 +52,7 @@ def parse_flags_or_fail(argv: list[str]) -> list[str]:
     fail(str(e).splitlines()[0] if str(e) else repr(e))
   if not flags.FLAGS["verbosity"].present:
     from absl import logging  # pylint: disable=g-import-not-at-top
+
     logging.set_verbosity(logging.ERROR)
   return remaining
 
@@ -57,6 +60,7 @@ def parse_flags_or_fail(argv: list[str]) -> list[str]:
 def run_main(main: Callable[[list[str]], None]) -> None:
   """`absl.app.run(main)` with one-line flag errors."""
   from absl import app  # pylint: disable=g-import-not-at-top
+
   app.run(main, flags_parser=parse_flags_or_fail)
 
 
@@ -78,8 +82,8 @@ def run_guarded(fn: Callable[[], object], *, resume_hint: str) -> object:
   """
   # Imported here so that flag errors are reported before TF starts up.
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import DivergenceError  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   try:
     with runtime.handle_termination():
@@ -92,4 +96,3 @@ def run_guarded(fn: Callable[[], object], *, resume_hint: str) -> object:
     fail(f"interrupted by SIGINT; {resume_hint}", status=130)
   except runtime.Terminated as e:
     fail(f"{e}; {resume_hint}", status=e.code)
-

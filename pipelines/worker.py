@@ -28,23 +28,23 @@ from absl import flags
 # Not `pipelines._cli`: it imports TensorFlow (seconds of start-up, C++ log
 # lines on stderr), which a launcher of `worker_binary` does not need.
 
-_PORT = flags.DEFINE_integer('port', None, 'TCP port to serve on (1-65535).')
+_PORT = flags.DEFINE_integer("port", None, "TCP port to serve on (1-65535).")
 _MAX_MESSAGE_MB = flags.DEFINE_integer(
-    'max_message_mb',
-    2000,
-    'Max gRPC message size in MB (1-2047; the worker binary default of 10000'
-    ' overflows). Drivers must use the same or a smaller limit.',
+  "max_message_mb",
+  2000,
+  "Max gRPC message size in MB (1-2047; the worker binary default of 10000"
+  " overflows). Drivers must use the same or a smaller limit.",
 )
 _MAX_CONCURRENT = flags.DEFINE_integer(
-    'max_concurrent_computation_calls',
-    -1,
-    'Max parallel calls of one computation in the worker; <= 0: no limit.',
+  "max_concurrent_computation_calls",
+  -1,
+  "Max parallel calls of one computation in the worker; <= 0: no limit.",
 )
 _READY_TIMEOUT = flags.DEFINE_float(
-    'ready_timeout_s', 60.0, 'Seconds to wait for the worker to answer.'
+  "ready_timeout_s", 60.0, "Seconds to wait for the worker to answer."
 )
 _LOG_FILE = flags.DEFINE_string(
-    'log_file', '', "File for the worker binary's own log (default: discarded)."
+  "log_file", "", "File for the worker binary's own log (default: discarded)."
 )
 
 
@@ -53,8 +53,8 @@ class _cli:  # pylint: disable=invalid-name
 
   @staticmethod
   def fail(message: str, status: int = 2) -> None:
-    line = ' '.join(str(message).split())
-    print(f'error: {line}', file=sys.stderr, flush=True)
+    line = " ".join(str(message).split())
+    print(f"error: {line}", file=sys.stderr, flush=True)
     sys.exit(status)
 
   @staticmethod
@@ -77,21 +77,23 @@ def main(argv: list[str]) -> None:
     _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
   port = _PORT.value
   if port is None:
-    _cli.fail('--port is required')
+    _cli.fail("--port is required")
   if not 0 < port < 65536:
-    _cli.fail(f'--port must be in 1..65535, got {port}')
+    _cli.fail(f"--port must be in 1..65535, got {port}")
   if not 1 <= _MAX_MESSAGE_MB.value <= 2047:
-    _cli.fail(f'--max_message_mb must be in 1..2047, got {_MAX_MESSAGE_MB.value}')
+    _cli.fail(
+      f"--max_message_mb must be in 1..2047, got {_MAX_MESSAGE_MB.value}"
+    )
   if _READY_TIMEOUT.value <= 0:
-    _cli.fail('--ready_timeout_s must be > 0')
+    _cli.fail("--ready_timeout_s must be > 0")
 
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
 
   worker = runtime.WorkerProcess(
-      port,
-      max_message_mb=_MAX_MESSAGE_MB.value,
-      max_concurrent_computation_calls=_MAX_CONCURRENT.value,
-      log_path=_LOG_FILE.value or None,
+    port,
+    max_message_mb=_MAX_MESSAGE_MB.value,
+    max_concurrent_computation_calls=_MAX_CONCURRENT.value,
+    log_path=_LOG_FILE.value or None,
   )
   try:
     with runtime.handle_termination():
@@ -100,11 +102,11 @@ def main(argv: list[str]) -> None:
         worker.wait_ready(_READY_TIMEOUT.value)
       except runtime.WorkerStartError as e:
         _cli.fail(str(e))
-      print(f'TFF worker ready on [::]:{port} (pid {worker.pid})', flush=True)
+      print(f"TFF worker ready on [::]:{port} (pid {worker.pid})", flush=True)
       while worker.is_running():
         time.sleep(0.5)
       code = worker.returncode
-      _cli.fail(f'TFF worker on port {port} exited on its own (code {code})', 1)
+      _cli.fail(f"TFF worker on port {port} exited on its own (code {code})", 1)
   except (KeyboardInterrupt, runtime.Terminated):
     worker.stop()
     sys.exit(0)
@@ -112,5 +114,5 @@ def main(argv: list[str]) -> None:
     worker.stop()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
   _cli.run_main(main)

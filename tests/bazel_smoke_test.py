@@ -28,12 +28,18 @@ def _real(path):
 def test_interpreter_is_project_venv_python_3_11():
   assert sys.version_info[:2] == (3, 11), sys.version
   assert sys.prefix != sys.base_prefix, f"not a virtualenv: {sys.prefix}"
-  assert _real(sys.prefix) == _real(REPO_ROOT / ".venv"), (sys.prefix, REPO_ROOT)
+  assert _real(sys.prefix) == _real(REPO_ROOT / ".venv"), (
+    sys.prefix,
+    REPO_ROOT,
+  )
   # The TFF stack and the test tools are installed there (checked without importing TF).
   for name in ("tensorflow_federated", "tensorflow", "pytest"):
     spec = importlib.util.find_spec(name)
     assert spec is not None, name
-    assert _real(spec.origin).is_relative_to(_real(sys.prefix)), (name, spec.origin)
+    assert _real(spec.origin).is_relative_to(_real(sys.prefix)), (
+      name,
+      spec.origin,
+    )
 
 
 def test_packages_import_from_workspace_sources():
@@ -45,18 +51,18 @@ def test_subprocess_sees_same_interpreter_and_packages(tmp_path):
   # What `subprocess.run([sys.executable, "-m", "pipelines.train", ...])` relies on:
   # -m resolves modules with importlib.util.find_spec, from a neutral cwd here.
   code = (
-      "import importlib.util, json, sys; "
-      "print(json.dumps({'prefix': sys.prefix, 'version': list(sys.version_info[:2]), "
-      "'pipelines': importlib.util.find_spec('pipelines').origin, "
-      "'tff_hetero': importlib.util.find_spec('tff_hetero').origin}))"
+    "import importlib.util, json, sys; "
+    "print(json.dumps({'prefix': sys.prefix, 'version': list(sys.version_info[:2]), "
+    "'pipelines': importlib.util.find_spec('pipelines').origin, "
+    "'tff_hetero': importlib.util.find_spec('tff_hetero').origin}))"
   )
   out = subprocess.run(
-      [sys.executable, "-c", code],
-      check=True,
-      capture_output=True,
-      text=True,
-      cwd=os.getcwd(),
-      timeout=120,
+    [sys.executable, "-c", code],
+    check=True,
+    capture_output=True,
+    text=True,
+    cwd=os.getcwd(),
+    timeout=120,
   ).stdout
   info = json.loads(out)
   assert info["version"] == [3, 11]

@@ -28,9 +28,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DEEPER_TWINS = {
-    "resnet110": "resnet56", "resnet110_bottleneck": "resnet56_bottleneck",
-    "fedgkt_server_resnet109": "fedgkt_server_resnet55",
-    "fedgkt_server_resnet109_bottleneck": "fedgkt_server_resnet55_bottleneck",
+  "resnet110": "resnet56",
+  "resnet110_bottleneck": "resnet56_bottleneck",
+  "fedgkt_server_resnet109": "fedgkt_server_resnet55",
+  "fedgkt_server_resnet109_bottleneck": "fedgkt_server_resnet55_bottleneck",
 }
 
 
@@ -42,5 +43,6 @@ def once_per_structure(names):
 @pytest.fixture(scope="session")
 def tff_context():
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+
   with runtime.local_execution(worker_timeout_s=120.0) as handle:
     yield handle

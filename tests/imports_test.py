@@ -79,13 +79,20 @@ _ZYGOTE = textwrap.dedent(r"""
 @pytest.fixture(scope="module")
 def import_results():
   import json  # pylint: disable=g-import-not-at-top
+
   modules = _our_modules()
   env = dict(os.environ, PYTHONPATH=str(REPO))
   for name in [k for k in env if k.startswith(("TF_CPP", "MALLOC_"))]:
     del env[name]
   completed = subprocess.run(
-      [sys.executable, "-c", _ZYGOTE, json.dumps(modules)], cwd=REPO, env=env,
-      capture_output=True, text=True, timeout=900, check=False)
+    [sys.executable, "-c", _ZYGOTE, json.dumps(modules)],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    check=False,
+  )
   assert completed.returncode == 0, completed.stderr[-3000:]
   return json.loads(completed.stdout.strip().splitlines()[-1])
 
@@ -98,14 +105,18 @@ def test_finds_the_modules():
 
 
 def test_every_module_imports_on_its_own(import_results):
-  failed = {name: r["error"] for name, r in import_results.items()
-            if r["error"]}
+  failed = {
+    name: r["error"] for name, r in import_results.items() if r["error"]
+  }
   assert not failed, "\n\n".join(f"{k}:\n{v}" for k, v in failed.items())
 
 
 def test_importing_the_library_sets_no_environment_variables(import_results):
-  changed = {name: r["env"] for name, r in import_results.items()
-             if r["env"] and name.startswith("tff_hetero")}
+  changed = {
+    name: r["env"]
+    for name, r in import_results.items()
+    if r["env"] and name.startswith("tff_hetero")
+  }
   assert not changed
 
 
@@ -135,10 +146,17 @@ def test_no_module_imports_inside_a_function_to_dodge_a_cycle():
 
 
 def test_errors_module_loads_neither_tensorflow_nor_tff():
-  code = ("import sys, tff_hetero.errors; "
-          "print(sorted(m for m in ('tensorflow', 'tensorflow_federated') "
-          "if m in sys.modules))")
-  completed = subprocess.run([sys.executable, "-c", code], cwd=REPO,
-                             capture_output=True, text=True, timeout=120,
-                             check=True)
+  code = (
+    "import sys, tff_hetero.errors; "
+    "print(sorted(m for m in ('tensorflow', 'tensorflow_federated') "
+    "if m in sys.modules))"
+  )
+  completed = subprocess.run(
+    [sys.executable, "-c", code],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=True,
+  )
   assert completed.stdout.strip() == "[]"

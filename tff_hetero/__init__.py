@@ -28,20 +28,20 @@ __version__ = "0.1.0"
 
 # Public name -> the module defining it.
 _EXPORTS = {
-    "build_fedavg_process": "tff_hetero.algorithms.fedavg",
-    "build_fedprox_process": "tff_hetero.algorithms.fedprox",
-    "build_fedadam_process": "tff_hetero.algorithms.fedadam",
-    "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
-    "local_execution": "tff_hetero.runtime.contexts",
-    "remote_execution": "tff_hetero.runtime.contexts",
-    "ExperimentConfig": "tff_hetero.program.config",
-    "run_experiment": "tff_hetero.program.loop",
-    "HeteroError": "tff_hetero.errors",
-    "UsageError": "tff_hetero.errors",
-    "DataError": "tff_hetero.errors",
-    "DeviceError": "tff_hetero.errors",
-    "ModelError": "tff_hetero.errors",
-    "DivergenceError": "tff_hetero.errors",
+  "build_fedavg_process": "tff_hetero.algorithms.fedavg",
+  "build_fedprox_process": "tff_hetero.algorithms.fedprox",
+  "build_fedadam_process": "tff_hetero.algorithms.fedadam",
+  "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
+  "local_execution": "tff_hetero.runtime.contexts",
+  "remote_execution": "tff_hetero.runtime.contexts",
+  "ExperimentConfig": "tff_hetero.program.config",
+  "run_experiment": "tff_hetero.program.loop",
+  "HeteroError": "tff_hetero.errors",
+  "UsageError": "tff_hetero.errors",
+  "DataError": "tff_hetero.errors",
+  "DeviceError": "tff_hetero.errors",
+  "ModelError": "tff_hetero.errors",
+  "DivergenceError": "tff_hetero.errors",
 }
 
 __all__ = sorted(_EXPORTS)

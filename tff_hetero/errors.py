@@ -14,8 +14,12 @@ it to catch errors without loading TensorFlow or TFF.
 from __future__ import annotations
 
 __all__ = [
-    "HeteroError", "UsageError", "DataError", "DeviceError", "ModelError",
-    "DivergenceError",
+  "HeteroError",
+  "UsageError",
+  "DataError",
+  "DeviceError",
+  "ModelError",
+  "DivergenceError",
 ]
 
 

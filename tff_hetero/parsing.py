@@ -18,8 +18,10 @@ def parse_number_list(flag: str, text: str, kind: type = float) -> list:
     values = [kind(p) for p in parts]
   except ValueError:
     raise UsageError(
-        flag, f"{text!r} is not a ':'-separated list of"
-        f" {'integers' if kind is int else 'numbers'}") from None
+      flag,
+      f"{text!r} is not a ':'-separated list of"
+      f" {'integers' if kind is int else 'numbers'}",
+    ) from None
   if kind is float and not all(math.isfinite(v) for v in values):
     raise UsageError(flag, f"{text!r} holds a non-finite number")
   return values

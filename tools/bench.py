@@ -106,46 +106,73 @@ from tff_hetero.runtime import heap  # noqa: E402
 
 heap.configure_process_heap()
 # Before absl parses flags (see pipelines/_cli.py).
-import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 
 _SUITE = flags.DEFINE_enum(
-    "suite", "base", ["base", "hetero", "sparse", "gkt", "coldstart"],
-    "Benchmark suite.")
-_GKT_ROUNDS = flags.DEFINE_integer("gkt_rounds", 50,
-                                   "Rounds of the FedGKT memory run.")
-_GKT_SERVER = flags.DEFINE_string("gkt_server_model", "fedgkt_server_resnet19",
-                                  "FedGKT server model (suite gkt).")
+  "suite",
+  "base",
+  ["base", "hetero", "sparse", "gkt", "coldstart"],
+  "Benchmark suite.",
+)
+_GKT_ROUNDS = flags.DEFINE_integer(
+  "gkt_rounds", 50, "Rounds of the FedGKT memory run."
+)
+_GKT_SERVER = flags.DEFINE_string(
+  "gkt_server_model",
+  "fedgkt_server_resnet19",
+  "FedGKT server model (suite gkt).",
+)
 _ROUNDS = flags.DEFINE_integer(
-    "rounds", 5, "Timed rounds (after 1 warm-up), at least 5 unless --smoke.")
+  "rounds", 5, "Timed rounds (after 1 warm-up), at least 5 unless --smoke."
+)
 _SMOKE = flags.DEFINE_bool(
-    "smoke", False, "Allow --rounds below 5 (to try this script out; such"
-    " medians are no result).")
+  "smoke",
+  False,
+  "Allow --rounds below 5 (to try this script out; such"
+  " medians are no result).",
+)
 flags.register_validator(
-    "rounds", lambda n: n >= 1, message="--rounds must be at least 1")
+  "rounds", lambda n: n >= 1, message="--rounds must be at least 1"
+)
 flags.register_multi_flags_validator(
-    ["rounds", "smoke"], lambda f: f["rounds"] >= 5 or f["smoke"],
-    message="--rounds below 5 needs --smoke")
+  ["rounds", "smoke"],
+  lambda f: f["rounds"] >= 5 or f["smoke"],
+  message="--rounds below 5 needs --smoke",
+)
 _COLDSTART_ALGORITHMS = flags.DEFINE_list(
-    "coldstart_algorithms", [],
-    "Algorithms of --suite=coldstart (default: every registered one).")
+  "coldstart_algorithms",
+  [],
+  "Algorithms of --suite=coldstart (default: every registered one).",
+)
 _COLDSTART_TIMEOUT = flags.DEFINE_float(
-    "coldstart_timeout_s", 600.0,
-    "--suite=coldstart: seconds before a run is stopped (SIGTERM).")
-_RSS_ROUNDS = flags.DEFINE_integer("rss_rounds", 100,
-                                   "Rounds of the memory-growth run.")
+  "coldstart_timeout_s",
+  600.0,
+  "--suite=coldstart: seconds before a run is stopped (SIGTERM).",
+)
+_RSS_ROUNDS = flags.DEFINE_integer(
+  "rss_rounds", 100, "Rounds of the memory-growth run."
+)
 _DATASET = flags.DEFINE_string("dataset", "mnist5k", "Data set.")
 _MODEL = flags.DEFINE_string(
-    "model", None, "Model of suites hetero (default vgg16_eighth), sparse"
-    " (mnist_cnn) and gkt (fedgkt_edge_resnet8); base and coldstart choose"
-    " their own.")
+  "model",
+  None,
+  "Model of suites hetero (default vgg16_eighth), sparse"
+  " (mnist_cnn) and gkt (fedgkt_edge_resnet8); base and coldstart choose"
+  " their own.",
+)
 _CLIENTS = flags.DEFINE_integer(
-    "num_clients", 20, "Clients in all (coldstart: the pipeline's default"
-    " unless given).")
+  "num_clients",
+  20,
+  "Clients in all (coldstart: the pipeline's default unless given).",
+)
 _COHORT = flags.DEFINE_integer(
-    "clients_per_round", 10, "Cohort size (gkt: 4 unless given; coldstart:"
-    " the pipeline's default unless given).")
+  "clients_per_round",
+  10,
+  "Cohort size (gkt: 4 unless given; coldstart:"
+  " the pipeline's default unless given).",
+)
 
 
 CLIENT_LR = 0.05
@@ -153,11 +180,21 @@ CLIENT_LR = 0.05
 
 def _config(**overrides):
   from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+
   settings = dict(
-      algorithm="fedavg", dataset=_DATASET.value, model=_model(),
-      partition="iid", num_clients=_CLIENTS.value,
-      clients_per_round=_COHORT.value, local_epochs=1, batch_size=20,
-      client_lr=CLIENT_LR, seed=0, checkpoint_every=10**6, progress=False)
+    algorithm="fedavg",
+    dataset=_DATASET.value,
+    model=_model(),
+    partition="iid",
+    num_clients=_CLIENTS.value,
+    clients_per_round=_COHORT.value,
+    local_epochs=1,
+    batch_size=20,
+    client_lr=CLIENT_LR,
+    seed=0,
+    checkpoint_every=10**6,
+    progress=False,
+  )
   settings.update(overrides)
   return ExperimentConfig(**settings)
 
@@ -173,6 +210,7 @@ def _model() -> str:
 
 def _rss_bytes() -> int:
   import psutil  # pylint: disable=g-import-not-at-top
+
   me = psutil.Process()
   total = me.memory_info().rss
   for child in me.children(recursive=True):
@@ -189,15 +227,18 @@ def _rss_growth(rss: dict[int, int], prefix: str) -> collections.OrderedDict:
   last = max(rss)
   start = statistics.median(rss[r] for r in range(10, 15))
   end = statistics.median(rss[r] for r in range(last - 4, last + 1))
-  return collections.OrderedDict([
+  return collections.OrderedDict(
+    [
       (f"{prefix}_rounds10to14_mib", round(start / 2**20, 1)),
       (f"{prefix}_rounds{last - 4}to{last}_mib", round(end / 2**20, 1)),
       (f"{prefix}_growth_pct", round(100.0 * (end - start) / start, 2)),
-  ])
+    ]
+  )
 
 
-def _spread(results: collections.OrderedDict, key: str,
-            times) -> collections.OrderedDict:
+def _spread(
+  results: collections.OrderedDict, key: str, times
+) -> collections.OrderedDict:
   """Sets `key` to the median of `times` (seconds), `key_min`, `key_max`."""
   results[key] = round(float(statistics.median(times)), 4)
   results[f"{key}_min"] = round(float(min(times)), 4)
@@ -209,8 +250,9 @@ def _count_batches(dataset) -> int:
   return sum(1 for _ in dataset)
 
 
-class _FloorClient(collections.namedtuple(
-    "_FloorClient", ["xs", "ys", "tail_x", "tail_y"])):
+class _FloorClient(
+  collections.namedtuple("_FloorClient", ["xs", "ys", "tail_x", "tail_y"])
+):
   """One client's batches in memory: full batches stacked (xs [n, b, ...],
   ys [n, b]) and the smaller last batch, if any, apart (else None)."""
 
@@ -218,16 +260,19 @@ class _FloorClient(collections.namedtuple(
   def of(cls, dataset):
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     batches = [(b["x"].numpy(), b["y"].numpy()) for b in dataset]
     tail = None
     if len(batches) > 1 and len(batches[-1][1]) != len(batches[0][1]):
       batches, tail = batches[:-1], batches[-1]
     if any(len(y) != len(batches[0][1]) for _, y in batches):
       raise ValueError("only a client dataset's last batch may be smaller")
-    return cls(tf.constant(np.stack([x for x, _ in batches])),
-               tf.constant(np.stack([y for _, y in batches])),
-               None if tail is None else tf.constant(tail[0]),
-               None if tail is None else tf.constant(tail[1]))
+    return cls(
+      tf.constant(np.stack([x for x, _ in batches])),
+      tf.constant(np.stack([y for _, y in batches])),
+      None if tail is None else tf.constant(tail[0]),
+      None if tail is None else tf.constant(tail[1]),
+    )
 
 
 class _FloorTrainer:
@@ -242,6 +287,7 @@ class _FloorTrainer:
 
   def __init__(self, model_fn, initial, lr: float):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     model = model_fn()
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     initial = [tf.constant(w) for w in initial]
@@ -283,12 +329,12 @@ def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
   SGD steps as the client datasets hold batches.
   """
   import concurrent.futures  # pylint: disable=g-import-not-at-top
+
   clients = [_FloorClient.of(d) for d in datasets]
   batches = sum(_count_batches(d) for d in datasets)
   initial = task.model_fn().get_weights()
   threads = max(1, min(len(os.sched_getaffinity(0)), len(clients)))
-  trainers = [_FloorTrainer(task.model_fn, initial, lr)
-              for _ in range(threads)]
+  trainers = [_FloorTrainer(task.model_fn, initial, lr) for _ in range(threads)]
   shares = [clients[k::threads] for k in range(threads)]
 
   def sequential():
@@ -302,16 +348,16 @@ def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
   def steps():
     return sum(int(t.steps.numpy()) for t in trainers)
 
-  results = collections.OrderedDict(steps_per_round=batches,
-                                    floor_threads=threads)
+  results = collections.OrderedDict(
+    steps_per_round=batches, floor_threads=threads
+  )
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
 
     def parallel():
       for future in [pool.submit(work, k) for k in range(threads)]:
         future.result()
 
-    for name, round_fn in (("sequential", sequential),
-                           ("parallel", parallel)):
+    for name, round_fn in (("sequential", sequential), ("parallel", parallel)):
       times = []
       for round_num in range(timed + 1):
         before = steps()
@@ -320,13 +366,15 @@ def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
         elapsed = time.perf_counter() - start
         if steps() - before != batches:
           raise AssertionError(
-              f"floor ({name}) took {steps() - before} SGD steps in a round;"
-              f" the client datasets hold {batches} batches")
+            f"floor ({name}) took {steps() - before} SGD steps in a round;"
+            f" the client datasets hold {batches} batches"
+          )
         if round_num:  # Round 0 is warm-up (tracing).
           times.append(elapsed)
       _spread(results, f"floor_{name}_round_s", times)
-  best = min(("sequential", "parallel"),
-             key=lambda n: results[f"floor_{n}_round_s"])
+  best = min(
+    ("sequential", "parallel"), key=lambda n: results[f"floor_{n}_round_s"]
+  )
   results["floor_round_s"] = results[f"floor_{best}_round_s"]
   results["floor_round_s_min"] = results[f"floor_{best}_round_s_min"]
   results["floor_round_s_max"] = results[f"floor_{best}_round_s_max"]
@@ -336,13 +384,14 @@ def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
 
 # The `base` suite's configurations: (model, local epochs, batch size).
 BASE_CONFIGS = collections.OrderedDict(
-    compute=("mnist_cnn_feddst", 5, 50),
-    overhead=("mnist_cnn", 1, 20),
+  compute=("mnist_cnn_feddst", 5, 50),
+  overhead=("mnist_cnn", 1, 20),
 )
 
 
-def _bench_config(name: str, model: str, epochs: int, batch: int,
-                  root: str) -> collections.OrderedDict:
+def _bench_config(
+  name: str, model: str, epochs: int, batch: int, root: str
+) -> collections.OrderedDict:
   """Ours, TFF and the floor on one `BASE_CONFIGS` entry (see the module
   docstring); keys without the configuration's prefix."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -358,29 +407,45 @@ def _bench_config(name: str, model: str, epochs: int, batch: int,
 
   # Ours: the whole program, rounds timed from its own history. Round 1 is
   # warm-up; the last round also evaluates (and checkpoints) and is dropped.
-  result = loop.run_experiment(_config(
-      rounds=timed + 2, eval_every=10**6, root_output_dir=root,
-      experiment_name=name, **shape))
+  result = loop.run_experiment(
+    _config(
+      rounds=timed + 2,
+      eval_every=10**6,
+      root_output_dir=root,
+      experiment_name=name,
+      **shape,
+    )
+  )
   history = result.report["history"]
   walls = [0.0] + [r["wall_time_s"] for r in history]
   times = [b - a for a, b in zip(walls, walls[1:])][1:-1]
   if len(times) != timed or any(
-      r["clients"] != _COHORT.value for r in history[1:-1]):
-    raise AssertionError(f"{name}: the program's timed rounds did not each"
-                         f" train {_COHORT.value} clients")
+    r["clients"] != _COHORT.value for r in history[1:-1]
+  ):
+    raise AssertionError(
+      f"{name}: the program's timed rounds did not each"
+      f" train {_COHORT.value} clients"
+    )
   _spread(results, "ours_round_s", times)
 
   experiment = loop.build_experiment(_config(rounds=1, **shape))
   fed, task = experiment.federated_data, experiment.task
-  cohort = list(fed.client_ids)[:_COHORT.value]
-  datasets = [data_lib.make_client_dataset(
-      fed.client_train(cid), batch_size=batch, local_epochs=epochs,
-      shuffle_seed=i) for i, cid in enumerate(cohort)]
+  cohort = list(fed.client_ids)[: _COHORT.value]
+  datasets = [
+    data_lib.make_client_dataset(
+      fed.client_train(cid),
+      batch_size=batch,
+      local_epochs=epochs,
+      shuffle_seed=i,
+    )
+    for i, cid in enumerate(cohort)
+  ]
 
   # TFF's builder, driven directly on the same runtime.
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.tff_model_fn(),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr))
+    task.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
+  )
   with runtime.local_execution():
     state = process.initialize()
     state = process.next(state, datasets).state  # Warm-up.
@@ -396,13 +461,15 @@ def _bench_config(name: str, model: str, epochs: int, batch: int,
   results["ours_over_floor"] = round(results["ours_round_s"] / floor, 3)
   results["tff_over_floor"] = round(results["tff_round_s"] / floor, 3)
   results["ours_over_tff"] = round(
-      results["ours_round_s"] / results["tff_round_s"], 3)
+    results["ours_round_s"] / results["tff_round_s"], 3
+  )
   sizes = sorted({len(fed.client_train(c)) for c in fed.client_ids})
   results["setup"] = (
-      f"{_DATASET.value}/{model}, {_CLIENTS.value} iid clients of"
-      f" {'/'.join(map(str, sizes))} examples, cohort {_COHORT.value},"
-      f" batch {batch}, {epochs} epoch(s), SGD {lr}, median/min/max of"
-      f" {timed} rounds after 1 warm-up")
+    f"{_DATASET.value}/{model}, {_CLIENTS.value} iid clients of"
+    f" {'/'.join(map(str, sizes))} examples, cohort {_COHORT.value},"
+    f" batch {batch}, {epochs} epoch(s), SGD {lr}, median/min/max of"
+    f" {timed} rounds after 1 warm-up"
+  )
   return results
 
 
@@ -412,8 +479,7 @@ def bench_base() -> collections.OrderedDict:
   results = collections.OrderedDict()
   with tempfile.TemporaryDirectory() as root:
     for name, (model, epochs, batch) in BASE_CONFIGS.items():
-      for key, value in _bench_config(name, model, epochs, batch,
-                                      root).items():
+      for key, value in _bench_config(name, model, epochs, batch, root).items():
         results[f"{name}_{key}"] = value
 
     # Memory growth over a long run of our pipeline (overhead configuration).
@@ -426,15 +492,24 @@ def bench_base() -> collections.OrderedDict:
     model, epochs, batch = BASE_CONFIGS["overhead"]
     rss_rounds = max(_RSS_ROUNDS.value, 20)
     loop.run_experiment(
-        _config(rounds=rss_rounds, eval_every=10, root_output_dir=root,
-                experiment_name="rss", model=model, local_epochs=epochs,
-                batch_size=batch), on_round=record)
+      _config(
+        rounds=rss_rounds,
+        eval_every=10,
+        root_output_dir=root,
+        experiment_name="rss",
+        model=model,
+        local_epochs=epochs,
+        batch_size=batch,
+      ),
+      on_round=record,
+    )
     results.update(_rss_growth(rss, "rss"))
   return results
 
 
-def _median_next_s(algorithm, clients_for_round, warmup: int,
-                   timed: int) -> tuple[float, list]:
+def _median_next_s(
+  algorithm, clients_for_round, warmup: int, timed: int
+) -> tuple[float, list]:
   """Median seconds of `algorithm.next` over `timed` rounds after `warmup`.
 
   `clients_for_round(state, round_num, client_states)` gives the cohort;
@@ -466,63 +541,99 @@ def bench_hetero() -> collections.OrderedDict:
   timed = _ROUNDS.value
   config = _config(rounds=1, client_momentum=0.5)
   experiment = loop.build_experiment(config)
-  fed, population, task = (experiment.federated_data, experiment.population,
-                           experiment.task)
-  datasets = {cid: data_lib.make_client_dataset(
-      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i)
-              for i, cid in enumerate(fed.client_ids)}
+  fed, population, task = (
+    experiment.federated_data,
+    experiment.population,
+    experiment.task,
+  )
+  datasets = {
+    cid: data_lib.make_client_dataset(
+      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i
+    )
+    for i, cid in enumerate(fed.client_ids)
+  }
 
   def client(cid, assignment=None, capacity=True):
     return api.ClientRound(
-        client_id=cid, dataset=datasets[cid],
-        num_examples=len(fed.client_train(cid)),
-        capacity=population.capacity_at_round(cid, 1) if capacity else None,
-        tier=population.tier_of(cid), assignment=assignment)
+      client_id=cid,
+      dataset=datasets[cid],
+      num_examples=len(fed.client_train(cid)),
+      capacity=population.capacity_at_round(cid, 1) if capacity else None,
+      tier=population.tier_of(cid),
+      assignment=assignment,
+    )
 
-  cohort = list(fed.client_ids)[:_COHORT.value]
+  cohort = list(fed.client_ids)[: _COHORT.value]
   results = collections.OrderedDict()
   with runtime.local_execution():
     fedavg = experiment.algorithm  # config.algorithm == "fedavg"
     results["fedavg_round_s"], _ = _median_next_s(
-        fedavg, lambda s, r, _: [client(c) for c in cohort], 1, timed)
+      fedavg, lambda s, r, _: [client(c) for c in cohort], 1, timed
+    )
 
-    full_pool = pools.SubModelPool(task.width_units, (pools.PoolMember(
-        0, "L1", "L", 1.0, len(task.width_units),
-        tuple(u.full_width for u in task.width_units)),))
+    full_pool = pools.SubModelPool(
+      task.width_units,
+      (
+        pools.PoolMember(
+          0,
+          "L1",
+          "L",
+          1.0,
+          len(task.width_units),
+          tuple(u.full_width for u in task.width_units),
+        ),
+      ),
+    )
     full_only = adaptivefl.AdaptiveFL(
-        task, full_pool, fed.client_ids, client_lr=config.client_lr,
-        client_momentum=config.client_momentum)
+      task,
+      full_pool,
+      fed.client_ids,
+      client_lr=config.client_lr,
+      client_momentum=config.client_momentum,
+    )
     results["adaptivefl_full_pool_round_s"], _ = _median_next_s(
-        full_only,
-        lambda s, r, _: [client(c, 0, capacity=False) for c in cohort],
-        1, timed)
+      full_only,
+      lambda s, r, _: [client(c, 0, capacity=False) for c in cohort],
+      1,
+      timed,
+    )
 
     mixed = adaptivefl.AdaptiveFL(
-        task, adaptivefl.pool_from_config(config, task), fed.client_ids,
-        client_lr=config.client_lr, client_momentum=config.client_momentum)
+      task,
+      adaptivefl.pool_from_config(config, task),
+      fed.client_ids,
+      client_lr=config.client_lr,
+      client_momentum=config.client_momentum,
+    )
     sampler = CohortSampler(0)
 
     def planned(state, round_num, unused_client_states):
-      plan = mixed.plan_round(state, round_num, fed.client_ids,
-                              _COHORT.value, sampler)
+      plan = mixed.plan_round(
+        state, round_num, fed.client_ids, _COHORT.value, sampler
+      )
       return [client(a.client_id, a.payload) for a in plan]
 
     results["adaptivefl_mixed_round_s"], cohorts = _median_next_s(
-        mixed, planned, 6, timed)
+      mixed, planned, 6, timed
+    )
     groups = []
     for clients in cohorts:
       kinds = set()
       for c in clients:
         trained = adaptivefl.choose_trained_member(
-            mixed.pool, mixed.params, c.assignment, c.capacity.params)
+          mixed.pool, mixed.params, c.assignment, c.capacity.params
+        )
         kinds.add((c.assignment, trained))
       groups.append(len(kinds))
     results["adaptivefl_mixed_groups"] = round(statistics.mean(groups), 2)
   results["full_pool_vs_fedavg"] = round(
-      results["adaptivefl_full_pool_round_s"] / results["fedavg_round_s"], 3)
-  results["setup"] = (f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
-                      f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
-                      f" SGD momentum 0.5, median of {timed} rounds")
+    results["adaptivefl_full_pool_round_s"] / results["fedavg_round_s"], 3
+  )
+  results["setup"] = (
+    f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid"
+    f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
+    f" SGD momentum 0.5, median of {timed} rounds"
+  )
   return results
 
 
@@ -530,6 +641,7 @@ def bench_sparse() -> collections.OrderedDict:
   import attrs  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import feddst  # pylint: disable=g-import-not-at-top
@@ -538,26 +650,35 @@ def bench_sparse() -> collections.OrderedDict:
 
   timed = _ROUNDS.value
   clients_total = max(_CLIENTS.value, 100)
-  config = _config(rounds=1, num_clients=clients_total, sparsity=0.8,
-                   min_samples_per_client=1)
+  config = _config(
+    rounds=1, num_clients=clients_total, sparsity=0.8, min_samples_per_client=1
+  )
   experiment = loop.build_experiment(config)
   fed, task = experiment.federated_data, experiment.task
   ids = list(fed.client_ids)
-  cohort = ids[:_COHORT.value]
+  cohort = ids[: _COHORT.value]
   results = collections.OrderedDict()
 
   def round_inputs(algorithm):
-    datasets = {c: algorithm.client_dataset(
-        fed.client_train(c), batch_size=20, local_epochs=1, shuffle_seed=i)
-                for i, c in enumerate(cohort)}
+    datasets = {
+      c: algorithm.client_dataset(
+        fed.client_train(c), batch_size=20, local_epochs=1, shuffle_seed=i
+      )
+      for i, c in enumerate(cohort)
+    }
 
     def clients(state, round_num, stored):
       del state, round_num
-      return [api.ClientRound(
-          client_id=c, dataset=datasets[c],
+      return [
+        api.ClientRound(
+          client_id=c,
+          dataset=datasets[c],
           num_examples=len(fed.client_train(c)),
-          state=stored.get(c, algorithm.initial_client_state()))
-              for c in cohort]
+          state=stored.get(c, algorithm.initial_client_state()),
+        )
+        for c in cohort
+      ]
+
     return clients
 
   def timed_rounds(algorithm):
@@ -576,13 +697,22 @@ def bench_sparse() -> collections.OrderedDict:
 
   with runtime.local_execution():
     results["fedavg_round_s"], _ = timed_rounds(experiment.algorithm)
-    runs = (("fedsgc_round_s", fedsgc.build_fedsgc, 0),
-            ("fedsgc_readjust_round_s", fedsgc.build_fedsgc, 1),
-            ("feddst_round_s", feddst.build_feddst, 0))
+    runs = (
+      ("fedsgc_round_s", fedsgc.build_fedsgc, 0),
+      ("fedsgc_readjust_round_s", fedsgc.build_fedsgc, 1),
+      ("feddst_round_s", feddst.build_feddst, 0),
+    )
     for key, build, every in runs:
-      algorithm = build(attrs.evolve(
-          config, readjust_every=every, readjust_begin_epoch=1,
-          readjust_end_epoch=10**6), task, ids)
+      algorithm = build(
+        attrs.evolve(
+          config,
+          readjust_every=every,
+          readjust_begin_epoch=1,
+          readjust_end_epoch=10**6,
+        ),
+        task,
+        ids,
+      )
       results[key], state = timed_rounds(algorithm)
       if key == "fedsgc_round_s":
         sgc, sgc_state = algorithm, state
@@ -590,11 +720,14 @@ def bench_sparse() -> collections.OrderedDict:
     rng = np.random.default_rng(0)
     memory = sgc_state.memory
     memory = memory._replace(
-        values=[rng.normal(size=v.shape).astype(np.float32)
-                for v in memory.values],
-        masks=[(rng.random(m.shape) < 0.2).astype(np.uint8)
-               for m in memory.masks],
-        weight=np.full(memory.weight.shape, 20.0, np.float32))
+      values=[
+        rng.normal(size=v.shape).astype(np.float32) for v in memory.values
+      ],
+      masks=[
+        (rng.random(m.shape) < 0.2).astype(np.uint8) for m in memory.masks
+      ],
+      weight=np.full(memory.weight.shape, 20.0, np.float32),
+    )
     step = sgc.rounds.server_steps[(False, False)]
     rows = list(range(len(cohort)))
     forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
@@ -605,8 +738,9 @@ def bench_sparse() -> collections.OrderedDict:
       step(sgc_state.model, sgc_state.sums, forgotten, new)
       durations.append(time.perf_counter() - start)
     results["fedsgc_server_step_s"] = float(statistics.median(durations[1:]))
-    received = [tf.nest.map_structure(lambda a, i=i: a[i], memory)
-                for i in rows]
+    received = [
+      tf.nest.map_structure(lambda a, i=i: a[i], memory) for i in rows
+    ]
     durations = []
     for _ in range(timed):
       start = time.perf_counter()
@@ -614,16 +748,20 @@ def bench_sparse() -> collections.OrderedDict:
       durations.append(time.perf_counter() - start)
     results["fedsgc_memory_update_s"] = float(statistics.median(durations))
   results["fedsgc_vs_fedavg"] = round(
-      results["fedsgc_round_s"] / results["fedavg_round_s"], 3)
-  results["setup"] = (f"{_DATASET.value}/{_model()}, {clients_total} iid"
-                      f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
-                      f" sparsity 0.8, median of {timed} rounds")
+    results["fedsgc_round_s"] / results["fedavg_round_s"], 3
+  )
+  results["setup"] = (
+    f"{_DATASET.value}/{_model()}, {clients_total} iid"
+    f" clients, cohort {_COHORT.value}, batch 20, 1 epoch,"
+    f" sparsity 0.8, median of {timed} rounds"
+  )
   return results
 
 
 def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
   """One FedGKT run in `mode`: round and server-step times, memory growth."""
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
   rss, rows = {}, {}
 
   def record(round_num, row):
@@ -631,25 +769,37 @@ def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
     rows[round_num] = row
 
   with tempfile.TemporaryDirectory() as root:
-    loop.run_experiment(_config(
-        algorithm="fedgkt", gkt_server_model=_GKT_SERVER.value,
-        clients_per_round=cohort, rounds=rounds, eval_every=10**6,
-        gkt_mode=mode, root_output_dir=root, experiment_name="gkt"),
-                        on_round=record)
+    loop.run_experiment(
+      _config(
+        algorithm="fedgkt",
+        gkt_server_model=_GKT_SERVER.value,
+        clients_per_round=cohort,
+        rounds=rounds,
+        eval_every=10**6,
+        gkt_mode=mode,
+        root_output_dir=root,
+        experiment_name="gkt",
+      ),
+      on_round=record,
+    )
   # Round 1 traces the computations; the last round also evaluates.
   timed = range(2, rounds)
-  walls = {r: rows[r]["wall_time_s"] - rows[r - 1]["wall_time_s"]
-           for r in timed}
+  walls = {
+    r: rows[r]["wall_time_s"] - rows[r - 1]["wall_time_s"] for r in timed
+  }
   prefix = "fedgkt" if mode == "sync" else "fedgkt_async"
   results = collections.OrderedDict()
   results[f"{prefix}_round_s"] = float(statistics.median(walls.values()))
-  results[f"{prefix}_server_step_s"] = float(statistics.median(
-      rows[r]["server_step_s"] for r in timed))
-  results[f"{prefix}_clients_per_round"] = round(statistics.mean(
-      rows[r]["clients"] for r in timed), 2)
+  results[f"{prefix}_server_step_s"] = float(
+    statistics.median(rows[r]["server_step_s"] for r in timed)
+  )
+  results[f"{prefix}_clients_per_round"] = round(
+    statistics.mean(rows[r]["clients"] for r in timed), 2
+  )
   results.update(_rss_growth(rss, f"{prefix}_rss"))
   results[f"{prefix}_feature_mib_per_round"] = round(
-      statistics.mean(rows[r]["feature_bytes"] for r in timed) / 2**20, 2)
+    statistics.mean(rows[r]["feature_bytes"] for r in timed) / 2**20, 2
+  )
   return results
 
 
@@ -659,23 +809,39 @@ def bench_gkt() -> collections.OrderedDict:
   results = collections.OrderedDict()
   for mode in ("sync", "async"):
     results.update(_gkt_run(mode, rounds, cohort))
-  results["setup"] = (f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"
-                      f" {_CLIENTS.value} iid clients, cohort {cohort} (async:"
-                      f" {cohort} devices at work, tiers 4:3:3 at 0.25/0.5/1"
-                      f" of the MAC capacity), batch 20, 1 client and 1"
-                      f" server epoch, median of rounds 2..{rounds - 1}")
+  results["setup"] = (
+    f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"
+    f" {_CLIENTS.value} iid clients, cohort {cohort} (async:"
+    f" {cohort} devices at work, tiers 4:3:3 at 0.25/0.5/1"
+    f" of the MAC capacity), batch 20, 1 client and 1"
+    f" server epoch, median of rounds 2..{rounds - 1}"
+  )
   return results
 
 
 # `--suite=coldstart`: models of the algorithms that cannot train the default.
-_GKT_MODELS = ("--model=fedgkt_edge_resnet8",
-               "--gkt_server_model=fedgkt_server_resnet19")
+_GKT_MODELS = (
+  "--model=fedgkt_edge_resnet8",
+  "--gkt_server_model=fedgkt_server_resnet19",
+)
 _COLDSTART_FLAGS = {"fedgkt": _GKT_MODELS, "split_learning": _GKT_MODELS}
 _COLDSTART_MODEL = "--model=mnist_cnn"
 # If the registry cannot be imported (its names as of this script).
-_REGISTERED = ("fedavg", "fedprox", "fedadam", "adaptivefl", "heterofl",
-               "all_large", "decoupled", "fedsgc", "feddst", "prunefl",
-               "grasp", "fedgkt", "split_learning")
+_REGISTERED = (
+  "fedavg",
+  "fedprox",
+  "fedadam",
+  "adaptivefl",
+  "heterofl",
+  "all_large",
+  "decoupled",
+  "fedsgc",
+  "feddst",
+  "prunefl",
+  "grasp",
+  "fedgkt",
+  "split_learning",
+)
 COLDSTART_GOAL_S = 30.0
 
 
@@ -699,13 +865,22 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
   """One round of `name` in a fresh `python -m pipelines.train` process."""
   import csv  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
+
   from tff_hetero.runtime import testing as proc_testing  # pylint: disable=g-import-not-at-top
 
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  command = [sys.executable, "-m", "pipelines.train", f"--algorithm={name}",
-             f"--dataset={_DATASET.value}", "--rounds=1", "--noprogress",
-             f"--root_output_dir={root}", f"--experiment_name={name}",
-             *_COLDSTART_FLAGS.get(name, (_COLDSTART_MODEL,))]
+  command = [
+    sys.executable,
+    "-m",
+    "pipelines.train",
+    f"--algorithm={name}",
+    f"--dataset={_DATASET.value}",
+    "--rounds=1",
+    "--noprogress",
+    f"--root_output_dir={root}",
+    f"--experiment_name={name}",
+    *_COLDSTART_FLAGS.get(name, (_COLDSTART_MODEL,)),
+  ]
   for flag in (_CLIENTS, _COHORT):
     if flag.present:
       command.append(f"--{flag.name}={flag.value}")
@@ -713,12 +888,21 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
   results = collections.OrderedDict()
   started = time.time()
   start = time.perf_counter()
-  proc = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  proc = subprocess.Popen(
+    command,
+    cwd=repo,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   try:
     out, err = proc.communicate(timeout=_COLDSTART_TIMEOUT.value)
-    failure = None if proc.returncode == 0 else (
-        f"error (exit {proc.returncode}): {_last_line(err, out)}")
+    failure = (
+      None
+      if proc.returncode == 0
+      else (f"error (exit {proc.returncode}): {_last_line(err, out)}")
+    )
   except subprocess.TimeoutExpired:
     proc.terminate()  # SIGTERM: the pipeline stops its worker and exits.
     try:
@@ -726,8 +910,9 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
     except subprocess.TimeoutExpired:
       proc.kill()  # Its worker, if any, is found below by its tag.
       out, err = proc.communicate()
-    failure = (f"timeout after {_COLDSTART_TIMEOUT.value:g} s:"
-               f" {_last_line(err, out)}")
+    failure = (
+      f"timeout after {_COLDSTART_TIMEOUT.value:g} s: {_last_line(err, out)}"
+    )
   elapsed = time.perf_counter() - start
   leftover = [w.pid for w in proc_testing.worker_processes(tag=tag)]
   leftover = proc_testing.wait_until_gone(leftover, timeout_s=10)
@@ -748,7 +933,8 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
     return results
   # metrics.csv is last written when round 1's row is released.
   results[f"coldstart_{name}_first_round_s"] = round(
-      os.stat(metrics).st_mtime - started, 2)
+    os.stat(metrics).st_mtime - started, 2
+  )
   with open(metrics, newline="") as f:
     first = next(csv.DictReader(f))
   results[f"coldstart_{name}_round1_wall_s"] = float(first["wall_time_s"])
@@ -768,24 +954,31 @@ def bench_coldstart() -> collections.OrderedDict:
   results["coldstart_goal_s"] = COLDSTART_GOAL_S
   results["coldstart_over_goal"] = slow
   cohort = ", ".join(
-      f"--{f.name}={f.value}" if f.present else f"the pipeline's {f.name}"
-      for f in (_CLIENTS, _COHORT))
+    f"--{f.name}={f.value}" if f.present else f"the pipeline's {f.name}"
+    for f in (_CLIENTS, _COHORT)
+  )
   results["setup"] = (
-      f"python -m pipelines.train --rounds=1 on {_DATASET.value}, {cohort},"
-      f" {_COLDSTART_MODEL[2:]} ({' '.join(_GKT_MODELS)} for"
-      f" {', '.join(sorted(_COLDSTART_FLAGS))}), other flags at their"
-      " defaults; one fresh process per algorithm, run one at a time")
+    f"python -m pipelines.train --rounds=1 on {_DATASET.value}, {cohort},"
+    f" {_COLDSTART_MODEL[2:]} ({' '.join(_GKT_MODELS)} for"
+    f" {', '.join(sorted(_COLDSTART_FLAGS))}), other flags at their"
+    " defaults; one fresh process per algorithm, run one at a time"
+  )
   return results
 
 
-SUITES = collections.OrderedDict(base=bench_base, hetero=bench_hetero,
-                                 sparse=bench_sparse, gkt=bench_gkt,
-                                 coldstart=bench_coldstart)
+SUITES = collections.OrderedDict(
+  base=bench_base,
+  hetero=bench_hetero,
+  sparse=bench_sparse,
+  gkt=bench_gkt,
+  coldstart=bench_coldstart,
+)
 
 
 def main(argv):
   del argv
   from absl import logging  # pylint: disable=g-import-not-at-top
+
   logging.set_verbosity(logging.WARNING)
   results = SUITES[_SUITE.value]()
   if _SMOKE.value:

@@ -26,8 +26,12 @@ from absl import app
 from absl import flags
 
 _DATASETS = flags.DEFINE_integer("datasets", 1600, "Datasets to build.")
-_WAY = flags.DEFINE_enum("way", None, ["slices", "map", "client_dataset"],
-                         "Run one way in this process (internal).")
+_WAY = flags.DEFINE_enum(
+  "way",
+  None,
+  ["slices", "map", "client_dataset"],
+  "Run one way in this process (internal).",
+)
 _SAMPLES = 250
 
 
@@ -35,20 +39,24 @@ def _measure(way: str, count: int) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import psutil  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   from tff_hetero import data  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
   arrays = data.ArrayDataset(
-      rng.random((_SAMPLES, 28, 28, 1), dtype=np.float32),
-      rng.integers(0, 10, _SAMPLES).astype(np.int32))
+    rng.random((_SAMPLES, 28, 28, 1), dtype=np.float32),
+    rng.integers(0, 10, _SAMPLES).astype(np.int32),
+  )
 
   def build(i):
     order = rng.permutation(_SAMPLES)
     if way == "client_dataset":
-      return data.make_client_dataset(arrays, batch_size=20, local_epochs=1,
-                                      shuffle_seed=i)
-    dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=arrays.x[order], y=arrays.y[order])).batch(20)
+      return data.make_client_dataset(
+        arrays, batch_size=20, local_epochs=1, shuffle_seed=i
+      )
+    dataset = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=arrays.x[order], y=arrays.y[order])
+    ).batch(20)
     return dataset.map(lambda batch: batch) if way == "map" else dataset
 
   process = psutil.Process()
@@ -60,9 +68,11 @@ def _measure(way: str, count: int) -> dict:
     build(warm + i)
   after = process.memory_info().rss
   return collections.OrderedDict(
-      way=way, datasets=count,
-      growth_mib=round((after - before) / 2**20, 1),
-      kib_per_dataset=round((after - before) / 1024 / count, 1))
+    way=way,
+    datasets=count,
+    growth_mib=round((after - before) / 2**20, 1),
+    kib_per_dataset=round((after - before) / 1024 / count, 1),
+  )
 
 
 def main(argv):
@@ -72,9 +82,16 @@ def main(argv):
     return
   for way in ("slices", "map", "client_dataset"):
     out = subprocess.run(
-        [sys.executable, __file__, f"--way={way}",
-         f"--datasets={_DATASETS.value}"],
-        check=True, capture_output=True, text=True).stdout
+      [
+        sys.executable,
+        __file__,
+        f"--way={way}",
+        f"--datasets={_DATASETS.value}",
+      ],
+      check=True,
+      capture_output=True,
+      text=True,
+    ).stdout
     print(out.strip().splitlines()[-1], flush=True)
 
 

@@ -34,27 +34,52 @@ def main() -> None:
 
   def record(round_num, row):
     me = psutil.Process()
-    worker = sum(child.memory_info().rss
-                 for child in me.children(recursive=True))
+    worker = sum(
+      child.memory_info().rss for child in me.children(recursive=True)
+    )
     readings[round_num] = (me.memory_info().rss / 2**20, worker / 2**20)
     if round_num <= 3 or round_num % 5 == 0:
-      print(f"round {round_num}: driver {readings[round_num][0]:.1f} MiB,"
-            f" worker {readings[round_num][1]:.1f} MiB,"
-            f" clients {row.get('clients')}", flush=True)
+      print(
+        f"round {round_num}: driver {readings[round_num][0]:.1f} MiB,"
+        f" worker {readings[round_num][1]:.1f} MiB,"
+        f" clients {row.get('clients')}",
+        flush=True,
+      )
 
   with tempfile.TemporaryDirectory() as root:
-    loop.run_experiment(ExperimentConfig(
-        algorithm="fedgkt", dataset="mnist5k", model="fedgkt_edge_resnet8",
-        gkt_server_model="fedgkt_server_resnet19", partition="iid",
-        num_clients=20, clients_per_round=4, local_epochs=1, batch_size=20,
-        client_lr=0.05, seed=0, checkpoint_every=10**6, progress=False,
-        rounds=rounds, eval_every=10**6, gkt_mode=mode,
-        root_output_dir=root, experiment_name="gkt"), on_round=record)
+    loop.run_experiment(
+      ExperimentConfig(
+        algorithm="fedgkt",
+        dataset="mnist5k",
+        model="fedgkt_edge_resnet8",
+        gkt_server_model="fedgkt_server_resnet19",
+        partition="iid",
+        num_clients=20,
+        clients_per_round=4,
+        local_epochs=1,
+        batch_size=20,
+        client_lr=0.05,
+        seed=0,
+        checkpoint_every=10**6,
+        progress=False,
+        rounds=rounds,
+        eval_every=10**6,
+        gkt_mode=mode,
+        root_output_dir=root,
+        experiment_name="gkt",
+      ),
+      on_round=record,
+    )
   (d0, w0), (d1, w1) = readings[10], readings[rounds]
-  print(json.dumps(dict(
-      driver_growth_pct=round(100 * (d1 - d0) / d0, 1),
-      worker_growth_pct=round(100 * (w1 - w0) / w0, 1),
-      total_growth_pct=round(100 * (d1 + w1 - d0 - w0) / (d0 + w0), 1))))
+  print(
+    json.dumps(
+      dict(
+        driver_growth_pct=round(100 * (d1 - d0) / d0, 1),
+        worker_growth_pct=round(100 * (w1 - w0) / w0, 1),
+        total_growth_pct=round(100 * (d1 + w1 - d0 - w0) / (d0 + w0), 1),
+      )
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ wait for it at the end.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 import contextlib
 import datetime
 import fcntl
@@ -24,23 +28,28 @@ import os
 import shutil
 import statistics
 import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import attrs
 from absl import flags
+import attrs
 
 REPORT_JSON = "report.json"
 
 # The parts of a paper a pipeline runs (its `PARTS`; all when not given).
 # Defined once: several pipelines may be imported into one process.
 PARTS_FLAG = flags.DEFINE_list(
-    "parts", [], "Which parts of the paper to run (the pipeline's PARTS,"
-    " comma-separated; default all).")
+  "parts",
+  [],
+  "Which parts of the paper to run (the pipeline's PARTS,"
+  " comma-separated; default all).",
+)
 # Seeds of the runs a pipeline repeats (its own default when not given).
 SEEDS_FLAG = flags.DEFINE_list(
-    "seeds", [], "Seeds of the repeated runs (comma-separated integers;"
-    " default the pipeline's).")
+  "seeds",
+  [],
+  "Seeds of the repeated runs (comma-separated integers;"
+  " default the pipeline's).",
+)
 MIB = float(1 << 20)
 PROVENANCE_JSON = "provenance.json"
 
@@ -58,22 +67,32 @@ class RunPlan:
 
   def __init__(self, base):
     self._base = base
-    self._runs_dir = os.path.join(base.root_output_dir, base.experiment_name,
-                                  "runs")
+    self._runs_dir = os.path.join(
+      base.root_output_dir, base.experiment_name, "runs"
+    )
     self._runs: dict[str, Run] = {}
 
   def add(self, name: str, **changes) -> str:
     """Adds run `name`: the base settings with `changes` (once per name)."""
     if name not in self._runs:
-      self._runs[name] = Run(name, attrs.evolve(
-          self._base, root_output_dir=self._runs_dir, experiment_name=name,
-          resume=False, **changes))
+      self._runs[name] = Run(
+        name,
+        attrs.evolve(
+          self._base,
+          root_output_dir=self._runs_dir,
+          experiment_name=name,
+          resume=False,
+          **changes,
+        ),
+      )
     return name
 
   def add_seeds(self, name: str, seeds: Sequence[int], **changes) -> list[str]:
     """Adds `name` once per seed (`<name>_seed<k>`); returns their names."""
-    return [self.add(seed_name(name, seed), seed=int(seed), **changes)
-            for seed in seeds]
+    return [
+      self.add(seed_name(name, seed), seed=int(seed), **changes)
+      for seed in seeds
+    ]
 
   def runs(self) -> list[Run]:
     return list(self._runs.values())
@@ -87,29 +106,37 @@ def seeds_from_flag(default: Sequence[int]) -> list[int]:
   """`--seeds` as integers (the pipeline's `default` when not given);
   a one-line error naming the flag when malformed."""
   from pipelines import _cli  # pylint: disable=g-import-not-at-top
+
   if not SEEDS_FLAG.value:
     return [int(s) for s in default]
   try:
     seeds = [int(s) for s in SEEDS_FLAG.value]
   except ValueError:
-    _cli.fail(f"--seeds: {','.join(SEEDS_FLAG.value)!r} is not a list of"
-              " integers")
+    _cli.fail(
+      f"--seeds: {','.join(SEEDS_FLAG.value)!r} is not a list of integers"
+    )
   if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-    _cli.fail(f"--seeds: need distinct integers >= 0, got"
-              f" {','.join(SEEDS_FLAG.value)}")
+    _cli.fail(
+      f"--seeds: need distinct integers >= 0, got {','.join(SEEDS_FLAG.value)}"
+    )
   return seeds
 
 
 def code_version(repo_dir: str | None = None) -> dict:
   """The git commit the code runs at, and whether its sources differ from
   it (`dirty`: uncommitted changes under tff_hetero/ or pipelines/)."""
-  repo_dir = repo_dir or os.path.dirname(os.path.dirname(
-      os.path.dirname(os.path.abspath(__file__))))
+  repo_dir = repo_dir or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  )
 
   def git(*args):
     try:
-      return subprocess.run(("git", "-C", repo_dir) + args, check=True,
-                            capture_output=True, text=True).stdout.strip()
+      return subprocess.run(
+        ("git", "-C", repo_dir) + args,
+        check=True,
+        capture_output=True,
+        text=True,
+      ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
       return None
 
@@ -126,8 +153,12 @@ def _record_segment(run_dir: str, action: str) -> None:
     with open(path) as f:
       segments = json.load(f)["segments"]
   segment = code_version()
-  segment.update(action=action, at=datetime.datetime.now(
-      datetime.timezone.utc).isoformat(timespec="seconds"))
+  segment.update(
+    action=action,
+    at=datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec="seconds"
+    ),
+  )
   os.makedirs(run_dir, exist_ok=True)
   write_text(path, json.dumps({"segments": segments + [segment]}, indent=1))
 
@@ -145,26 +176,33 @@ def run_record(run: Run, report: Mapping[str, Any]) -> collections.OrderedDict:
   """One run for `results.json`: settings, seed, final and best metrics,
   and the commits it ran at."""
   return collections.OrderedDict(
-      name=run.name, seed=run.config.seed, settings=report.get("config"),
-      final_metrics=report.get("final_metrics"),
-      best_accuracy=report.get("best_accuracy"),
-      best_accuracy_by_upload_mib=report.get("best_accuracy_by_upload_mib"),
-      rounds_completed=report.get("rounds_completed"),
-      bytes_up_total=report.get("bytes_up_total"),
-      wall_time_s=report.get("wall_time_s"),
-      code=provenance(run.config.experiment_dir))
+    name=run.name,
+    seed=run.config.seed,
+    settings=report.get("config"),
+    final_metrics=report.get("final_metrics"),
+    best_accuracy=report.get("best_accuracy"),
+    best_accuracy_by_upload_mib=report.get("best_accuracy_by_upload_mib"),
+    rounds_completed=report.get("rounds_completed"),
+    bytes_up_total=report.get("bytes_up_total"),
+    wall_time_s=report.get("wall_time_s"),
+    code=provenance(run.config.experiment_dir),
+  )
 
 
 def seed_stats(values: Sequence[float]) -> collections.OrderedDict:
   """Mean, sample standard deviation, min and max over seeds (NaNs out)."""
   kept = [float(v) for v in values if v is not None and not math.isnan(v)]
   if not kept:
-    return collections.OrderedDict(mean=math.nan, std=math.nan, min=math.nan,
-                                   max=math.nan, n=0)
+    return collections.OrderedDict(
+      mean=math.nan, std=math.nan, min=math.nan, max=math.nan, n=0
+    )
   return collections.OrderedDict(
-      mean=statistics.fmean(kept),
-      std=statistics.stdev(kept) if len(kept) > 1 else 0.0,
-      min=min(kept), max=max(kept), n=len(kept))
+    mean=statistics.fmean(kept),
+    std=statistics.stdev(kept) if len(kept) > 1 else 0.0,
+    min=min(kept),
+    max=max(kept),
+    n=len(kept),
+  )
 
 
 def mean_std_percent(values: Sequence[float]) -> str:
@@ -193,7 +231,8 @@ def claim_verdict(ours: Sequence[float], baseline: Sequence[float]) -> str:
 def _has_checkpoint(run_dir: str) -> bool:
   checkpoints = os.path.join(run_dir, "checkpoints")
   return os.path.isdir(checkpoints) and any(
-      f.endswith(".json") for f in os.listdir(checkpoints))
+    f.endswith(".json") for f in os.listdir(checkpoints)
+  )
 
 
 def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
@@ -210,8 +249,9 @@ def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
       n += 1
       aside = f"{run_dir}.interrupted-{n}"
     os.replace(run_dir, aside)
-    log(f"    stopped before its first checkpoint; its outputs moved to"
-        f" {aside}")
+    log(
+      f"    stopped before its first checkpoint; its outputs moved to {aside}"
+    )
   return False
 
 
@@ -224,13 +264,17 @@ def _saved_report(run: Run) -> dict | None:
   with open(report_path) as f:
     report = json.load(f)
   from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
+
   ignore = registry.foreign_settings(config.algorithm)
-  if (config.same_results_as(report.get("config") or {}, ignore=ignore) and
-      report.get("rounds_completed") == config.rounds):
+  if (
+    config.same_results_as(report.get("config") or {}, ignore=ignore)
+    and report.get("rounds_completed") == config.rounds
+  ):
     return report
   raise SystemExit(
-      f"error: {config.experiment_dir} holds a run made with other settings;"
-      " choose another --experiment_name or remove it")
+    f"error: {config.experiment_dir} holds a run made with other settings;"
+    " choose another --experiment_name or remove it"
+  )
 
 
 @contextlib.contextmanager
@@ -254,8 +298,9 @@ def _run_lock(run: Run, *, wait: bool) -> Iterator[bool]:
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run_all(runs: Sequence[Run], *,
-            log: Callable[[str], None] = print) -> dict[str, dict]:
+def run_all(
+  runs: Sequence[Run], *, log: Callable[[str], None] = print
+) -> dict[str, dict]:
   """Runs (or reuses, or resumes) every run; returns name -> report.
 
   A run another process is doing (locked) is left for last, then waited for.
@@ -276,12 +321,12 @@ def run_all(runs: Sequence[Run], *,
         reports[run.name] = report
         continue
       config = run.config
-      action = ("resuming" if _has_checkpoint(config.experiment_dir) else
-                "running")
+      action = (
+        "resuming" if _has_checkpoint(config.experiment_dir) else "running"
+      )
       log(f"{tag}: {action} ({config.algorithm}, {config.rounds} rounds)")
       resume = prepare_run_dir(config.experiment_dir, log)
-      _record_segment(config.experiment_dir,
-                      "resumed" if resume else "started")
+      _record_segment(config.experiment_dir, "resumed" if resume else "started")
       result = loop.run_experiment(attrs.evolve(config, resume=resume))
       reports[run.name] = result.report
       accuracy = result.report["final_metrics"].get("accuracy")
@@ -292,8 +337,9 @@ def run_all(runs: Sequence[Run], *,
       report = _saved_report(run)
     if report is None:
       raise SystemExit(
-          f"error: the process running {run.name} stopped before it ended;"
-          " run again to continue it")
+        f"error: the process running {run.name} stopped before it ended;"
+        " run again to continue it"
+      )
     reports[run.name] = report
   return {run.name: reports[run.name] for run in runs}
 
@@ -313,10 +359,13 @@ def percent(value: float) -> str:
   return "-" if value is None or math.isnan(value) else f"{100 * value:.2f}"
 
 
-def markdown_table(headers: Sequence[str],
-                   rows: Sequence[Sequence[Any]]) -> str:
-  lines = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join("---" for _ in headers) + "|"]
+def markdown_table(
+  headers: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> str:
+  lines = [
+    "| " + " | ".join(headers) + " |",
+    "|" + "|".join("---" for _ in headers) + "|",
+  ]
   lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
   return "\n".join(lines)
 
@@ -336,20 +385,32 @@ def base_config(defaults: Mapping[str, Any]):
   default from `defaults`, else train's.
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
+
   from pipelines import train  # pylint: disable=g-import-not-at-top
 
   config = train.config_from_flags()
-  given = {name for name in defaults
-           if name in flags.FLAGS and flags.FLAGS[name].present}
-  return attrs.evolve(config, **{k: v for k, v in defaults.items()
-                                 if k not in given})
+  given = {
+    name
+    for name in defaults
+    if name in flags.FLAGS and flags.FLAGS[name].present
+  }
+  return attrs.evolve(
+    config, **{k: v for k, v in defaults.items() if k not in given}
+  )
 
 
-def curve(report: Mapping[str, Any], x_key: str, y_key: str = "accuracy",
-          x_scale: float = 1.0) -> list[tuple[float, float]]:
+def curve(
+  report: Mapping[str, Any],
+  x_key: str,
+  y_key: str = "accuracy",
+  x_scale: float = 1.0,
+) -> list[tuple[float, float]]:
   """(x, y) of every evaluated round of a report."""
-  return [(row[x_key] / x_scale, row[y_key]) for row in report["history"]
-          if row.get(y_key) is not None and not math.isnan(row[y_key])]
+  return [
+    (row[x_key] / x_scale, row[y_key])
+    for row in report["history"]
+    if row.get(y_key) is not None and not math.isnan(row[y_key])
+  ]
 
 
 def copy_run_metrics(out_dir: str, names) -> None:
@@ -363,18 +424,29 @@ def copy_run_metrics(out_dir: str, names) -> None:
       shutil.copyfile(source, os.path.join(metrics_dir, f"{name}.csv"))
 
 
-def plot_curves(path: str, curves: Mapping[str, Sequence[tuple]],
-                xlabel: str, ylabel: str = "test accuracy") -> str:
+def plot_curves(
+  path: str,
+  curves: Mapping[str, Sequence[tuple]],
+  xlabel: str,
+  ylabel: str = "test accuracy",
+) -> str:
   """One line per named curve, saved as a PNG at `path`."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
   styles = ("-", "--", ":")  # After each 10 colours, the next line style.
   for i, (label, points) in enumerate(curves.items()):
     if points:
-      ax.plot(*zip(*points), marker="o", markersize=2, label=label,
-              linestyle=styles[(i // 10) % len(styles)])
+      ax.plot(
+        *zip(*points),
+        marker="o",
+        markersize=2,
+        label=label,
+        linestyle=styles[(i // 10) % len(styles)],
+      )
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.grid(True, alpha=0.3)
@@ -385,10 +457,18 @@ def plot_curves(path: str, curves: Mapping[str, Sequence[tuple]],
   return path
 
 
-def reproduce_main(argv: Sequence[str], *, flag: str, selected: Sequence[str],
-                   accepted: Sequence[str], defaults: Mapping[str, Any],
-                   plan_runs: Callable, build_tables: Callable,
-                   plot: Callable, check: Callable | None = None) -> None:
+def reproduce_main(
+  argv: Sequence[str],
+  *,
+  flag: str,
+  selected: Sequence[str],
+  accepted: Sequence[str],
+  defaults: Mapping[str, Any],
+  plan_runs: Callable,
+  build_tables: Callable,
+  plot: Callable,
+  check: Callable | None = None,
+) -> None:
   """The `main` of a reproduction pipeline.
 
   Checks the selection flag (`flag`, values `selected` among `accepted`) and
@@ -398,13 +478,16 @@ def reproduce_main(argv: Sequence[str], *, flag: str, selected: Sequence[str],
   `plot(out_dir, reports, parts)`; prints the tables and where they are.
   """
   from pipelines import _cli  # pylint: disable=g-import-not-at-top
+
   if len(argv) > 1:
     _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
   parts = [p.strip() for p in selected]
   unknown = [p for p in parts if p not in accepted]
   if unknown or not parts:
-    _cli.fail(f"{flag}: unknown value(s) {', '.join(unknown) or '(none)'};"
-              f" accepted: {', '.join(accepted)}")
+    _cli.fail(
+      f"{flag}: unknown value(s) {', '.join(unknown) or '(none)'};"
+      f" accepted: {', '.join(accepted)}"
+    )
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   base = base_config(defaults)
@@ -421,8 +504,9 @@ def reproduce_main(argv: Sequence[str], *, flag: str, selected: Sequence[str],
   reports = _cli.run_guarded(run, resume_hint="run again to continue")
   text, results = build_tables(base, reports, parts)
   write_text(os.path.join(out_dir, "tables.md"), text)
-  write_text(os.path.join(out_dir, "results.json"),
-             json.dumps(results, indent=1))
+  write_text(
+    os.path.join(out_dir, "results.json"), json.dumps(results, indent=1)
+  )
   paths = plot(out_dir, reports, parts)
   print(text)
   print(f"tables: {out_dir}/tables.md")

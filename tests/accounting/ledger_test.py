@@ -6,8 +6,13 @@ from tff_hetero.accounting import CommLedger
 
 def _ledger():
   ledger = CommLedger()
-  ledger = ledger.record(1, [ClientTraffic("a", 100, 10, 1000, 5),
-                             ClientTraffic("b", 100, 20, 2000, 7)])
+  ledger = ledger.record(
+    1,
+    [
+      ClientTraffic("a", 100, 10, 1000, 5),
+      ClientTraffic("b", 100, 20, 2000, 7),
+    ],
+  )
   return ledger.record(2, [ClientTraffic("b", 50, 5, 500, 3)])
 
 
@@ -19,8 +24,12 @@ def test_record_is_immutable_and_totals_add_up():
   assert ledger.round_totals(1).num_clients == 2
   assert ledger.round_totals(2).bytes_down == 50
   totals = ledger.totals()
-  assert (totals.bytes_down, totals.bytes_up, totals.flops,
-          totals.examples) == (250, 35, 3500, 15)
+  assert (
+    totals.bytes_down,
+    totals.bytes_up,
+    totals.flops,
+    totals.examples,
+  ) == (250, 35, 3500, 15)
   assert ledger.totals(up_to_round=1).bytes_down == 200
 
 

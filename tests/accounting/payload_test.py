@@ -11,9 +11,9 @@ from tff_hetero.accounting import payload
 
 def test_dense_nbytes_counts_every_element_at_its_itemsize():
   structure = collections.OrderedDict(
-      kernel=np.zeros([3, 4], np.float32),  # 12 * 4 = 48
-      bias=np.zeros([4], np.float64),  # 4 * 8 = 32
-      steps=np.int32(7),  # 4
+    kernel=np.zeros([3, 4], np.float32),  # 12 * 4 = 48
+    bias=np.zeros([4], np.float64),  # 4 * 8 = 32
+    steps=np.int32(7),  # 4
   )
   assert payload.dense_nbytes(structure) == 84
   assert int(payload.tf_dense_nbytes(structure)) == 84
@@ -42,9 +42,17 @@ def test_masked_nbytes_rejects_mismatched_mask():
 
 def test_tf_and_numpy_agree_on_random_masks():
   rng = np.random.default_rng(0)
-  values = [rng.normal(size=[7, 3]).astype(np.float32),
-            rng.normal(size=[33]).astype(np.float32)]
+  values = [
+    rng.normal(size=[7, 3]).astype(np.float32),
+    rng.normal(size=[33]).astype(np.float32),
+  ]
   masks = [rng.random([7, 3]) < 0.3, rng.random([33]) < 0.6]
   expected = payload.masked_nbytes(values, masks)
-  assert int(payload.tf_masked_nbytes(
-      [tf.constant(v) for v in values], [tf.constant(m) for m in masks])) == expected
+  assert (
+    int(
+      payload.tf_masked_nbytes(
+        [tf.constant(v) for v in values], [tf.constant(m) for m in masks]
+      )
+    )
+    == expected
+  )

@@ -8,8 +8,12 @@ import tensorflow_federated as tff
 from tff_hetero.accounting import tff_measure
 
 _VALUE = tff.StructWithPythonType(
-    [("w", tff.TensorType(np.float32, [3, 2])),
-     ("b", tff.TensorType(np.float32, [2]))], collections.OrderedDict)
+  [
+    ("w", tff.TensorType(np.float32, [3, 2])),
+    ("b", tff.TensorType(np.float32, [2])),
+  ],
+  collections.OrderedDict,
+)
 
 
 def test_broadcast_signature():
@@ -22,31 +26,38 @@ def test_broadcast_signature():
 
 def test_upload_factory_composes_with_clipping_on_either_side():
   inside = tff.aggregators.clipping_factory(
-      1.0, tff_measure.MeasuredUploadFactory(tff.aggregators.MeanFactory()))
+    1.0, tff_measure.MeasuredUploadFactory(tff.aggregators.MeanFactory())
+  )
   process = inside.create(_VALUE, tff.TensorType(np.float32))
   assert str(process.next.type_signature.result.measurements.member) == (
-      "<clipping=<inner=<mean_value=<>,mean_weight=<>>,bytes_up=int64,"
-      "clients=int64>,clipping_norm=float32,clipped_count=int32>")
+    "<clipping=<inner=<mean_value=<>,mean_weight=<>>,bytes_up=int64,"
+    "clients=int64>,clipping_norm=float32,clipped_count=int32>"
+  )
   outside = tff_measure.MeasuredUploadFactory(
-      tff.aggregators.clipping_factory(1.0, tff.aggregators.MeanFactory()))
+    tff.aggregators.clipping_factory(1.0, tff.aggregators.MeanFactory())
+  )
   process = outside.create(_VALUE, tff.TensorType(np.float32))
   assert str(process.next.type_signature.result.measurements.member) == (
-      "<inner=<clipping=<mean_value=<>,mean_weight=<>>,clipping_norm=float32,"
-      "clipped_count=int32>,bytes_up=int64,clients=int64>")
+    "<inner=<clipping=<mean_value=<>,mean_weight=<>>,clipping_norm=float32,"
+    "clipped_count=int32>,bytes_up=int64,clients=int64>"
+  )
 
 
 def test_broadcast_measures_every_client(tff_context):
   del tff_context
   process = tff_measure.build_measured_broadcast_process(_VALUE)
 
-  @tff.federated_computation(tff.FederatedType(_VALUE, tff.SERVER),
-                             tff.FederatedType(np.int32, tff.CLIENTS))
+  @tff.federated_computation(
+    tff.FederatedType(_VALUE, tff.SERVER),
+    tff.FederatedType(np.int32, tff.CLIENTS),
+  )
   def broadcast_to(value, cohort):
     del cohort  # Only sets how many clients there are.
     return process.next(process.initialize(), value).measurements
 
-  value = collections.OrderedDict(w=np.ones([3, 2], np.float32),
-                                  b=np.zeros([2], np.float32))
+  value = collections.OrderedDict(
+    w=np.ones([3, 2], np.float32), b=np.zeros([2], np.float32)
+  )
   measurements = broadcast_to(value, [0, 0, 0])
   # 8 float32 elements = 32 bytes, to each of the 3 clients.
   assert measurements["clients"] == 3
@@ -57,9 +68,12 @@ def test_upload_measures_value_and_weight_per_client(tff_context):
   del tff_context
   factory = tff_measure.MeasuredUploadFactory()
   process = factory.create(_VALUE, tff.TensorType(np.float32))
-  values = [collections.OrderedDict(w=np.full([3, 2], i, np.float32),
-                                    b=np.full([2], i, np.float32))
-            for i in (1.0, 3.0)]
+  values = [
+    collections.OrderedDict(
+      w=np.full([3, 2], i, np.float32), b=np.full([2], i, np.float32)
+    )
+    for i in (1.0, 3.0)
+  ]
   weights = [1.0, 3.0]
   output = process.next(process.initialize(), values, weights)
   # (8 floats + 1 weight) * 4 bytes, from each of the two clients.

@@ -15,15 +15,20 @@ from tff_hetero.aggregators import masked_average
 from tff_hetero.aggregators import masked_mean_or_zero
 
 _VALUE = tff.StructWithPythonType(
-    [("w", tff.TensorType(np.float32, [2, 2])),
-     ("b", tff.TensorType(np.float32, [2]))], collections.OrderedDict)
+  [
+    ("w", tff.TensorType(np.float32, [2, 2])),
+    ("b", tff.TensorType(np.float32, [2])),
+  ],
+  collections.OrderedDict,
+)
 _MASKED_WEIGHT = tff.to_type(MaskedWeight(tff.TensorType(np.float32), _VALUE))
 _SCALAR = tff.TensorType(np.float32)
 
 
 def _value(w, b):
-  return collections.OrderedDict(w=np.asarray(w, np.float32),
-                                 b=np.asarray(b, np.float32))
+  return collections.OrderedDict(
+    w=np.asarray(w, np.float32), b=np.asarray(b, np.float32)
+  )
 
 
 # -- type signatures ----------------------------------------------------------
@@ -34,7 +39,8 @@ def test_scalar_weight_gives_scalar_weight_sum():
   result = process.next.type_signature.result.result
   assert result.placement == tff.SERVER
   assert str(result.member) == (
-      "<weighted_sum=<w=float32[2,2],b=float32[2]>,weight_sum=float32>")
+    "<weighted_sum=<w=float32[2,2],b=float32[2]>,weight_sum=float32>"
+  )
 
 
 def test_masked_weight_gives_per_element_weight_sum():
@@ -42,19 +48,35 @@ def test_masked_weight_gives_per_element_weight_sum():
   result = process.next.type_signature.result.result.member
   assert str(result.weight_sum) == "<w=float32[2,2],b=float32[2]>"
   assert process.next.type_signature.parameter[2] == tff.FederatedType(
-      _MASKED_WEIGHT, tff.CLIENTS)
+    _MASKED_WEIGHT, tff.CLIENTS
+  )
 
 
-@pytest.mark.parametrize("weight_type, message", [
+@pytest.mark.parametrize(
+  "weight_type, message",
+  [
     (tff.TensorType(np.float32, [3]), "float32 or MaskedWeight"),
-    (tff.to_type(MaskedWeight(tff.TensorType(np.int32), _VALUE)),
-     "MaskedWeight.weight must be float32"),
-    (tff.to_type(MaskedWeight(_SCALAR, tff.to_type(
-        collections.OrderedDict(w=tff.TensorType(np.float32, [2, 2]))))),
-     "one float32 mask per value tensor"),
-    (tff.to_type(collections.OrderedDict(a=_SCALAR, b=_VALUE)),
-     "float32 or MaskedWeight"),
-])
+    (
+      tff.to_type(MaskedWeight(tff.TensorType(np.int32), _VALUE)),
+      "MaskedWeight.weight must be float32",
+    ),
+    (
+      tff.to_type(
+        MaskedWeight(
+          _SCALAR,
+          tff.to_type(
+            collections.OrderedDict(w=tff.TensorType(np.float32, [2, 2]))
+          ),
+        )
+      ),
+      "one float32 mask per value tensor",
+    ),
+    (
+      tff.to_type(collections.OrderedDict(a=_SCALAR, b=_VALUE)),
+      "float32 or MaskedWeight",
+    ),
+  ],
+)
 def test_bad_weight_types_are_named(weight_type, message):
   with pytest.raises(TypeError, match=message):
     MaskedSumFactory().create(_VALUE, weight_type)
@@ -69,11 +91,13 @@ def test_composes_with_clipping_and_zeroing_signatures():
   clipped = tff.aggregators.clipping_factory(1.0, MaskedSumFactory())
   process = clipped.create(_VALUE, _MASKED_WEIGHT)
   assert "clipping_norm=float32" in str(
-      process.next.type_signature.result.measurements.member)
+    process.next.type_signature.result.measurements.member
+  )
   zeroed = tff.aggregators.zeroing_factory(10.0, MaskedSumFactory())
   process = zeroed.create(_VALUE, _MASKED_WEIGHT)
   assert "zeroed_count=int32" in str(
-      process.next.type_signature.result.measurements.member)
+    process.next.type_signature.result.measurements.member
+  )
 
 
 # -- known answers ------------------------------------------------------------
@@ -120,15 +144,21 @@ def test_scalar_weight_equals_tff_mean(tff_context):
 
 def test_clipping_scales_values_not_masks(tff_context):
   del tff_context
-  process = tff.aggregators.clipping_factory(
-      1.0, MaskedSumFactory()).create(_VALUE, _MASKED_WEIGHT)
+  process = tff.aggregators.clipping_factory(1.0, MaskedSumFactory()).create(
+    _VALUE, _MASKED_WEIGHT
+  )
   output = process.next(process.initialize(), _VALUES, _masked_weights())
-  norms = [np.sqrt(sum(np.sum(np.square(v)) for v in value.values()))
-           for value in _VALUES]
-  expected = sum(w * m["w"] * v["w"] / max(n, 1.0) for w, m, v, n in zip(
-      _WEIGHTS, _MASKS, _VALUES, norms))
-  np.testing.assert_allclose(output.result.weighted_sum["w"], expected,
-                             rtol=1e-5)
+  norms = [
+    np.sqrt(sum(np.sum(np.square(v)) for v in value.values()))
+    for value in _VALUES
+  ]
+  expected = sum(
+    w * m["w"] * v["w"] / max(n, 1.0)
+    for w, m, v, n in zip(_WEIGHTS, _MASKS, _VALUES, norms)
+  )
+  np.testing.assert_allclose(
+    output.result.weighted_sum["w"], expected, rtol=1e-5
+  )
   # The counts are untouched by clipping.
   np.testing.assert_allclose(output.result.weight_sum["w"], [[4, 1], [3, 0]])
   assert output.measurements["clipped_count"] == 2
@@ -136,8 +166,9 @@ def test_clipping_scales_values_not_masks(tff_context):
 
 def test_zeroing_drops_a_large_client(tff_context):
   del tff_context
-  process = tff.aggregators.zeroing_factory(
-      7.5, MaskedSumFactory()).create(_VALUE, _MASKED_WEIGHT)
+  process = tff.aggregators.zeroing_factory(7.5, MaskedSumFactory()).create(
+    _VALUE, _MASKED_WEIGHT
+  )
   output = process.next(process.initialize(), _VALUES, _masked_weights())
   # TFF zeroes on the max-norm: client 1's largest entry (8) exceeds 7.5, so
   # its value is zeroed; its weight still counts (TFF's zeroing semantics).
@@ -151,4 +182,5 @@ def test_pure_functions_broadcast_scalar_counts():
   np.testing.assert_allclose(masked_mean_or_zero(sums)[0], [1.0, 2.0])
   empty = MaskedSums([tf.constant([2.0, 4.0])], tf.constant(0.0))
   np.testing.assert_allclose(
-      masked_average(empty, [tf.constant([7.0, 8.0])])[0], [7.0, 8.0])
+    masked_average(empty, [tf.constant([7.0, 8.0])])[0], [7.0, 8.0]
+  )

@@ -17,9 +17,6 @@ momentum 0.9), with the convolution before it computed with
 `tf.nn.conv2d`.
 """
 
-import collections
-
-import attrs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,11 +47,14 @@ def test_soft_label_kl_by_hand(t_squared):
   t = 2.0
   p, q = _softmax(teacher, t), _softmax(student, t)
   expected = (t * t if t_squared else 1.0) * np.mean(
-      np.sum(p * np.log(p / q), axis=1))
-  np.testing.assert_allclose(soft_label_kl(teacher, student, t, t_squared),
-                             expected, rtol=1e-5)
+    np.sum(p * np.log(p / q), axis=1)
+  )
+  np.testing.assert_allclose(
+    soft_label_kl(teacher, student, t, t_squared), expected, rtol=1e-5
+  )
   assert float(soft_label_kl(student, student, 3.0, t_squared)) == (
-      pytest.approx(0.0, abs=1e-6))
+    pytest.approx(0.0, abs=1e-6)
+  )
 
 
 def _bias_step(z, labels, teacher, lr, weight, temperature, t_squared):
@@ -67,25 +67,40 @@ def _bias_step(z, labels, teacher, lr, weight, temperature, t_squared):
 
 def _task(model_name="fedgkt_edge_resnet4"):
   return api.Task(
-      model_name=model_name,
-      model_fn=lambda: models.build_model(model_name, SHAPE, CLASSES, 0),
-      input_shape=SHAPE, num_classes=CLASSES, element_spec=None,
-      training_flops_per_example=1)
+    model_name=model_name,
+    model_fn=lambda: models.build_model(model_name, SHAPE, CLASSES, 0),
+    input_shape=SHAPE,
+    num_classes=CLASSES,
+    element_spec=None,
+    training_flops_per_example=1,
+  )
 
 
 def _algorithm(**settings):
-  defaults = dict(temperature=4.0, client_kd_weight=0.5, server_kd_weight=0.7,
-                  server_optimizer="sgd", server_lr=0.2, server_batch_size=64)
+  defaults = dict(
+    temperature=4.0,
+    client_kd_weight=0.5,
+    server_kd_weight=0.7,
+    server_optimizer="sgd",
+    server_lr=0.2,
+    server_batch_size=64,
+  )
   defaults.update(settings)
-  return fedgkt.FedGKT(_task(), "fedgkt_server_resnet19",
-                       fedgkt.GKTSettings(**defaults), client_lr=0.3, seed=0)
+  return fedgkt.FedGKT(
+    _task(),
+    "fedgkt_server_resnet19",
+    fedgkt.GKTSettings(**defaults),
+    client_lr=0.3,
+    seed=0,
+  )
 
 
 def _arrays(n=24, seed=3):
   rng = np.random.default_rng(seed)
   return data_lib.ArrayDataset(
-      x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
-      y=rng.integers(0, CLASSES, n).astype(np.int32))
+    x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
+    y=rng.integers(0, CLASSES, n).astype(np.int32),
+  )
 
 
 def _stem_batch_mean(model, x):
@@ -103,40 +118,64 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
   server_logits[:, 2] = 5.0
   # One batch holding every sample, one epoch, plain SGD at lr 0.3.
   dataset = fedgkt.client_dataset_with_teacher(
-      arrays, server_logits, CLASSES, batch_size=64, local_epochs=1,
-      shuffle_seed=5)
+    arrays,
+    server_logits,
+    CLASSES,
+    batch_size=64,
+    local_epochs=1,
+    shuffle_seed=5,
+  )
   update = fedgkt.build_edge_update(
-      algorithm.edge_fn, algorithm.split_layer,
-      learning_process.client_sgd(0.3), algorithm.settings)
+    algorithm.edge_fn,
+    algorithm.split_layer,
+    learning_process.client_sgd(0.3),
+    algorithm.settings,
+  )
   initial = algorithm.initial_client_state()
   model, upload, bytes_up, sums = update(
-      fedgkt.ClientModel(initial.trainable, initial.non_trainable,
-                         initial.optimizer_state), dataset)
+    fedgkt.ClientModel(
+      initial.trainable, initial.non_trainable, initial.optimizer_state
+    ),
+    dataset,
+  )
 
   reference = algorithm.edge_fn()
   z = reference(arrays.x, training=True).numpy()  # before the step
-  step, kd_step = _bias_step(z, arrays.y, server_logits, 0.3, 0.5, 4.0,
-                             t_squared)
-  bias = [i for i, v in enumerate(reference.trainable_weights)
-          if v.name.startswith("logits/bias")][0]
+  step, kd_step = _bias_step(
+    z, arrays.y, server_logits, 0.3, 0.5, 4.0, t_squared
+  )
+  bias = [
+    i
+    for i, v in enumerate(reference.trainable_weights)
+    if v.name.startswith("logits/bias")
+  ][0]
   moved = np.asarray(model.trainable[bias]) - np.asarray(
-      initial.trainable[bias])
+    initial.trainable[bias]
+  )
   np.testing.assert_allclose(moved, step, atol=2e-6)
   # The KD part pulls toward the teacher's class: class 2 up, the most.
   assert kd_step[2] > 0 and np.argmax(kd_step) == 2
   # Its weight: T x (with T^2) or 1 / T (without) times the KL gradient.
   np.testing.assert_allclose(
-      float(sums["kd"]) / n,
-      (16.0 if t_squared else 1.0) * np.mean(np.sum(
-          _softmax(server_logits, 4.0) * np.log(
-              _softmax(server_logits, 4.0) / _softmax(z, 4.0)), axis=1)),
-      rtol=1e-4)
+    float(sums["kd"]) / n,
+    (16.0 if t_squared else 1.0)
+    * np.mean(
+      np.sum(
+        _softmax(server_logits, 4.0)
+        * np.log(_softmax(server_logits, 4.0) / _softmax(z, 4.0)),
+        axis=1,
+      )
+    ),
+    rtol=1e-4,
+  )
   # Batch norm statistics moved: stem BN mean = 0.1 x the batch mean.
   names = [v.name for v in reference.non_trainable_weights]
   mean = names.index("stem_bn/moving_mean:0")
-  np.testing.assert_allclose(model.non_trainable[mean],
-                             0.1 * _stem_batch_mean(reference, arrays.x),
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    model.non_trainable[mean],
+    0.1 * _stem_batch_mean(reference, arrays.x),
+    atol=1e-5,
+  )
   # Upload: features (the stem's output), logits, labels of every sample.
   assert upload.features.shape == (n, 8, 8, 16)
   np.testing.assert_array_equal(upload.labels, arrays.y)
@@ -146,24 +185,30 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
 def test_client_kd_off_without_an_answer_or_transfer():
   arrays = _arrays()
   for algorithm, logits in (
-      (_algorithm(), np.zeros((0, CLASSES), np.float32)),
-      (_algorithm(transfer="none"), np.ones((len(arrays), CLASSES),
-                                            np.float32))):
+    (_algorithm(), np.zeros((0, CLASSES), np.float32)),
+    (_algorithm(transfer="none"), np.ones((len(arrays), CLASSES), np.float32)),
+  ):
     update = fedgkt.build_edge_update(
-        algorithm.edge_fn, algorithm.split_layer,
-        learning_process.client_sgd(0.3), algorithm.settings)
+      algorithm.edge_fn,
+      algorithm.split_layer,
+      learning_process.client_sgd(0.3),
+      algorithm.settings,
+    )
     initial = algorithm.initial_client_state()
     model, _, _, sums = update(
-        fedgkt.ClientModel(initial.trainable, initial.non_trainable,
-                           initial.optimizer_state),
-        fedgkt.client_dataset_with_teacher(
-            arrays, logits, CLASSES, batch_size=64, local_epochs=1,
-            shuffle_seed=5))
+      fedgkt.ClientModel(
+        initial.trainable, initial.non_trainable, initial.optimizer_state
+      ),
+      fedgkt.client_dataset_with_teacher(
+        arrays, logits, CLASSES, batch_size=64, local_epochs=1, shuffle_seed=5
+      ),
+    )
     z = algorithm.edge_fn()(arrays.x, training=True).numpy()
     step, _ = _bias_step(z, arrays.y, z, 0.3, 0.0, 4.0, True)
     assert float(sums["kd"]) == 0.0
-    np.testing.assert_allclose(model.trainable[-1] - initial.trainable[-1],
-                               step, atol=2e-6)
+    np.testing.assert_allclose(
+      model.trainable[-1] - initial.trainable[-1], step, atol=2e-6
+    )
 
 
 @pytest.mark.parametrize("transfer", ["both", "server_to_edge"])
@@ -176,24 +221,26 @@ def test_server_step_by_hand(transfer):
   client_logits = np.zeros((n, CLASSES), np.float32)
   client_logits[:, 7] = 6.0  # the edges say 7
   update = fedgkt.build_server_update(
-      algorithm.server_fn, fedgkt.SERVER_OPTIMIZERS["sgd"](0.2),
-      algorithm.settings)
+    algorithm.server_fn,
+    fedgkt.SERVER_OPTIMIZERS["sgd"](0.2),
+    algorithm.settings,
+  )
   initial = algorithm.initialize()
   weights, _, sums, fresh, answer = update(
-      fedgkt.ModelState(initial.trainable, initial.non_trainable),
-      initial.optimizer_state,
-      fedgkt.GKTUpload(features, client_logits, labels),
-      np.arange(n, dtype=np.int64))
+    fedgkt.ModelState(initial.trainable, initial.non_trainable),
+    initial.optimizer_state,
+    fedgkt.GKTUpload(features, client_logits, labels),
+    np.arange(n, dtype=np.int64),
+  )
   reference = algorithm.server_fn()
   # Before training: the fresh accuracy of the initial model (inference).
-  assert float(fresh) == np.sum(np.argmax(
-      reference(features, training=False), 1) == labels)
+  assert float(fresh) == np.sum(
+    np.argmax(reference(features, training=False), 1) == labels
+  )
   z = reference(features, training=True).numpy()
   weight = 0.7 if transfer == "both" else 0.0
-  step, kd_step = _bias_step(z, labels, client_logits, 0.2, weight, 4.0,
-                             True)
-  moved = np.asarray(weights.trainable[-1]) - np.asarray(
-      initial.trainable[-1])
+  step, kd_step = _bias_step(z, labels, client_logits, 0.2, weight, 4.0, True)
+  moved = np.asarray(weights.trainable[-1]) - np.asarray(initial.trainable[-1])
   np.testing.assert_allclose(moved, step, atol=2e-6)
   if transfer == "both":
     assert kd_step[7] > 0 and np.argmax(kd_step) == 7
@@ -205,22 +252,27 @@ def test_server_step_by_hand(transfer):
   mean = names.index("stage1_block1_bn1/moving_mean:0")
   kernel = reference.get_layer("stage1_block1_conv1").kernel.numpy()
   conv = tf.nn.conv2d(features, kernel, 1, "SAME").numpy()
-  np.testing.assert_allclose(weights.non_trainable[mean],
-                             0.1 * conv.mean(axis=(0, 1, 2)), atol=1e-5)
+  np.testing.assert_allclose(
+    weights.non_trainable[mean], 0.1 * conv.mean(axis=(0, 1, 2)), atol=1e-5
+  )
   # The answer: the trained server model on the features, inference mode.
   for v, w in zip(reference.trainable_weights, weights.trainable):
     v.assign(w)
   for v, w in zip(reference.non_trainable_weights, weights.non_trainable):
     v.assign(w)
-  np.testing.assert_allclose(answer, reference(features, training=False),
-                             atol=1e-4)
+  np.testing.assert_allclose(
+    answer, reference(features, training=False), atol=1e-4
+  )
 
 
 def test_each_batch_carries_its_own_samples_logits():
   arrays = _arrays(n=10)
   logits = np.arange(10 * CLASSES, dtype=np.float32).reshape(10, CLASSES)
-  batches = list(fedgkt.client_dataset_with_teacher(
-      arrays, logits, CLASSES, batch_size=4, local_epochs=2, shuffle_seed=1))
+  batches = list(
+    fedgkt.client_dataset_with_teacher(
+      arrays, logits, CLASSES, batch_size=4, local_epochs=2, shuffle_seed=1
+    )
+  )
   assert sum(len(b["y"]) for b in batches if b["train"]) == 20
   # 20 training samples in batches of 4 (across the epoch boundary), then
   # the 10 sent in 4, 4, 2.
@@ -232,9 +284,18 @@ def test_each_batch_carries_its_own_samples_logits():
     np.testing.assert_array_equal(arrays.y[rows], batch["y"])
     np.testing.assert_array_equal(arrays.x[rows], batch["x"])
   # Before the first answer: no teacher, zero rows.
-  first = next(iter(fedgkt.client_dataset_with_teacher(
-      arrays, np.zeros((0, CLASSES), np.float32), CLASSES, batch_size=4,
-      local_epochs=1, shuffle_seed=1)))
+  first = next(
+    iter(
+      fedgkt.client_dataset_with_teacher(
+        arrays,
+        np.zeros((0, CLASSES), np.float32),
+        CLASSES,
+        batch_size=4,
+        local_epochs=1,
+        shuffle_seed=1,
+      )
+    )
+  )
   assert not bool(first["has_teacher"])
   np.testing.assert_array_equal(first["teacher"], np.zeros((4, CLASSES)))
 
@@ -249,22 +310,31 @@ def test_plateau_schedule_by_hand():
   for metric in (0.5, 0.6, 0.6, 0.60005, 0.55, 0.59, 0.7):
     plateau = algorithm._plateau_step(plateau, metric)  # pylint: disable=protected-access
     seen.append((float(plateau.learning_rate), int(plateau.bad_rounds)))
-  assert seen == [(1.0, 0), (1.0, 0), (1.0, 1), (1.0, 2), (0.5, 0),
-                  (0.5, 1), (0.5, 0)]
+  assert seen == [
+    (1.0, 0),
+    (1.0, 0),
+    (1.0, 1),
+    (1.0, 2),
+    (0.5, 0),
+    (0.5, 1),
+    (0.5, 0),
+  ]
 
 
 def test_server_batch_order_by_hand():
   # Algorithm 1's order: the samples as received, every epoch.
   np.testing.assert_array_equal(
-      fedgkt.server_batch_order(5, 2, 2, "by_client", seed=7),
-      [0, 1, 2, 3, 4, 0, 1, 2, 3, 4])
+    fedgkt.server_batch_order(5, 2, 2, "by_client", seed=7),
+    [0, 1, 2, 3, 4, 0, 1, 2, 3, 4],
+  )
   shuffled = fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7)
   # Each epoch a permutation of its own, the same for the same seed.
   for epoch in (shuffled[:5], shuffled[5:]):
     assert sorted(epoch) == [0, 1, 2, 3, 4]
   assert list(shuffled) != [0, 1, 2, 3, 4] * 2
   np.testing.assert_array_equal(
-      shuffled, fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7))
+    shuffled, fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7)
+  )
   with pytest.raises(ValueError, match="by_client"):
     fedgkt.server_batch_order(5, 2, 2, "sorted", seed=7)
 
@@ -275,12 +345,24 @@ def test_server_batch_order_by_hand():
 
 def _config(**overrides):
   settings = dict(
-      algorithm="fedgkt", dataset="synthetic", model="fedgkt_edge_resnet4",
-      gkt_server_model="fedgkt_server_resnet19", partition="iid",
-      num_clients=3, clients_per_round=3, rounds=2, batch_size=32,
-      client_lr=0.05, client_momentum=0.9, seed=0, progress=False,
-      gkt_server_epochs=1, tiers="slow,fast", tier_proportions="2:1",
-      tier_capacities="0.25:1")
+    algorithm="fedgkt",
+    dataset="synthetic",
+    model="fedgkt_edge_resnet4",
+    gkt_server_model="fedgkt_server_resnet19",
+    partition="iid",
+    num_clients=3,
+    clients_per_round=3,
+    rounds=2,
+    batch_size=32,
+    client_lr=0.05,
+    client_momentum=0.9,
+    seed=0,
+    progress=False,
+    gkt_server_epochs=1,
+    tiers="slow,fast",
+    tier_proportions="2:1",
+    tier_capacities="0.25:1",
+  )
   settings.update(overrides)
   return ExperimentConfig(**settings)
 
@@ -306,21 +388,28 @@ def _rounds(mode):
     fed = experiment.federated_data
     state, stored, outputs = algorithm.initialize(), {}, []
     from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+
     sampler = CohortSampler(0)
     for round_num in range(1, 5 if mode == "async" else 4):
-      plan = algorithm.plan_round(state, round_num, fed.client_ids, 3,
-                                  sampler)
+      plan = algorithm.plan_round(state, round_num, fed.client_ids, 3, sampler)
       clients = []
       for a in plan:
-        client_state = stored.get(a.client_id,
-                                  algorithm.initial_client_state())
-        clients.append(api.ClientRound(
-            client_id=a.client_id, num_examples=len(fed.client_train(
-                a.client_id)),
+        client_state = stored.get(a.client_id, algorithm.initial_client_state())
+        clients.append(
+          api.ClientRound(
+            client_id=a.client_id,
+            num_examples=len(fed.client_train(a.client_id)),
             dataset=algorithm.client_dataset(
-                fed.client_train(a.client_id), batch_size=32, local_epochs=1,
-                shuffle_seed=round_num, state=client_state),
-            state=client_state, assignment=a.payload))
+              fed.client_train(a.client_id),
+              batch_size=32,
+              local_epochs=1,
+              shuffle_seed=round_num,
+              state=client_state,
+            ),
+            state=client_state,
+            assignment=a.payload,
+          )
+        )
       output = algorithm.next(state, round_num, clients)
       state = output.state
       stored.update(output.client_states)
@@ -341,15 +430,25 @@ def test_type_signatures():
   client = comps.client_round.type_signature
   assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 3
   models_, uploads, bytes_up, positions, sums = client.result
-  assert [models_.placement, uploads.placement, bytes_up.placement,
-          positions.placement, sums.placement] == [
-              tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
+  assert [
+    models_.placement,
+    uploads.placement,
+    bytes_up.placement,
+    positions.placement,
+    sums.placement,
+  ] == [tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
   assert uploads.member.features.shape == (None, 8, 8, 16)
   # Batches carry their samples' positions (in the client's own data) and
   # teachers.
   element = client.parameter[1].member.element
   assert list(element._name_to_index) == [  # pylint: disable=protected-access
-      "x", "y", "index", "train", "has_teacher", "teacher"]
+    "x",
+    "y",
+    "index",
+    "train",
+    "has_teacher",
+    "teacher",
+  ]
   server = comps.server_round.type_signature
   assert all(p.placement == tff.SERVER for p in server.parameter)
   assert server.result.member[4].shape == (None, CLASSES)
@@ -361,9 +460,10 @@ def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):
   algorithm, fed = experiment.algorithm, experiment.federated_data
   for cid in fed.client_ids:
     np.testing.assert_allclose(
-        stored[cid].server_logits,
-        _composed_logits(algorithm, state, stored[cid],
-                         fed.client_train(cid).x), atol=1e-4)
+      stored[cid].server_logits,
+      _composed_logits(algorithm, state, stored[cid], fed.client_train(cid).x),
+      atol=1e-4,
+    )
     assert int(stored[cid].logits_version) == 3
   for round_num, (plan, output) in enumerate(outputs, start=1):
     assert output.metrics["server_version"] == round_num
@@ -412,7 +512,11 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
     assert list(output.client_states) == arrivals
     assert np.isfinite(output.metrics["loss"])
   assert [[a.payload[0].finish / d for a in plan] for plan, _ in outputs] == [
-      [1], [2], [3, 4, 4], [4]]
+    [1],
+    [2],
+    [3, 4, 4],
+    [4],
+  ]
   # One server update per arrival, each answered by the model after it.
   assert [o.metrics["server_version"] for _, o in outputs] == [1, 2, 5, 6]
   assert int(stored[fast].logits_version) == 6
@@ -424,30 +528,45 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   staleness = [o.metrics["staleness_max"] for _, o in outputs]
   assert np.isnan(staleness[0]) and staleness[1:] == [0, 0, 2]
   assert outputs[3][1].metrics["sim_time"] == pytest.approx(4 * d)
+
   # The last client answered got the final server model's logits.
   # The fast client, answered last, holds the final server model's logits;
   # a slow one holds those of the model as it was when it arrived.
   def final_model_logits(cid):
-    return _composed_logits(algorithm, state, stored[cid],
-                            fed.client_train(cid).x)
+    return _composed_logits(
+      algorithm, state, stored[cid], fed.client_train(cid).x
+    )
 
-  np.testing.assert_allclose(stored[fast].server_logits,
-                             final_model_logits(fast), atol=1e-4)
-  assert not np.allclose(stored[slow[0]].server_logits,
-                         final_model_logits(slow[0]), atol=1e-4)
+  np.testing.assert_allclose(
+    stored[fast].server_logits, final_model_logits(fast), atol=1e-4
+  )
+  assert not np.allclose(
+    stored[slow[0]].server_logits, final_model_logits(slow[0]), atol=1e-4
+  )
 
 
 def test_fedgkt_learns_well_above_chance(tff_context):
   del tff_context
-  result = loop.run_experiment(_config(
-      rounds=6, num_clients=3, clients_per_round=3, gkt_server_epochs=2,
-      root_output_dir=str(_tmp_dir()), experiment_name="learns",
-      eval_every=6, checkpoint_every=6, tiers="weak,medium,strong",
-      tier_proportions="4:3:3", tier_capacities=""))
+  result = loop.run_experiment(
+    _config(
+      rounds=6,
+      num_clients=3,
+      clients_per_round=3,
+      gkt_server_epochs=2,
+      root_output_dir=str(_tmp_dir()),
+      experiment_name="learns",
+      eval_every=6,
+      checkpoint_every=6,
+      tiers="weak,medium,strong",
+      tier_proportions="4:3:3",
+      tier_capacities="",
+    )
+  )
   # 10 classes: chance is 0.1.
   assert result.report["final_metrics"]["accuracy"] > 0.4
 
 
 def _tmp_dir():
   import tempfile  # pylint: disable=g-import-not-at-top
+
   return tempfile.mkdtemp(prefix="fedgkt_learns_")

@@ -20,37 +20,49 @@ from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedprox
 
 _SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32))
+  x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
 _LR, _MU = 0.1, 2.0
 
 
 def _keras_model():
-  return tf.keras.Sequential([
+  return tf.keras.Sequential(
+    [
       tf.keras.layers.Dense(
-          4, input_shape=(3,),
-          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1)),
-  ])
+        4,
+        input_shape=(3,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+    ]
+  )
 
 
 # Dense 3 -> 4, bias initialised to zero.
-_TASK = api.Task("tiny", _keras_model, (3,), 4, _SPEC,
-                 training_flops_per_example=3 * 12)
+_TASK = api.Task(
+  "tiny", _keras_model, (3,), 4, _SPEC, training_flops_per_example=3 * 12
+)
 
 
 def _dataset(x, y, batch_size):
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=np.asarray(x, np.float32), y=np.asarray(y, np.int32))).batch(batch_size)
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.asarray(x, np.float32), y=np.asarray(y, np.int32)
+    )
+  ).batch(batch_size)
 
 
 def _datasets():
   rng = np.random.default_rng(0)
-  return [_dataset(rng.normal(size=[n, 3]), rng.integers(0, 4, size=[n]), 2)
-          for n in (5, 3)]
+  return [
+    _dataset(rng.normal(size=[n, 3]), rng.integers(0, 4, size=[n]), 2)
+    for n in (5, 3)
+  ]
 
 
 def _sq_distance(a, b):
-  return sum(float(np.sum((np.asarray(x) - np.asarray(y))**2))
-             for x, y in zip(a, b))
+  return sum(
+    float(np.sum((np.asarray(x) - np.asarray(y)) ** 2)) for x, y in zip(a, b)
+  )
 
 
 # Built once: each build traces several TF graphs.

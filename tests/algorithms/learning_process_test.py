@@ -9,7 +9,6 @@ what each client received and sent, computed here by hand.
 import collections
 
 import attrs
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,39 +17,52 @@ import tensorflow_federated as tff
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.algorithms import fedprox
+from tff_hetero.program import ExperimentConfig
 
 _SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32))
+  x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
 
 
 def _keras_model():
-  return tf.keras.Sequential([
+  return tf.keras.Sequential(
+    [
       tf.keras.layers.Dense(
-          4, input_shape=(3,),
-          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1)),
-  ])
+        4,
+        input_shape=(3,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+    ]
+  )
 
 
 # Dense 3 -> 4: 12 + 4 = 16 float32 parameters = 64 bytes.
-_TASK = api.Task("tiny", _keras_model, (3,), 4, _SPEC,
-                 training_flops_per_example=3 * 12)
+_TASK = api.Task(
+  "tiny", _keras_model, (3,), 4, _SPEC, training_flops_per_example=3 * 12
+)
 
 
 def _datasets():
   rng = np.random.default_rng(0)
   out = []
   for n in (5, 3):
-    out.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=rng.normal(size=[n, 3]).astype(np.float32),
-        y=rng.integers(0, 4, size=[n]).astype(np.int32))).batch(2))
+    out.append(
+      tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(
+          x=rng.normal(size=[n, 3]).astype(np.float32),
+          y=rng.integers(0, 4, size=[n]).astype(np.int32),
+        )
+      ).batch(2)
+    )
   return out
 
 
 def _clients():
-  return [api.ClientRound(client_id=f"c{i}", dataset=d, num_examples=n)
-          for i, (d, n) in enumerate(zip(_datasets(), (5, 3)))]
+  return [
+    api.ClientRound(client_id=f"c{i}", dataset=d, num_examples=n)
+    for i, (d, n) in enumerate(zip(_datasets(), (5, 3)))
+  ]
 
 
 def test_fedavg_process_signature():
@@ -226,24 +238,37 @@ def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
   del tff_context
   # --aggregator=dp with a bound no update reaches and no noise: the sum of
   # the updates over --clients_per_round, i.e. TFF's unweighted FedAvg.
-  config = ExperimentConfig(client_lr=0.1, clients_per_round=2,
-                            aggregator="dp", clip_norm=1e6,
-                            noise_multiplier=0.0)
+  config = ExperimentConfig(
+    client_lr=0.1,
+    clients_per_round=2,
+    aggregator="dp",
+    clip_norm=1e6,
+    noise_multiplier=0.0,
+  )
   algorithm = fedavg.build_fedavg(config, _TASK)
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   reference = tff.learning.algorithms.build_unweighted_fed_avg(
-      _TASK.tff_model_fn(),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+    _TASK.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
   ref_state = reference.next(reference.initialize(), _datasets()).state
-  for a, b in zip(algorithm.model_weights(output.state).trainable,
-                  reference.get_model_weights(ref_state).trainable):
+  for a, b in zip(
+    algorithm.model_weights(output.state).trainable,
+    reference.get_model_weights(ref_state).trainable,
+  ):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
   # The example-weighted mean (clients of 5 and 3 examples) differs.
-  weighted = fedavg.build_fedavg(attrs.evolve(config, aggregator="mean",
-                                              clip_norm=None,
-                                              noise_multiplier=None), _TASK)
+  weighted = fedavg.build_fedavg(
+    attrs.evolve(
+      config, aggregator="mean", clip_norm=None, noise_multiplier=None
+    ),
+    _TASK,
+  )
   weighted_state = weighted.next(weighted.initialize(), 1, _clients()).state
   assert any(
-      np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-4
-      for a, b in zip(weighted.model_weights(weighted_state).trainable,
-                      reference.get_model_weights(ref_state).trainable))
+    np.max(np.abs(np.asarray(a) - np.asarray(b))) > 1e-4
+    for a, b in zip(
+      weighted.model_weights(weighted_state).trainable,
+      reference.get_model_weights(ref_state).trainable,
+    )
+  )

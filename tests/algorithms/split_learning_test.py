@@ -2,8 +2,6 @@
 turns equal plain SGD on the whole model over their batches in turn, with
 one gradient tape), the bytes of the exchange by hand, and bad flags."""
 
-import collections
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,27 +19,34 @@ SHAPE, CLASSES, LR = (8, 8, 1), 10, 0.1
 
 def _task():
   return api.Task(
-      model_name="fedgkt_edge_resnet4",
-      model_fn=lambda: models.build_model("fedgkt_edge_resnet4", SHAPE,
-                                          CLASSES, 0),
-      input_shape=SHAPE, num_classes=CLASSES, element_spec=None,
-      training_flops_per_example=1)
+    model_name="fedgkt_edge_resnet4",
+    model_fn=lambda: models.build_model(
+      "fedgkt_edge_resnet4", SHAPE, CLASSES, 0
+    ),
+    input_shape=SHAPE,
+    num_classes=CLASSES,
+    element_spec=None,
+    training_flops_per_example=1,
+  )
 
 
 def _client(cid, n, seed):
   rng = np.random.default_rng(seed)
   arrays = data_lib.ArrayDataset(
-      x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
-      y=rng.integers(0, CLASSES, n).astype(np.int32))
-  dataset = data_lib.make_client_dataset(arrays, batch_size=8, local_epochs=1,
-                                         shuffle_seed=seed)
+    x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
+    y=rng.integers(0, CLASSES, n).astype(np.int32),
+  )
+  dataset = data_lib.make_client_dataset(
+    arrays, batch_size=8, local_epochs=1, shuffle_seed=seed
+  )
   return api.ClientRound(client_id=cid, dataset=dataset, num_examples=n)
 
 
 def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
   del tff_context
-  algorithm = split_learning.SplitLearning(_task(), "fedgkt_server_resnet19",
-                                           client_lr=LR)
+  algorithm = split_learning.SplitLearning(
+    _task(), "fedgkt_server_resnet19", client_lr=LR
+  )
   clients = [_client("a", 20, 1), _client("b", 12, 2)]
   output = algorithm.next(algorithm.initialize(), 1, clients)
 
@@ -51,16 +56,20 @@ def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
   for client in clients:
     for batch in client.dataset:
       with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-            batch["y"], model(batch["x"], training=True), from_logits=True))
+        loss = tf.reduce_mean(
+          tf.keras.losses.sparse_categorical_crossentropy(
+            batch["y"], model(batch["x"], training=True), from_logits=True
+          )
+        )
       grads = tape.gradient(loss, model.trainable_variables)
       for v, g in zip(model.trainable_variables, grads):
         v.assign_sub(LR * g)
   weights = algorithm.model_weights(output.state)
   for ours, reference in zip(weights.trainable, model.trainable_weights):
     np.testing.assert_allclose(ours, reference.numpy(), atol=2e-5)
-  for ours, reference in zip(weights.non_trainable,
-                             model.non_trainable_weights):
+  for ours, reference in zip(
+    weights.non_trainable, model.non_trainable_weights
+  ):
     np.testing.assert_allclose(ours, reference.numpy(), atol=2e-5)
 
   # Bytes by hand: per sample, 8x8x16 float32 activations and an int32
@@ -77,12 +86,16 @@ def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
 
 
 def test_bad_flags_name_the_flag():
-  for changes, flag in ((dict(model="resnet20"), "--model"),
-                        (dict(gkt_server_model="resnet56"),
-                         "--gkt_server_model")):
-    settings = dict(algorithm="split_learning", dataset="synthetic",
-                    model="fedgkt_edge_resnet4",
-                    gkt_server_model="fedgkt_server_resnet19")
+  for changes, flag in (
+    (dict(model="resnet20"), "--model"),
+    (dict(gkt_server_model="resnet56"), "--gkt_server_model"),
+  ):
+    settings = dict(
+      algorithm="split_learning",
+      dataset="synthetic",
+      model="fedgkt_edge_resnet4",
+      gkt_server_model="fedgkt_server_resnet19",
+    )
     settings.update(changes)
     with pytest.raises(UsageError, match=flag):
       loop.build_experiment(ExperimentConfig(**settings))

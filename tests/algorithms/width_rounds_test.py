@@ -43,69 +43,108 @@ from tff_hetero.submodels import pools
 _LR = 0.1
 _SHAPE = (5, 5, 1)
 _FULL = (3, 4, 6)
-_UNITS = (WidthUnit(1, "conv1", 3, ("conv1",)),
-          WidthUnit(2, "conv2", 4, ("conv2",)),
-          WidthUnit(3, "fc1", 6, ("fc1",)))
+_UNITS = (
+  WidthUnit(1, "conv1", 3, ("conv1",)),
+  WidthUnit(2, "conv2", 4, ("conv2",)),
+  WidthUnit(3, "fc1", 6, ("fc1",)),
+)
 _SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, *_SHAPE], tf.float32),
-    y=tf.TensorSpec([None], tf.int32))
+  x=tf.TensorSpec([None, *_SHAPE], tf.float32),
+  y=tf.TensorSpec([None], tf.int32),
+)
 
 
 def _toy(widths=_FULL):
   inputs = tf.keras.Input(_SHAPE)
   x = tf.keras.layers.Conv2D(
-      widths[0], 3, activation="relu", name="conv1",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(1),
-      bias_initializer=tf.keras.initializers.RandomNormal(seed=2))(inputs)
+    widths[0],
+    3,
+    activation="relu",
+    name="conv1",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+    bias_initializer=tf.keras.initializers.RandomNormal(seed=2),
+  )(inputs)
   x = tf.keras.layers.Conv2D(
-      widths[1], 3, activation="relu", padding="same", name="conv2",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(6),
-      bias_initializer=tf.keras.initializers.RandomNormal(seed=7))(x)
+    widths[1],
+    3,
+    activation="relu",
+    padding="same",
+    name="conv2",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(6),
+    bias_initializer=tf.keras.initializers.RandomNormal(seed=7),
+  )(x)
   x = tf.keras.layers.Flatten()(x)
   x = tf.keras.layers.Dense(
-      widths[2], activation="relu", name="fc1",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(3),
-      bias_initializer=tf.keras.initializers.RandomNormal(seed=4))(x)
+    widths[2],
+    activation="relu",
+    name="fc1",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(3),
+    bias_initializer=tf.keras.initializers.RandomNormal(seed=4),
+  )(x)
   logits = tf.keras.layers.Dense(
-      3, name="logits",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(5))(x)
+    3, name="logits", kernel_initializer=tf.keras.initializers.GlorotUniform(5)
+  )(x)
   return tf.keras.Model(inputs, logits)
 
 
-_TASK = api.Task("toy", _toy, _SHAPE, 3, _SPEC, training_flops_per_example=1,
-                 width_model_fn=lambda w: _toy(tuple(w)), width_units=_UNITS)
+_TASK = api.Task(
+  "toy",
+  _toy,
+  _SHAPE,
+  3,
+  _SPEC,
+  training_flops_per_example=1,
+  width_model_fn=lambda w: _toy(tuple(w)),
+  width_units=_UNITS,
+)
 
 
 def _dataset(seed, n):
   rng = np.random.default_rng(seed)
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
       x=rng.normal(size=[n, *_SHAPE]).astype(np.float32),
-      y=rng.integers(0, 3, size=[n]).astype(np.int32))).batch(3)
+      y=rng.integers(0, 3, size=[n]).astype(np.int32),
+    )
+  ).batch(3)
 
 
 _SIZES = (7, 4, 5)
 
 
-def _clients(assignments=(0, 0, 0), capacities=(None, None, None),
-             tiers=("strong",) * 3):
-  return [api.ClientRound(
-      client_id=f"c{i}", dataset=_dataset(i, n), num_examples=n,
-      capacity=None if c is None else Capacity(c, None), tier=t,
-      assignment=a)
-          for i, (n, a, c, t) in enumerate(zip(_SIZES, assignments,
-                                               capacities, tiers))]
+def _clients(
+  assignments=(0, 0, 0), capacities=(None, None, None), tiers=("strong",) * 3
+):
+  return [
+    api.ClientRound(
+      client_id=f"c{i}",
+      dataset=_dataset(i, n),
+      num_examples=n,
+      capacity=None if c is None else Capacity(c, None),
+      tier=t,
+      assignment=a,
+    )
+    for i, (n, a, c, t) in enumerate(
+      zip(_SIZES, assignments, capacities, tiers)
+    )
+  ]
 
 
 def _tff_fedavg(keras_fn, initial_trainable, datasets):
   """One round of TFF's own FedAvg from `initial_trainable`."""
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      _TASK.tff_model_fn(keras_fn),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR))
+    _TASK.tff_model_fn(keras_fn),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+  )
   state = process.initialize()
   weights = process.get_model_weights(state)
-  state = process.set_model_weights(state, tff.learning.models.ModelWeights(
+  state = process.set_model_weights(
+    state,
+    tff.learning.models.ModelWeights(
       trainable=[np.asarray(w) for w in initial_trainable],
-      non_trainable=list(weights.non_trainable)))
+      non_trainable=list(weights.non_trainable),
+    ),
+  )
   state = process.next(state, datasets).state
   return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
@@ -116,8 +155,9 @@ def _assert_close(actual, expected, atol=1e-5):
     np.testing.assert_allclose(a, e, rtol=0, atol=atol)
 
 
-_FULL_ONLY = pools.SubModelPool(_UNITS, (pools.PoolMember(
-    0, "L1", "L", 1.0, len(_UNITS), _FULL),))
+_FULL_ONLY = pools.SubModelPool(
+  _UNITS, (pools.PoolMember(0, "L1", "L", 1.0, len(_UNITS), _FULL),)
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +165,16 @@ def reference_round(tff_context):
   del tff_context
   initial = _toy().get_weights()
   trainable = [initial[i] for i in range(len(initial))]
-  return trainable, _tff_fedavg(_toy, trainable,
-                                [c.dataset for c in _clients()])
+  return trainable, _tff_fedavg(
+    _toy, trainable, [c.dataset for c in _clients()]
+  )
 
 
 def test_adaptivefl_with_full_pool_equals_tff_fedavg(reference_round):
   initial, expected = reference_round
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _FULL_ONLY, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _FULL_ONLY, ["c0", "c1", "c2"], client_lr=_LR
+  )
   state = algorithm.initialize()
   _assert_close(state.model.trainable, initial, atol=0)
   output = algorithm.next(state, 1, _clients())
@@ -162,24 +204,32 @@ _POOL = pools.adaptivefl_pool(_UNITS, 0.5, 0.25, (1,))
 
 def test_pool_of_the_toy():
   assert [(m.level, m.widths) for m in _POOL.members] == [
-      ("S1", (3, 1, 1)), ("M1", (3, 2, 3)), ("L1", (3, 4, 6))]
+    ("S1", (3, 1, 1)),
+    ("M1", (3, 2, 3)),
+    ("L1", (3, 4, 6)),
+  ]
   # conv1 3*3*1*3+3 = 30; conv2 9*3*c+c; flatten 3*3*c; fc1 9c*f+f; 3f+3.
   algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0"], client_lr=_LR)
-  assert algorithm.params == (30 + 28 + 10 + 6, 30 + 56 + 57 + 12,
-                              30 + 112 + 222 + 21)
+  assert algorithm.params == (
+    30 + 28 + 10 + 6,
+    30 + 56 + 57 + 12,
+    30 + 112 + 222 + 21,
+  )
 
 
 def test_mixed_round_equals_per_client_oracle(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   catalog = algorithm.catalog
   params = [level.params for level in catalog.levels]
   state = algorithm.initialize()
   # c0: sent L1, keeps it; c1: sent L1 but holds only M1 -> prunes to M1;
   # c2: sent M1, holds only S1 -> prunes to S1.
-  clients = _clients(assignments=(2, 2, 1),
-                     capacities=(None, params[1], params[0]))
+  clients = _clients(
+    assignments=(2, 2, 1), capacities=(None, params[1], params[0])
+  )
   output = algorithm.next(state, 1, clients)
   trained_levels = (2, 1, 0)
 
@@ -196,8 +246,10 @@ def test_mixed_round_equals_per_client_oracle(tff_context):
     for i, (values, mask) in enumerate(zip(scattered, level_map.coverage())):
       weighted[i] += client.num_examples * np.asarray(values)
       counts[i] += client.num_examples * mask
-  expected = [np.where(c > 0, w / np.maximum(c, 1e-12), g)
-              for w, c, g in zip(weighted, counts, global_trainable)]
+  expected = [
+    np.where(c > 0, w / np.maximum(c, 1e-12), g)
+    for w, c, g in zip(weighted, counts, global_trainable)
+  ]
   _assert_close(output.state.model.trainable, expected)
   # Elements only the full model has (fc1 units 3..5 of c0) were trained by
   # c0 alone; nothing is left untrained in this round.
@@ -213,57 +265,75 @@ def test_mixed_round_equals_per_client_oracle(tff_context):
     metric_bytes = traffic.bytes_up - 4 * params[trained] - 4
     assert metric_bytes == by_id["c0"].bytes_up - 4 * params[2] - 4 > 0
     assert traffic.examples == client.num_examples
-    assert traffic.flops == (client.num_examples *
-                             catalog.levels[trained].training_flops_per_example)
+    assert traffic.flops == (
+      client.num_examples * catalog.levels[trained].training_flops_per_example
+    )
   sent_total = sum(params[s] for s in sent_levels)
   returned_total = sum(params[t] for t in trained_levels)
   assert output.metrics["waste_rate"] == pytest.approx(
-      1 - returned_total / sent_total)
+    1 - returned_total / sent_total
+  )
   # The tables learnt c1's and c2's limits.
-  np.testing.assert_array_equal(output.state.tables.resource[:, 1],
-                                [1, 2, 0])
+  np.testing.assert_array_equal(output.state.tables.resource[:, 1], [1, 2, 0])
 
 
 def test_elements_nobody_trained_keep_their_values(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   state = algorithm.initialize()
   output = algorithm.next(state, 1, _clients(assignments=(1, 0, 1)))
   catalog = algorithm.catalog
   covered = catalog.map(catalog.outer, catalog.by_name("M1")).coverage()
-  for before, after, mask in zip(state.model.trainable,
-                                 output.state.model.trainable, covered):
+  for before, after, mask in zip(
+    state.model.trainable, output.state.model.trainable, covered
+  ):
     np.testing.assert_array_equal(after[mask == 0], before[mask == 0])
     assert np.any(after[mask == 1] != before[mask == 1])
 
 
 def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   params = algorithm.params
-  state = algorithm.next(algorithm.initialize(), 1, _clients(
-      assignments=(2, 2, 1), capacities=(None, params[1], params[0]))).state
+  state = algorithm.next(
+    algorithm.initialize(),
+    1,
+    _clients(assignments=(2, 2, 1), capacities=(None, params[1], params[0])),
+  ).state
   manager = checkpoint.CheckpointManager(str(tmp_path))
-  manager.save(checkpoint.ProgramState(
-      round_num=1, server_state=state, client_states={}, ledger=CommLedger(),
-      rng_state={}, elapsed_s=0.0, history=(), fingerprint=""))
+  manager.save(
+    checkpoint.ProgramState(
+      round_num=1,
+      server_state=state,
+      client_states={},
+      ledger=CommLedger(),
+      rng_state={},
+      elapsed_s=0.0,
+      history=(),
+      fingerprint="",
+    )
+  )
   restored = manager.load_latest(algorithm.initialize(), None).server_state
   assert isinstance(restored, adaptivefl.AdaptiveFLState)
   for name in ("curiosity", "resource"):
     table = getattr(restored.tables, name)
     assert table.dtype == np.int64
     np.testing.assert_array_equal(table, getattr(state.tables, name))
-  assert not np.array_equal(state.tables.resource,
-                            algorithm.initialize().tables.resource)
+  assert not np.array_equal(
+    state.tables.resource, algorithm.initialize().tables.resource
+  )
   _assert_close(restored.model.trainable, state.model.trainable, atol=0)
 
 
 def test_client_that_holds_nothing_downloads_only(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   state = algorithm.initialize()
   clients = _clients(assignments=(2, 0, 1), capacities=(None, None, 1))
   output = algorithm.next(state, 1, clients)
@@ -275,15 +345,18 @@ def test_client_that_holds_nothing_downloads_only(tff_context):
 
 def test_round_where_nobody_can_train(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   state = algorithm.initialize()
-  output = algorithm.next(state, 1, _clients(assignments=(2, 1, 0),
-                                             capacities=(1, 1, 1)))
+  output = algorithm.next(
+    state, 1, _clients(assignments=(2, 1, 0), capacities=(1, 1, 1))
+  )
   assert output.metrics["failed"] == 3.0
   assert all(t.examples == 0 and t.bytes_up == 0 for t in output.traffic)
   assert sum(t.bytes_down for t in output.traffic) == 4 * sum(
-      algorithm.params)  # L1, M1 and S1 were sent.
+    algorithm.params
+  )  # L1, M1 and S1 were sent.
   _assert_close(output.state.model.trainable, state.model.trainable, atol=0)
 
 
@@ -293,17 +366,21 @@ def test_decoupled_trains_every_model_a_device_holds(tff_context):
   state = algorithm.initialize()
   params = [r.catalog.outer.params for r in algorithm.runners]  # L1, M1, S1
   # No plan (assignment None): each client trains every model it holds.
-  clients = _clients(assignments=(None,) * 3,
-                     capacities=(params[1], params[2], params[2] - 1))
+  clients = _clients(
+    assignments=(None,) * 3, capacities=(params[1], params[2], params[2] - 1)
+  )
   output = algorithm.next(state, 1, clients)
   # c0 holds M1, so it trains M1 and S1; c1 trains S1; c2 holds nothing and
   # takes no part. L1 is untouched.
-  _assert_close(output.state.models[0].trainable, state.models[0].trainable,
-                atol=0)
+  _assert_close(
+    output.state.models[0].trainable, state.models[0].trainable, atol=0
+  )
   for i, members in ((1, [clients[0]]), (2, clients[:2])):
-    expected = _tff_fedavg(algorithm.runners[i].catalog.outer.keras_fn,
-                           state.models[i].trainable,
-                           [c.dataset for c in members])
+    expected = _tff_fedavg(
+      algorithm.runners[i].catalog.outer.keras_fn,
+      state.models[i].trainable,
+      [c.dataset for c in members],
+    )
     _assert_close(output.state.models[i].trainable, expected)
   assert output.metrics["M1_clients"] == 1.0
   assert output.metrics["S1_clients"] == 2.0
@@ -316,23 +393,35 @@ def test_decoupled_trains_every_model_a_device_holds(tff_context):
 
 
 def test_heterofl_device_below_its_tier_trains_a_fallback_rate_not_idles():
-  algorithm = heterofl.HeteroFL(_TASK, {"weak": 0.5, "strong": 1.0},
-                                client_lr=_LR)
+  algorithm = heterofl.HeteroFL(
+    _TASK, {"weak": 0.5, "strong": 1.0}, client_lr=_LR
+  )
   half = heterofl.sub_model_params(_TASK, 0.5)
   # Capacity one parameter short of the weak tier's sub-model: the largest
   # fallback rate k x 0.05 below 0.5 whose sub-model fits.
-  fitting = [r for r in (0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
-             if heterofl.sub_model_params(_TASK, r) <= half - 1]
-  client = api.ClientRound(client_id="c0", dataset=None, num_examples=1,
-                           capacity=Capacity(half - 1, None), tier="weak")
+  fitting = [
+    r
+    for r in (0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
+    if heterofl.sub_model_params(_TASK, r) <= half - 1
+  ]
+  client = api.ClientRound(
+    client_id="c0",
+    dataset=None,
+    num_examples=1,
+    capacity=Capacity(half - 1, None),
+    tier="weak",
+  )
   level = algorithm.level_of(client)
   assert level is not None and level.params == heterofl.sub_model_params(
-      _TASK, fitting[0])
+    _TASK, fitting[0]
+  )
   assert level.params < half
   # Below the 0.05 sub-model: nothing fits, the device idles.
   tiny = heterofl.sub_model_params(_TASK, 0.05)
-  assert algorithm.level_of(attrs.evolve(
-      client, capacity=Capacity(tiny - 1, None))) is None
+  assert (
+    algorithm.level_of(attrs.evolve(client, capacity=Capacity(tiny - 1, None)))
+    is None
+  )
   # Only the tiers' rates and the full model are evaluated.
   names = [lv.name for lv in algorithm._evaluated]  # pylint: disable=protected-access
   assert names == ["x0.5", "x1"]
@@ -345,9 +434,11 @@ def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
   # S1 74, M1 155, L1 385 parameters; constant capacities: two devices hold
   # only S1, two hold M1 and S1, two hold all three.
   ids = [f"c{i}" for i in range(6)]
-  tiers = (devices.TierSpec("weak", 1, capacity_params=100),
-           devices.TierSpec("medium", 1, capacity_params=200),
-           devices.TierSpec("strong", 1, capacity_params=400))
+  tiers = (
+    devices.TierSpec("weak", 1, capacity_params=100),
+    devices.TierSpec("medium", 1, capacity_params=200),
+    devices.TierSpec("strong", 1, capacity_params=400),
+  )
   population = devices.assign_tiers(ids, tiers, seed=0)
   algorithm.attach(population, {})
   by_tier = {t.name: set(population.clients_in_tier(t.name)) for t in tiers}
@@ -358,23 +449,35 @@ def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
   # L1 (0): both strong devices (only two can hold it); M1 (1): 3 of the 4
   # medium or strong; S1 (2): 3 of all 6.
   assert set(drawn[0]) == by_tier["strong"]
-  assert len(drawn[1]) == 3 and set(drawn[1]) <= (by_tier["medium"] |
-                                                  by_tier["strong"])
+  assert len(drawn[1]) == 3 and set(drawn[1]) <= (
+    by_tier["medium"] | by_tier["strong"]
+  )
   assert len(drawn[2]) == len(set(drawn[2])) == 3
   # A drawn client trains the model it was drawn for, and only that.
   strong = sorted(by_tier["strong"])[0]
-  client = api.ClientRound(client_id=strong, dataset=None, num_examples=1,
-                           capacity=Capacity(400, None), assignment=1)
+  client = api.ClientRound(
+    client_id=strong,
+    dataset=None,
+    num_examples=1,
+    capacity=Capacity(400, None),
+    assignment=1,
+  )
   assert algorithm.levels_for(client) == [1]
   assert algorithm.levels_for(attrs.evolve(client, assignment=None)) == [
-      0, 1, 2]
-  assert algorithm.levels_for(attrs.evolve(
-      client, capacity=Capacity(100, None))) == []
+    0,
+    1,
+    2,
+  ]
+  assert (
+    algorithm.levels_for(attrs.evolve(client, capacity=Capacity(100, None)))
+    == []
+  )
 
 
 def test_group_computation_signature():
   catalog = width_rounds.LevelCatalog(
-      _TASK, [(m.level, m.widths) for m in _POOL.members])
+    _TASK, [(m.level, m.widths) for m in _POOL.members]
+  )
   rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
   computation = rounds.group_computation(catalog.levels[2], catalog.levels[0])
   signature = computation.type_signature
@@ -391,25 +494,29 @@ def test_group_computation_signature():
 
 def _bn_model():
   inputs = tf.keras.Input((2,))
-  x = tf.keras.layers.Dense(2, use_bias=False, name="fc1",
-                            kernel_initializer="identity")(inputs)
+  x = tf.keras.layers.Dense(
+    2, use_bias=False, name="fc1", kernel_initializer="identity"
+  )(inputs)
   x = tf.keras.layers.BatchNormalization(name="bn1")(x)
   return tf.keras.Model(inputs, tf.keras.layers.Dense(3, name="logits")(x))
 
 
 def test_static_batch_norm_statistics_by_hand(tff_context):
   del tff_context
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
+  spec = collections.OrderedDict(
+    x=tf.TensorSpec([None, 2], tf.float32), y=tf.TensorSpec([None], tf.int32)
+  )
   query = static_batch_norm.build_statistics_query(_bn_model, spec)
   model = _bn_model()
   weights = tff.learning.models.ModelWeights.from_model(model)
   weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
 
   def data(rows):
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=np.asarray(rows, np.float32),
-        y=np.zeros([len(rows)], np.int32))).batch(2)
+    return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(
+        x=np.asarray(rows, np.float32), y=np.zeros([len(rows)], np.int32)
+      )
+    ).batch(2)
 
   # Client A: one batch {(1,2), (3,4)}: mean (2,3), unbiased variance (2,2).
   # Client B: one batch {(5,6)}: mean (5,6), variance 0 (one element).
@@ -417,50 +524,75 @@ def test_static_batch_norm_statistics_by_hand(tff_context):
   positions = {id(v): i for i, v in enumerate(model.non_trainable_weights)}
   bn = model.get_layer("bn1")
   np.testing.assert_allclose(
-      result.non_trainable[positions[id(bn.moving_mean)]], [3, 4], atol=1e-6)
+    result.non_trainable[positions[id(bn.moving_mean)]], [3, 4], atol=1e-6
+  )
   np.testing.assert_allclose(
-      result.non_trainable[positions[id(bn.moving_variance)]], [4 / 3, 4 / 3],
-      atol=1e-6)
+    result.non_trainable[positions[id(bn.moving_variance)]],
+    [4 / 3, 4 / 3],
+    atol=1e-6,
+  )
   _assert_close(result.trainable, weights.trainable, atol=0)
 
 
 def _two_bn_model(widths=(3, 2)):
   inputs = tf.keras.Input((2,))
-  x = tf.keras.layers.Dense(widths[0], name="fc1",
-                            kernel_initializer=tf.keras.initializers.GlorotUniform(7))(inputs)
+  x = tf.keras.layers.Dense(
+    widths[0],
+    name="fc1",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(7),
+  )(inputs)
   x = tf.keras.layers.BatchNormalization(name="bn1", epsilon=1e-3)(x)
   x = tf.keras.layers.ReLU()(x)
-  x = tf.keras.layers.Dense(widths[1], name="fc2",
-                            kernel_initializer=tf.keras.initializers.GlorotUniform(8))(x)
+  x = tf.keras.layers.Dense(
+    widths[1],
+    name="fc2",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(8),
+  )(x)
   x = tf.keras.layers.BatchNormalization(name="bn2", epsilon=1e-3)(x)
   return tf.keras.Model(inputs, tf.keras.layers.Dense(3, name="logits")(x))
 
 
 def test_evaluated_sub_model_gets_statistics_of_its_own_activations(
-    tff_context):
+  tff_context,
+):
   """Two BN layers: the second sees the first normalised by batch moments."""
   del tff_context
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
+  spec = collections.OrderedDict(
+    x=tf.TensorSpec([None, 2], tf.float32), y=tf.TensorSpec([None], tf.int32)
+  )
   units = (WidthUnit(1, "fc1", 3, ("fc1",)), WidthUnit(2, "fc2", 2, ("fc2",)))
-  task = api.Task("bn", _two_bn_model, (2,), 3, spec, 1,
-                  width_model_fn=lambda w: _two_bn_model(tuple(w)),
-                  width_units=units)
+  task = api.Task(
+    "bn",
+    _two_bn_model,
+    (2,),
+    3,
+    spec,
+    1,
+    width_model_fn=lambda w: _two_bn_model(tuple(w)),
+    width_units=units,
+  )
   catalog = width_rounds.LevelCatalog(task, [("S", (2, 1)), ("L", (3, 2))])
   rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
   weights = catalog.initial_weights(catalog.outer)
   rng = np.random.default_rng(3)
-  batches = [[rng.normal(size=(4, 2)).astype(np.float32)],
-             [rng.normal(size=(3, 2)).astype(np.float32),
-              rng.normal(size=(2, 2)).astype(np.float32)]]
+  batches = [
+    [rng.normal(size=(4, 2)).astype(np.float32)],
+    [
+      rng.normal(size=(3, 2)).astype(np.float32),
+      rng.normal(size=(2, 2)).astype(np.float32),
+    ],
+  ]
 
   class Data(api.EvaluationData):
-
     def client_datasets(self):
-      return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-          x=np.concatenate(b), y=np.zeros([sum(len(x) for x in b)],
-                                          np.int32))).batch(len(b[0]))
-              for b in batches]
+      return [
+        tf.data.Dataset.from_tensor_slices(
+          collections.OrderedDict(
+            x=np.concatenate(b), y=np.zeros([sum(len(x) for x in b)], np.int32)
+          )
+        ).batch(len(b[0]))
+        for b in batches
+      ]
 
   small = catalog.by_name("S")
   model = rounds.evaluation_model(weights, small, Data())
@@ -484,11 +616,15 @@ def test_evaluated_sub_model_gets_statistics_of_its_own_activations(
   for i, name in enumerate(("bn1", "bn2")):
     layer = probe.get_layer(name)
     np.testing.assert_allclose(
-        model.weights.non_trainable[positions[id(layer.moving_mean)]],
-        mean_sums[i] / count, atol=1e-5)
+      model.weights.non_trainable[positions[id(layer.moving_mean)]],
+      mean_sums[i] / count,
+      atol=1e-5,
+    )
     np.testing.assert_allclose(
-        model.weights.non_trainable[positions[id(layer.moving_variance)]],
-        var_sums[i] / count, atol=1e-5)
+      model.weights.non_trainable[positions[id(layer.moving_variance)]],
+      var_sums[i] / count,
+      atol=1e-5,
+    )
   assert model.model_fn is small.keras_fn
 
 
@@ -511,24 +647,37 @@ def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
   #   rate 0.75 -> (3, 3, 5): 30 + 84 + 140 + 18 = 272 <= 300;
   #   rate 0.76 -> (3, 4, 5): 30 + 112 + 185 + 18 = 345 > 300.
   given = attrs.evolve(config, tier_capacities="130:300:1")
-  assert [t.capacity_params for t in task_devices.resolve_tiers(given, _TASK)] == [
-      130, 300, full]
+  assert [
+    t.capacity_params for t in task_devices.resolve_tiers(given, _TASK)
+  ] == [130, 300, full]
   assert heterofl.tier_rates_from_config(given, _TASK) == {
-      "weak": 0.5, "medium": 0.75, "strong": 1.0}
+    "weak": 0.5,
+    "medium": 0.75,
+    "strong": 1.0,
+  }
   assert heterofl.sub_model_params(_TASK, 0.51) == 204
   assert heterofl.sub_model_params(_TASK, 0.76) == 345
   # Given rates are checked against the capacities.
   assert heterofl.tier_rates_from_config(
-      attrs.evolve(given, heterofl_rates="0.25:0.5:1"), _TASK) == {
-          "weak": 0.25, "medium": 0.5, "strong": 1.0}
-  with pytest.raises(UsageError, match=(
+    attrs.evolve(given, heterofl_rates="0.25:0.5:1"), _TASK
+  ) == {"weak": 0.25, "medium": 0.5, "strong": 1.0}
+  with pytest.raises(
+    UsageError,
+    match=(
       "--heterofl_rates: rate 0.76 of tier medium needs 345 parameters, above"
-      " its capacity 300")):
+      " its capacity 300"
+    ),
+  ):
     heterofl.tier_rates_from_config(
-        attrs.evolve(given, heterofl_rates="0.5:0.76:1"), _TASK)
+      attrs.evolve(given, heterofl_rates="0.5:0.76:1"), _TASK
+    )
   # A tier that holds nothing trains nothing.
-  assert heterofl.tier_rates_from_config(
-      attrs.evolve(config, tier_capacities="2:300:1"), _TASK)["weak"] is None
+  assert (
+    heterofl.tier_rates_from_config(
+      attrs.evolve(config, tier_capacities="2:300:1"), _TASK
+    )["weak"]
+    is None
+  )
 
 
 class _Sealed:
@@ -554,34 +703,37 @@ def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
   """Only the device's own reading (`device_budget`) may open a capacity."""
   del tff_context
   device_budget = adaptivefl.device_budget
-  monkeypatch.setattr(adaptivefl, "device_budget",
-                      lambda sealed: device_budget(sealed.unseal()))
+  monkeypatch.setattr(
+    adaptivefl, "device_budget", lambda sealed: device_budget(sealed.unseal())
+  )
   with pytest.raises(AssertionError, match="read a capacity"):
     _ = _Sealed(Capacity(1, None)).params
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0", "c1", "c2"],
-                                    client_lr=_LR)
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
+  )
   params = algorithm.params
   state = algorithm.initialize()
   # Planning never sees a capacity at all.
-  plan = algorithm.plan_round(state, 1, ["c0", "c1", "c2"], 3,
-                              CohortSampler(0))
+  plan = algorithm.plan_round(state, 1, ["c0", "c1", "c2"], 3, CohortSampler(0))
   assert sorted(a.client_id for a in plan) == ["c0", "c1", "c2"]
   # As in the mixed round: c0 keeps L1, c1 prunes L1 to M1, c2 M1 to S1.
-  clients = [attrs.evolve(c, capacity=_Sealed(c.capacity))
-             for c in _clients(assignments=(2, 2, 1),
-                               capacities=(None, params[1], params[0]))]
+  clients = [
+    attrs.evolve(c, capacity=_Sealed(c.capacity))
+    for c in _clients(
+      assignments=(2, 2, 1), capacities=(None, params[1], params[0])
+    )
+  ]
   output = algorithm.next(state, 1, clients)
   assert output.metrics["pruned"] == 2.0
   assert output.metrics["failed"] == 0.0
   np.testing.assert_array_equal(output.state.tables.resource[:, 1], [1, 2, 0])
   by_id = {t.client_id: t for t in output.traffic}
   assert [by_id[f"c{i}"].flops // _SIZES[i] for i in range(3)] == [
-      algorithm.catalog.levels[t].training_flops_per_example
-      for t in (2, 1, 0)]
+    algorithm.catalog.levels[t].training_flops_per_example for t in (2, 1, 0)
+  ]
 
 
-def test_four_algorithms_train_within_one_population(tff_context,
-                                                     monkeypatch):
+def test_four_algorithms_train_within_one_population(tff_context, monkeypatch):
   """One population for all: no device trains more than its capacity.
 
   Every group a round runs is recorded where the computations are called
@@ -592,11 +744,11 @@ def test_four_algorithms_train_within_one_population(tff_context,
   ids = [f"c{i}" for i in range(8)]
   # S1 74, M1 155, L1 385 (test_pool_of_the_toy); capacities fluctuate
   # across them from round to round.
-  tiers = (devices.TierSpec("weak", 2, capacity_params=120, fluctuation=0.5),
-           devices.TierSpec("medium", 1, capacity_params=200,
-                            fluctuation=0.5),
-           devices.TierSpec("strong", 1, capacity_params=390,
-                            fluctuation=0.2))
+  tiers = (
+    devices.TierSpec("weak", 2, capacity_params=120, fluctuation=0.5),
+    devices.TierSpec("medium", 1, capacity_params=200, fluctuation=0.5),
+    devices.TierSpec("strong", 1, capacity_params=390, fluctuation=0.2),
+  )
   population = devices.assign_tiers(ids, tiers, seed=3)
   datasets = {c: _dataset(i, 4) for i, c in enumerate(ids)}
   trained = []
@@ -604,17 +756,16 @@ def test_four_algorithms_train_within_one_population(tff_context,
 
   def recording_run(self, weights, groups, unserved=()):
     for group in groups:
-      trained.extend((c.client_id, group.trained.params)
-                     for c in group.clients)
+      trained.extend((c.client_id, group.trained.params) for c in group.clients)
     return run(self, weights, groups, unserved)
 
   monkeypatch.setattr(width_rounds.HeterogeneousRounds, "run", recording_run)
   hetero_rates = {"weak": 0.5, "medium": 0.75, "strong": 1.0}
   algorithms = {
-      "adaptivefl": adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR),
-      "heterofl": heterofl.HeteroFL(_TASK, hetero_rates, client_lr=_LR),
-      "decoupled": decoupled.Decoupled(_TASK, _POOL, client_lr=_LR),
-      "all_large": all_large.AllLarge(_TASK, client_lr=_LR),
+    "adaptivefl": adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR),
+    "heterofl": heterofl.HeteroFL(_TASK, hetero_rates, client_lr=_LR),
+    "decoupled": decoupled.Decoupled(_TASK, _POOL, client_lr=_LR),
+    "all_large": all_large.AllLarge(_TASK, client_lr=_LR),
   }
   seen_capacities = set()
   for name, algorithm in algorithms.items():
@@ -624,14 +775,21 @@ def test_four_algorithms_train_within_one_population(tff_context,
     for round_num in (1, 2):
       trained.clear()
       plan = algorithm.plan_round(state, round_num, ids, 4, sampler)
-      capacities = {a.client_id: population.capacity_at_round(a.client_id,
-                                                              round_num)
-                    for a in plan}
-      clients = [api.ClientRound(
-          client_id=a.client_id, dataset=datasets[a.client_id],
-          num_examples=4, capacity=capacities[a.client_id],
-          tier=population.tier_of(a.client_id), assignment=a.payload)
-                 for a in plan]
+      capacities = {
+        a.client_id: population.capacity_at_round(a.client_id, round_num)
+        for a in plan
+      }
+      clients = [
+        api.ClientRound(
+          client_id=a.client_id,
+          dataset=datasets[a.client_id],
+          num_examples=4,
+          capacity=capacities[a.client_id],
+          tier=population.tier_of(a.client_id),
+          assignment=a.payload,
+        )
+        for a in plan
+      ]
       state = algorithm.next(state, round_num, clients).state
       assert trained, name
       for client_id, params in trained:

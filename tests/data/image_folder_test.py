@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hetero.data import DataError, load_dataset
+from tff_hetero.data import DataError
+from tff_hetero.data import load_dataset
 
 _CLASSES = ("airplane", "automobile", "bird")  # Sorted: labels 0, 1, 2.
 

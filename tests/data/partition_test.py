@@ -5,25 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tff_hetero.data import (
-    DIRICHLET_MAX_ATTEMPTS,
-    PARTITIONERS,
-    DataError,
-    PartitionConfig,
-    build_federated_data,
-    load_dataset,
-    partition_indices,
-    split_train_validation,
-)
+from tff_hetero.data import DIRICHLET_MAX_ATTEMPTS
+from tff_hetero.data import PARTITIONERS
+from tff_hetero.data import DataError
+from tff_hetero.data import PartitionConfig
+from tff_hetero.data import build_federated_data
+from tff_hetero.data import load_dataset
+from tff_hetero.data import partition_indices
+from tff_hetero.data import split_train_validation
 
 METHODS = sorted(PARTITIONERS)
 # 4,000 labels, 400 per class, shuffled (like mnist5k's train split).
-BALANCED = np.random.default_rng(123).permutation(
-    np.repeat(np.arange(10), 400)
-)
+BALANCED = np.random.default_rng(123).permutation(np.repeat(np.arange(10), 400))
 # Unequal class sizes: 10, 20, ..., 100 (550 samples).
 UNEVEN = np.random.default_rng(5).permutation(
-    np.repeat(np.arange(10), np.arange(1, 11) * 10)
+  np.repeat(np.arange(10), np.arange(1, 11) * 10)
 )
 
 
@@ -49,7 +45,7 @@ def test_registry():
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(
-    "labels", [BALANCED, UNEVEN], ids=["balanced", "uneven"]
+  "labels", [BALANCED, UNEVEN], ids=["balanced", "uneven"]
 )
 def test_every_index_used_exactly_once(method, labels):
   parts = partition_indices(labels, 13, method, seed=0)
@@ -77,9 +73,7 @@ def test_iid_sizes_are_exact():
 
 def test_shards_aligned_gives_at_most_shards_per_client_classes():
   # 20 shards of 200 samples; each class (400) is exactly two shards.
-  parts = partition_indices(
-      BALANCED, 10, "shards", seed=3, shards_per_client=2
-  )
+  parts = partition_indices(BALANCED, 10, "shards", seed=3, shards_per_client=2)
   assert [len(p) for p in parts] == [400] * 10
   for part in parts:
     counts = np.bincount(BALANCED[part], minlength=10)
@@ -93,10 +87,10 @@ def test_shards_unaligned_bound(shards_per_client):
   # shard, but shard boundaries need not fall on class boundaries.
   class_sizes = 300 + 10 * np.arange(10)
   labels = np.random.default_rng(6).permutation(
-      np.repeat(np.arange(10), class_sizes)
+    np.repeat(np.arange(10), class_sizes)
   )
   parts = partition_indices(
-      labels, 10, "shards", seed=4, shards_per_client=shards_per_client
+    labels, 10, "shards", seed=4, shards_per_client=shards_per_client
   )
   _assert_exact_cover(parts, len(labels))
   for part in parts:
@@ -105,15 +99,19 @@ def test_shards_unaligned_bound(shards_per_client):
 
 def test_dirichlet_skew_grows_as_alpha_shrinks():
   def skew(alpha: float) -> float:
-    return float(np.mean([
-        _mean_total_variation(
+    return float(
+      np.mean(
+        [
+          _mean_total_variation(
             BALANCED,
             partition_indices(
-                BALANCED, 20, "dirichlet", seed=seed, alpha=alpha
+              BALANCED, 20, "dirichlet", seed=seed, alpha=alpha
             ),
-        )
-        for seed in range(3)
-    ]))
+          )
+          for seed in range(3)
+        ]
+      )
+    )
 
   small, medium, large = skew(0.1), skew(1.0), skew(100.0)
   assert small > medium > large
@@ -123,7 +121,7 @@ def test_dirichlet_skew_grows_as_alpha_shrinks():
 
 def test_dirichlet_respects_min_samples():
   parts = partition_indices(
-      BALANCED, 50, "dirichlet", seed=0, alpha=0.1, min_samples_per_client=10
+    BALANCED, 50, "dirichlet", seed=0, alpha=0.1, min_samples_per_client=10
   )
   assert min(len(p) for p in parts) >= 10
   _assert_exact_cover(parts, len(BALANCED))
@@ -132,8 +130,12 @@ def test_dirichlet_respects_min_samples():
 def test_dirichlet_gives_up_after_bounded_attempts():
   with pytest.raises(DataError) as error:
     partition_indices(
-        BALANCED, 100, "dirichlet", seed=0, alpha=0.001,
-        min_samples_per_client=30,
+      BALANCED,
+      100,
+      "dirichlet",
+      seed=0,
+      alpha=0.001,
+      min_samples_per_client=30,
     )
   message = str(error.value)
   assert "\n" not in message
@@ -145,43 +147,50 @@ def test_too_few_samples_for_min_samples():
   with pytest.raises(DataError) as error:
     partition_indices(BALANCED, 100, "iid", seed=0, min_samples_per_client=50)
   assert str(error.value) == (
-      "--num_clients=100 with --min_samples_per_client=50 needs at least "
-      "5000 samples, data set has 4000"
+    "--num_clients=100 with --min_samples_per_client=50 needs at least "
+    "5000 samples, data set has 4000"
   )
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "fragments"),
-    [
-        ({"num_clients": 0}, ["--num_clients", "0"]),
-        ({"num_clients": -3}, ["--num_clients", "-3"]),
-        ({"num_clients": 2.5}, ["--num_clients", "2.5"]),
-        ({"num_clients": True}, ["--num_clients", "True"]),
-        (
-            {"method": "pathological"},
-            ["--partition", "'pathological'", "dirichlet, iid, shards"],
-        ),
-        ({"alpha": 0}, ["--alpha", "0"]),
-        ({"alpha": -1.0}, ["--alpha", "-1.0"]),
-        ({"alpha": float("nan")}, ["--alpha", "nan"]),
-        ({"alpha": float("inf")}, ["--alpha", "inf"]),
-        ({"shards_per_client": 0}, ["--shards_per_client", "0"]),
-        ({"min_samples_per_client": -1}, ["--min_samples_per_client", "-1"]),
-        ({"seed": -5}, ["--seed", "-5"]),
-        (
-            {"method": "shards", "num_clients": 300, "shards_per_client": 20,
-             "min_samples_per_client": 0},
-            ["--num_clients * --shards_per_client", "6000", "4000"],
-        ),
-        ({"labels": BALANCED.reshape(40, 100)}, ["1-D integer", "(40, 100)"]),
-        ({"labels": BALANCED.astype(np.float32)}, ["1-D integer", "float32"]),
-        ({"labels": BALANCED - 1}, ["labels must be >= 0", "-1"]),
-    ],
+  ("kwargs", "fragments"),
+  [
+    ({"num_clients": 0}, ["--num_clients", "0"]),
+    ({"num_clients": -3}, ["--num_clients", "-3"]),
+    ({"num_clients": 2.5}, ["--num_clients", "2.5"]),
+    ({"num_clients": True}, ["--num_clients", "True"]),
+    (
+      {"method": "pathological"},
+      ["--partition", "'pathological'", "dirichlet, iid, shards"],
+    ),
+    ({"alpha": 0}, ["--alpha", "0"]),
+    ({"alpha": -1.0}, ["--alpha", "-1.0"]),
+    ({"alpha": float("nan")}, ["--alpha", "nan"]),
+    ({"alpha": float("inf")}, ["--alpha", "inf"]),
+    ({"shards_per_client": 0}, ["--shards_per_client", "0"]),
+    ({"min_samples_per_client": -1}, ["--min_samples_per_client", "-1"]),
+    ({"seed": -5}, ["--seed", "-5"]),
+    (
+      {
+        "method": "shards",
+        "num_clients": 300,
+        "shards_per_client": 20,
+        "min_samples_per_client": 0,
+      },
+      ["--num_clients * --shards_per_client", "6000", "4000"],
+    ),
+    ({"labels": BALANCED.reshape(40, 100)}, ["1-D integer", "(40, 100)"]),
+    ({"labels": BALANCED.astype(np.float32)}, ["1-D integer", "float32"]),
+    ({"labels": BALANCED - 1}, ["labels must be >= 0", "-1"]),
+  ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs, fragments):
   arguments = {
-      "labels": BALANCED, "num_clients": 10, "method": "dirichlet", "seed": 0,
-      **kwargs,
+    "labels": BALANCED,
+    "num_clients": 10,
+    "method": "dirichlet",
+    "seed": 0,
+    **kwargs,
   }
   labels = arguments.pop("labels")
   num_clients = arguments.pop("num_clients")
@@ -198,9 +207,7 @@ def test_split_train_validation():
   indices = np.arange(100, 110)
   train, val = split_train_validation(indices, 0.25, seed=9)
   assert (len(train), len(val)) == (8, 2)  # floor(0.25 * 10) = 2.
-  np.testing.assert_array_equal(
-      np.sort(np.concatenate([train, val])), indices
-  )
+  np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), indices)
   again_train, again_val = split_train_validation(indices, 0.25, seed=9)
   np.testing.assert_array_equal(train, again_train)
   np.testing.assert_array_equal(val, again_val)
@@ -219,8 +226,12 @@ def synthetic():
 
 def test_build_federated_data(synthetic):
   arguments = dict(
-      num_clients=8, method="dirichlet", seed=1, alpha=0.3,
-      min_samples_per_client=10, val_fraction=0.2,
+    num_clients=8,
+    method="dirichlet",
+    seed=1,
+    alpha=0.3,
+    min_samples_per_client=10,
+    val_fraction=0.2,
   )
   data = build_federated_data(synthetic, **arguments)
   assert data.client_ids == tuple(f"client_000{i}" for i in range(8))
@@ -228,8 +239,8 @@ def test_build_federated_data(synthetic):
   assert data.config == PartitionConfig(shards_per_client=2, **arguments)
   assert data.test is synthetic.test
   parts = [
-      np.sort(np.concatenate([c.train_indices, c.val_indices]))
-      for c in data.clients
+    np.sort(np.concatenate([c.train_indices, c.val_indices]))
+    for c in data.clients
   ]
   _assert_exact_cover(parts, len(synthetic.train))
   counts = data.label_counts()
@@ -242,10 +253,10 @@ def test_build_federated_data(synthetic):
     train = data.client_train(cid)
     assert data.num_train_examples(cid) == len(train)
     np.testing.assert_array_equal(
-        train.x, synthetic.train.x[client.train_indices]
+      train.x, synthetic.train.x[client.train_indices]
     )
     np.testing.assert_array_equal(
-        train.y, synthetic.train.y[client.train_indices]
+      train.y, synthetic.train.y[client.train_indices]
     )
     assert counts[cid] == np.bincount(train.y, minlength=10).tolist()
     assert sum(val_counts[cid]) == len(data.client_validation(cid))

@@ -19,7 +19,8 @@ import pytest
 tfds = pytest.importorskip("tensorflow_datasets")
 from tensorflow_datasets.core.utils import gcs_utils  # noqa: E402
 
-from tff_hetero.data import DataError, load_dataset  # noqa: E402
+from tff_hetero.data import DataError  # noqa: E402
+from tff_hetero.data import load_dataset  # noqa: E402
 
 _TRAIN_PER_CLASS = 3
 _TEST_PER_CLASS = 1
@@ -39,21 +40,21 @@ class _FakeMnist(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        features=tfds.features.FeaturesDict(
-            {
-                "image": tfds.features.Image(shape=(28, 28, 1)),
-                "label": tfds.features.ClassLabel(num_classes=self.NUM_CLASSES),
-            }
-        ),
-        supervised_keys=("image", "label"),
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {
+          "image": tfds.features.Image(shape=(28, 28, 1)),
+          "label": tfds.features.ClassLabel(num_classes=self.NUM_CLASSES),
+        }
+      ),
+      supervised_keys=("image", "label"),
     )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.
     return {
-        "train": self._generate_examples(_TRAIN_PER_CLASS),
-        "test": self._generate_examples(_TEST_PER_CLASS),
+      "train": self._generate_examples(_TRAIN_PER_CLASS),
+      "test": self._generate_examples(_TEST_PER_CLASS),
     }
 
   def _generate_examples(self, per_class: int):
@@ -82,9 +83,9 @@ def _prepare(builder_cls: type, data_dir: pathlib.Path, **kwargs) -> str:
     patch.setattr(gcs_utils, "_is_gcs_disabled", True)
     builder = builder_cls(data_dir=os.fspath(data_dir), **kwargs)
     builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(
-            compute_stats=tfds.download.ComputeStatsMode.SKIP
-        )
+      download_config=tfds.download.DownloadConfig(
+        compute_stats=tfds.download.ComputeStatsMode.SKIP
+      )
     )
   return builder.data_dir
 

@@ -17,13 +17,16 @@ def _tiers(**kwargs):
   return devices.resolve_capacities(tiers, 21_840, 480_500)
 
 
-@pytest.mark.parametrize("n, expected", [
+@pytest.mark.parametrize(
+  "n, expected",
+  [
     (10, (4, 3, 3)),
     (100, (40, 30, 30)),
-    (7, (3, 2, 2)),      # quotas 2.8/2.1/2.1: the leftover goes to weak
+    (7, (3, 2, 2)),  # quotas 2.8/2.1/2.1: the leftover goes to weak
     (1, (1, 0, 0)),
-    (3, (1, 1, 1)),      # quotas 1.2/0.9/0.9: weak 1, then ties go first-listed
-])
+    (3, (1, 1, 1)),  # quotas 1.2/0.9/0.9: weak 1, then ties go first-listed
+  ],
+)
 def test_counts_follow_proportions_by_largest_remainder(n, expected):
   population = devices.assign_tiers(_ids(n), _tiers(), seed=0)
   assert tuple(population.tier_counts().values()) == expected
@@ -52,14 +55,17 @@ def test_assignment_is_seeded_and_independent_of_id_order():
 
 
 def test_profiles_carry_their_tier_resources():
-  population = devices.assign_tiers(_ids(10), _tiers(availability="1:0.9:0.8"),
-                                    seed=0)
+  population = devices.assign_tiers(
+    _ids(10), _tiers(availability="1:0.9:0.8"), seed=0
+  )
   for client in population.client_ids:
     profile = population.profile(client)
     tier = {t.name: t for t in population.tiers}[profile.tier]
     assert profile.client_id == client
     assert (profile.capacity_params, profile.capacity_flops) == (
-        tier.capacity_params, tier.capacity_flops)
+      tier.capacity_params,
+      tier.capacity_flops,
+    )
     assert profile.availability == tier.availability
   weak = population.clients_in_tier("weak")
   assert len(weak) == 4 and all(population.tier_of(c) == "weak" for c in weak)
@@ -71,7 +77,9 @@ def test_zero_fluctuation_gives_constant_nominal_capacity():
     caps = {population.capacity_at_round(client, r) for r in range(50)}
     assert len(caps) == 1
   weak = population.clients_in_tier("weak")[0]
-  assert population.capacity_at_round(weak, 0) == devices.Capacity(5_460, 120_125)
+  assert population.capacity_at_round(weak, 0) == devices.Capacity(
+    5_460, 120_125
+  )
 
 
 def test_fluctuation_varies_reproducibly_with_the_requested_spread():
@@ -104,7 +112,8 @@ def test_unlimited_capacity_stays_unlimited():
   plain = devices.TierSpec("a", 1.0, fluctuation=0.3)
   population = devices.assign_tiers(_ids(3), [plain], seed=0)
   assert population.capacity_at_round("client_0000", 4) == devices.Capacity(
-      None, None)
+    None, None
+  )
 
 
 def test_availability_rate_matches_the_spec():
@@ -113,8 +122,9 @@ def test_availability_rate_matches_the_spec():
   rounds = 200
   for tier, rate in (("weak", 0.3), ("medium", 0.7), ("strong", 1.0)):
     clients = population.clients_in_tier(tier)
-    draws = [population.is_available(c, r) for c in clients
-             for r in range(rounds)]
+    draws = [
+      population.is_available(c, r) for c in clients for r in range(rounds)
+    ]
     measured = sum(draws) / len(draws)
     # 40*200 or 30*200 Bernoulli draws: standard error <= 0.0065.
     assert abs(measured - rate) < 0.03, (tier, measured)
@@ -122,20 +132,24 @@ def test_availability_rate_matches_the_spec():
   for r in (0, 7):
     available = population.available_clients(r)
     assert available == population.available_clients(r)
-    assert available == tuple(c for c in population.client_ids
-                              if population.is_available(c, r))
+    assert available == tuple(
+      c for c in population.client_ids if population.is_available(c, r)
+    )
     assert set(population.clients_in_tier("strong")) <= set(available)
   assert population.available_clients(0) != population.available_clients(1)
 
 
 def test_a_clients_draws_do_not_depend_on_the_rest_of_the_population():
-  tier = devices.TierSpec("only", 1.0, capacity_params=1_000,
-                          availability=0.5, fluctuation=0.1)
+  tier = devices.TierSpec(
+    "only", 1.0, capacity_params=1_000, availability=0.5, fluctuation=0.1
+  )
   small = devices.assign_tiers(_ids(10), [tier], seed=9)
   big = devices.assign_tiers(_ids(50) + ["zzz"], [tier], seed=9)
   for client in small.client_ids:
     for r in range(10):
-      assert big.capacity_at_round(client, r) == small.capacity_at_round(client, r)
+      assert big.capacity_at_round(client, r) == small.capacity_at_round(
+        client, r
+      )
       assert big.is_available(client, r) == small.is_available(client, r)
 
 
@@ -151,18 +165,23 @@ def _one_line(call, *needles):
 def test_bad_inputs_are_one_line_device_errors():
   tiers = _tiers()
   _one_line(lambda: devices.assign_tiers([], tiers, 0), "empty")
-  _one_line(lambda: devices.assign_tiers(["a", "b", "a"], tiers, 0), "'a'",
-            "more than once")
+  _one_line(
+    lambda: devices.assign_tiers(["a", "b", "a"], tiers, 0),
+    "'a'",
+    "more than once",
+  )
   _one_line(lambda: devices.assign_tiers(["a", 3], tiers, 0), "strings")
   _one_line(lambda: devices.assign_tiers("abc", tiers, 0), "sequence")
   _one_line(lambda: devices.assign_tiers(["a"], tiers, -1), "seed")
   _one_line(lambda: devices.assign_tiers(["a"], (), 0), "tier")
-  _one_line(lambda: devices.assign_tiers(["a"], tiers + tiers[:1], 0),
-            "'weak'", "twice")
+  _one_line(
+    lambda: devices.assign_tiers(["a"], tiers + tiers[:1], 0), "'weak'", "twice"
+  )
   population = devices.assign_tiers(_ids(3), tiers, 0)
   _one_line(lambda: population.tier_of("nobody"), "'nobody'")
-  _one_line(lambda: population.capacity_at_round("client_0000", -1),
-            "round_num")
+  _one_line(
+    lambda: population.capacity_at_round("client_0000", -1), "round_num"
+  )
   _one_line(lambda: population.is_available("client_0000", 1.5), "round_num")
   _one_line(lambda: population.clients_in_tier("huge"), "'huge'", "weak")
 

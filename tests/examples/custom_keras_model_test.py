@@ -22,15 +22,25 @@ EXAMPLE = REPO / "examples" / "custom_keras_model.py"
 
 def test_example_uses_only_the_public_api():
   tree = ast.parse(EXAMPLE.read_text())
-  ours = [node for node in ast.walk(tree)
-          if isinstance(node, (ast.Import, ast.ImportFrom))
-          and "tff_hetero" in ast.unparse(node)]
+  ours = [
+    node
+    for node in ast.walk(tree)
+    if isinstance(node, (ast.Import, ast.ImportFrom))
+    and "tff_hetero" in ast.unparse(node)
+  ]
   assert [ast.unparse(n) for n in ours] == ["import tff_hetero"]
-  used = {node.attr for node in ast.walk(tree)
-          if isinstance(node, ast.Attribute)
-          and isinstance(node.value, ast.Name) and node.value.id == "tff_hetero"}
-  assert used == {"build_fedavg_process", "build_model_aggregator",
-                  "local_execution"}
+  used = {
+    node.attr
+    for node in ast.walk(tree)
+    if isinstance(node, ast.Attribute)
+    and isinstance(node.value, ast.Name)
+    and node.value.id == "tff_hetero"
+  }
+  assert used == {
+    "build_fedavg_process",
+    "build_model_aggregator",
+    "local_execution",
+  }
   assert used <= set(tff_hetero.__all__)
 
 
@@ -39,13 +49,22 @@ def test_example_trains_and_measures_by_hand_count():
   env["PYTHONPATH"] = str(REPO)
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
   completed = subprocess.run(
-      [sys.executable, str(EXAMPLE), "--rounds=4"], cwd=REPO / "examples",
-      env=env, capture_output=True, text=True, timeout=600, check=False)
+    [sys.executable, str(EXAMPLE), "--rounds=4"],
+    cwd=REPO / "examples",
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   runtime_testing.assert_no_workers_left(tag)
   assert completed.returncode == 0, completed.stderr[-2000:]
   rounds = re.findall(
-      r"^round (\d+): loss=(\S+) test_accuracy=(\S+) bytes_down=(\d+)"
-      r" bytes_up=(\d+)$", completed.stdout, flags=re.M)
+    r"^round (\d+): loss=(\S+) test_accuracy=(\S+) bytes_down=(\d+)"
+    r" bytes_up=(\d+)$",
+    completed.stdout,
+    flags=re.M,
+  )
   assert [int(r[0]) for r in rounds] == [1, 2, 3, 4]
   # The MLP: 10x16 + 16 + 16x3 + 3 = 227 float32 = 908 bytes. Four clients a
   # round each receive the model and send its update and a float32 weight.

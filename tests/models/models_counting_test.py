@@ -20,7 +20,8 @@ def _by_name(model):
 
 def _check_totals(model, trainable, non_trainable, macs):
   assert models.count_params(model) == models.ParamCount(
-      trainable, non_trainable, trainable + non_trainable)
+    trainable, non_trainable, trainable + non_trainable
+  )
   assert model.count_params() == trainable + non_trainable  # Keras agrees
   assert models.count_flops(model) == macs
   assert models.training_flops_per_example(model) == 3 * macs
@@ -75,8 +76,9 @@ def test_cifar_cnn_by_hand_on_32x32():
   # fc2 384*192 + 192; logits 192*10 + 10
   assert rows["fc2"][2:] == (73_920, 0, 73_728)
   assert rows["logits"][2:] == (1_930, 0, 1_920)
-  _check_totals(model, 1_756_426, 0,
-                4_915_200 + 26_214_400 + 1_572_864 + 73_728 + 1_920)
+  _check_totals(
+    model, 1_756_426, 0, 4_915_200 + 26_214_400 + 1_572_864 + 73_728 + 1_920
+  )
 
 
 def test_cifar_cnn_by_hand_on_24x24_crops_of_the_paper():
@@ -84,8 +86,9 @@ def test_cifar_cnn_by_hand_on_24x24_crops_of_the_paper():
   # conv1 24*24*64*75 = 2,764,800; conv2 12*12*64*1,600 = 14,745,600;
   # flatten 6*6*64 = 2,304; fc1 2,304*384 = 884,736 (+384 params)
   # params 4,864 + 102,464 + 885,120 + 73,920 + 1,930 = 1,068,298 ("about 10^6")
-  _check_totals(model, 1_068_298, 0,
-                2_764_800 + 14_745_600 + 884_736 + 73_728 + 1_920)
+  _check_totals(
+    model, 1_068_298, 0, 2_764_800 + 14_745_600 + 884_736 + 73_728 + 1_920
+  )
 
 
 def test_small_cnn_by_hand():
@@ -182,7 +185,12 @@ def test_nested_models_and_shared_layers():
   model = tf.keras.Model(outer_in, L.Add(name="add")([inner(h), inner(h)]))
   rows = models.layer_costs(model)
   assert [r.name for r in rows] == [
-      "shared", "shared#2", "inner/d", "inner/d#2", "add"]
+    "shared",
+    "shared#2",
+    "inner/d",
+    "inner/d#2",
+    "add",
+  ]
   assert [r.params for r in rows] == [20, 0, 15, 0, 0]
   assert [r.macs for r in rows] == [16, 16, 12, 12, 0]
   _check_totals(model, 35, 0, 56)
@@ -196,14 +204,17 @@ def test_nested_sequential_and_tf_ops():
   # 3*6 + 6*2 MACs; params 3*6+6 + 6*2+2
   _check_totals(model, 38, 0, 30)
   assert [r.name.split("/")[0] for r in models.layer_costs(model)][:2] == [
-      "body", "body"]
+    "body",
+    "body",
+  ]
 
 
 def test_pruning_wrappers_cost_the_dense_layer():
   tfmot = pytest.importorskip("tensorflow_model_optimization")
   model = models.build_model("mnist_cnn", (28, 28, 1), 10, 0)
   pruned = tfmot.sparsity.keras.prune_low_magnitude(
-      model, pruning_schedule=tfmot.sparsity.keras.ConstantSparsity(0.5, 0))
+    model, pruning_schedule=tfmot.sparsity.keras.ConstantSparsity(0.5, 0)
+  )
   rows = models.layer_costs(pruned)
   assert rows[0].kind == "PruneLowMagnitude(Conv2D)"
   assert models.count_flops(pruned) == 480_500
@@ -226,8 +237,9 @@ def _one_line_error(call, *needles):
 def test_unsupported_parametrised_layer_is_named():
   inputs = tf.keras.Input((4,))
   model = tf.keras.Model(inputs, L.PReLU(name="prelu")(inputs))
-  _one_line_error(lambda: models.count_flops(model), "'prelu'", "PReLU",
-                  "no counting rule")
+  _one_line_error(
+    lambda: models.count_flops(model), "'prelu'", "PReLU", "no counting rule"
+  )
 
 
 def test_dot_merge_is_not_silently_free():
@@ -245,21 +257,23 @@ def test_direct_matmul_op_is_refused():
 def test_subclass_with_extra_weights_is_refused():
 
   class DenseWithExtra(L.Dense):
-
     def build(self, input_shape):
       super().build(input_shape)
       self.extra = self.add_weight(name="extra", shape=(7,))
 
   inputs = tf.keras.Input((4,))
   model = tf.keras.Model(inputs, DenseWithExtra(2, name="odd")(inputs))
-  _one_line_error(lambda: models.count_flops(model), "'odd'", "17 parameters",
-                  "accounts for 10")
+  _one_line_error(
+    lambda: models.count_flops(model),
+    "'odd'",
+    "17 parameters",
+    "accounts for 10",
+  )
 
 
 def test_subclassed_and_unbuilt_models_and_unknown_shapes():
 
   class Subclassed(tf.keras.Model):
-
     def __init__(self):
       super().__init__(name="sub")
       self.dense = L.Dense(2)
@@ -282,8 +296,8 @@ def test_subclassed_and_unbuilt_models_and_unknown_shapes():
 
 def test_embedding_conv1d_and_group_norm_by_hand():
   tokens = tf.keras.Input((5,), dtype=tf.int32)
-  x = L.Embedding(100, 8, name="emb")(tokens)              # (5, 8)
-  x = L.Conv1D(4, 3, name="conv")(x)                       # (3, 4)
+  x = L.Embedding(100, 8, name="emb")(tokens)  # (5, 8)
+  x = L.Conv1D(4, 3, name="conv")(x)  # (3, 4)
   x = L.GroupNormalization(groups=2, name="gn")(x)
   rows = _by_name(tf.keras.Model(tokens, x))
   # embedding: 100*8 parameters, a lookup (0 MACs)

@@ -1,46 +1,48 @@
 """Tests of the model registry: names, seeding, logits, input-shape checks."""
 
+from conftest import once_per_structure
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import once_per_structure
 from tff_hetero import models
 
 # One input shape each model is meant for.
 TYPICAL_SHAPES = {
-    "mnist_cnn": (28, 28, 1),
-    "mnist_cnn_feddst": (28, 28, 1),
-    "cifar_cnn": (32, 32, 3),
-    "small_cnn": (8, 8, 1),
-    "mlp": (8, 8, 1),
-    "mnist_2nn": (28, 28, 1),
-    "resnet8": (32, 32, 3),
-    "resnet20": (32, 32, 3),
-    "resnet32": (32, 32, 3),
-    "resnet56": (32, 32, 3),
-    "resnet110": (32, 32, 3),
-    "resnet18": (32, 32, 3),
-    "vgg11": (32, 32, 3),
-    "vgg16": (32, 32, 3),
-    "vgg16_eighth": (28, 28, 1),
-    "fedgkt_edge_resnet4": (32, 32, 3),
-    "fedgkt_edge_resnet6": (32, 32, 3),
-    "fedgkt_edge_resnet8": (32, 32, 3),
-    "fedgkt_server_resnet19": (32, 32, 3),
-    "fedgkt_server_resnet55": (32, 32, 3),
-    "fedgkt_server_resnet109": (32, 32, 3),
-    "fedgkt_edge_resnet8_bottleneck": (32, 32, 3),
-    "fedgkt_server_resnet55_bottleneck": (32, 32, 3),
-    "fedgkt_server_resnet109_bottleneck": (32, 32, 3),
-    "resnet56_bottleneck": (32, 32, 3),
-    "resnet110_bottleneck": (32, 32, 3),
+  "mnist_cnn": (28, 28, 1),
+  "mnist_cnn_feddst": (28, 28, 1),
+  "cifar_cnn": (32, 32, 3),
+  "small_cnn": (8, 8, 1),
+  "mlp": (8, 8, 1),
+  "mnist_2nn": (28, 28, 1),
+  "resnet8": (32, 32, 3),
+  "resnet20": (32, 32, 3),
+  "resnet32": (32, 32, 3),
+  "resnet56": (32, 32, 3),
+  "resnet110": (32, 32, 3),
+  "resnet18": (32, 32, 3),
+  "vgg11": (32, 32, 3),
+  "vgg16": (32, 32, 3),
+  "vgg16_eighth": (28, 28, 1),
+  "fedgkt_edge_resnet4": (32, 32, 3),
+  "fedgkt_edge_resnet6": (32, 32, 3),
+  "fedgkt_edge_resnet8": (32, 32, 3),
+  "fedgkt_server_resnet19": (32, 32, 3),
+  "fedgkt_server_resnet55": (32, 32, 3),
+  "fedgkt_server_resnet109": (32, 32, 3),
+  "fedgkt_edge_resnet8_bottleneck": (32, 32, 3),
+  "fedgkt_server_resnet55_bottleneck": (32, 32, 3),
+  "fedgkt_server_resnet109_bottleneck": (32, 32, 3),
+  "resnet56_bottleneck": (32, 32, 3),
+  "resnet110_bottleneck": (32, 32, 3),
 }
 
 
 def _weights_equal(a, b):
   wa, wb = a.get_weights(), b.get_weights()
-  return len(wa) == len(wb) and all(np.array_equal(x, y) for x, y in zip(wa, wb))
+  return len(wa) == len(wb) and all(
+    np.array_equal(x, y) for x, y in zip(wa, wb)
+  )
 
 
 def test_every_registered_model_has_a_typical_shape_and_a_complete_spec():
@@ -52,8 +54,10 @@ def test_every_registered_model_has_a_typical_shape_and_a_complete_spec():
     assert spec.description and "\n" not in spec.description
     assert spec.paper
     assert callable(spec.width_units)
-    assert spec.default_start_indices or len(spec.width_units(
-        TYPICAL_SHAPES[name], 10)) == 1  # One width unit: no AdaptiveFL pool.
+    assert (
+      spec.default_start_indices
+      or len(spec.width_units(TYPICAL_SHAPES[name], 10)) == 1
+    )  # One width unit: no AdaptiveFL pool.
 
 
 @pytest.mark.parametrize("name", once_per_structure(TYPICAL_SHAPES))
@@ -62,8 +66,11 @@ def test_models_output_logits_of_num_classes(name):
   model = models.build_model(name, shape, num_classes=7, seed=3)
   assert isinstance(model, tf.keras.Model)
   assert model.name == name
-  x = np.random.default_rng(0).normal(
-      size=(5,) + tuple(model.input.shape[1:])).astype(np.float32)
+  x = (
+    np.random.default_rng(0)
+    .normal(size=(5,) + tuple(model.input.shape[1:]))
+    .astype(np.float32)
+  )
   y = model(x).numpy()
   assert y.shape == (5, 7)
   # Logits, not probabilities: the last layer is linear and the rows do not
@@ -117,8 +124,13 @@ def _one_line_model_error(call, *needles):
 
 def test_unknown_name_lists_accepted_names():
   _one_line_model_error(
-      lambda: models.build_model("resnet9000", (28, 28, 1), 10, 0),
-      "'resnet9000'", "accepted:", "mnist_cnn", "cifar_cnn", "mlp")
+    lambda: models.build_model("resnet9000", (28, 28, 1), 10, 0),
+    "'resnet9000'",
+    "accepted:",
+    "mnist_cnn",
+    "cifar_cnn",
+    "mlp",
+  )
 
 
 def test_model_error_is_a_value_error():
@@ -127,19 +139,26 @@ def test_model_error_is_a_value_error():
 
 def test_mnist_cnn_rejects_8x8_digits_and_points_to_small_models():
   _one_line_model_error(
-      lambda: models.build_model("mnist_cnn", (8, 8, 1), 10, 0),
-      "'mnist_cnn'", "at least 16x16", "8x8x1", "small_cnn", "mlp")
+    lambda: models.build_model("mnist_cnn", (8, 8, 1), 10, 0),
+    "'mnist_cnn'",
+    "at least 16x16",
+    "8x8x1",
+    "small_cnn",
+    "mlp",
+  )
   # The smallest size it accepts.
   model = models.build_model("mnist_cnn", (16, 16, 1), 10, 0)
   assert model.output_shape == (None, 10)
   _one_line_model_error(
-      lambda: models.build_model("mnist_cnn", (15, 28, 1), 10, 0), "16x16")
+    lambda: models.build_model("mnist_cnn", (15, 28, 1), 10, 0), "16x16"
+  )
 
 
 def test_feddst_variant_needs_13x13():
   _one_line_model_error(
-      lambda: models.build_model("mnist_cnn_feddst", (12, 12, 1), 10, 0),
-      "at least 13x13")
+    lambda: models.build_model("mnist_cnn_feddst", (12, 12, 1), 10, 0),
+    "at least 13x13",
+  )
   assert models.build_model("mnist_cnn_feddst", (13, 13, 1), 10, 0)
 
 
@@ -148,7 +167,8 @@ def test_small_models_take_8x8_digits():
     model = models.build_model(name, (8, 8, 1), 10, 0)
     assert model(np.zeros((2, 8, 8, 1), np.float32)).shape == (2, 10)
   _one_line_model_error(
-      lambda: models.build_model("small_cnn", (3, 3, 1), 10, 0), "at least 4x4")
+    lambda: models.build_model("small_cnn", (3, 3, 1), 10, 0), "at least 4x4"
+  )
 
 
 def test_cifar_cnn_takes_24x24_crops_and_other_sizes():
@@ -166,11 +186,14 @@ def test_mlp_takes_any_input_rank():
 @pytest.mark.parametrize("shape", [(28, 28), (28, 28, 1, 1), (784,)])
 def test_cnns_need_rank_3_images(shape):
   _one_line_model_error(
-      lambda: models.build_model("mnist_cnn", shape, 10, 0),
-      "(height, width, channels)")
+    lambda: models.build_model("mnist_cnn", shape, 10, 0),
+    "(height, width, channels)",
+  )
 
 
-@pytest.mark.parametrize("kwargs, needle", [
+@pytest.mark.parametrize(
+  "kwargs, needle",
+  [
     (dict(input_shape=(0, 8, 1)), "input_shape"),
     (dict(input_shape="28x28"), "input_shape"),
     (dict(input_shape=()), "input_shape"),
@@ -181,7 +204,8 @@ def test_cnns_need_rank_3_images(shape):
     (dict(seed=-1), "seed"),
     (dict(seed=1.5), "seed"),
     (dict(seed=None), "seed"),
-])
+  ],
+)
 def test_bad_arguments_are_one_line_model_errors(kwargs, needle):
   args = dict(name="small_cnn", input_shape=(8, 8, 1), num_classes=10, seed=0)
   args.update(kwargs)
@@ -191,11 +215,23 @@ def test_bad_arguments_are_one_line_model_errors(kwargs, needle):
 def test_layer_names_are_stable():
   model = models.build_model("mnist_cnn", (28, 28, 1), 10, 0)
   assert [l.name for l in model.layers] == [
-      "image", "conv1", "pool1", "conv2", "pool2", "flatten", "fc1", "logits"]
+    "image",
+    "conv1",
+    "pool1",
+    "conv2",
+    "pool2",
+    "flatten",
+    "fc1",
+    "logits",
+  ]
 
 
 def test_input_shape_may_be_a_list_numpy_shape_or_tensor_shape():
-  for shape in ([8, 8, 1], np.zeros((8, 8, 1)).shape, tf.TensorShape([8, 8, 1]),
-                (np.int64(8), 8, 1)):
+  for shape in (
+    [8, 8, 1],
+    np.zeros((8, 8, 1)).shape,
+    tf.TensorShape([8, 8, 1]),
+    (np.int64(8), 8, 1),
+  ):
     model = models.build_model("small_cnn", shape, 10, 0)
     assert model.input_shape == (None, 8, 8, 1)

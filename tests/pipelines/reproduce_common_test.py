@@ -2,41 +2,49 @@
 resumed, or started afresh."""
 
 import json
-
-import attrs
 import os
 import threading
 import time
+
+import attrs
 
 from pipelines.reproduce import _common
 from tff_hetero.program import ExperimentConfig
 
 
 def test_saved_settings_match_unless_a_result_setting_differs():
-  config = ExperimentConfig(root_output_dir="/a", rounds=10,
-                            checkpoint_every=5)
+  config = ExperimentConfig(root_output_dir="/a", rounds=10, checkpoint_every=5)
   saved = json.loads(json.dumps(config.to_json_dict()))
   # Where it ran and how often it checkpointed do not change results.
-  moved = ExperimentConfig(root_output_dir="/b", rounds=10,
-                           checkpoint_every=1, executor="remote", workers=2)
+  moved = ExperimentConfig(
+    root_output_dir="/b",
+    rounds=10,
+    checkpoint_every=1,
+    executor="remote",
+    workers=2,
+  )
   assert moved.same_results_as(saved)
-  assert not ExperimentConfig(root_output_dir="/a", rounds=10,
-                              seed=1).same_results_as(saved)
+  assert not ExperimentConfig(
+    root_output_dir="/a", rounds=10, seed=1
+  ).same_results_as(saved)
   # A setting added after the report was written matches at its default.
   del saved["gkt_temperature"]
   assert config.same_results_as(saved)
-  assert not ExperimentConfig(rounds=10,
-                              gkt_temperature=1.0).same_results_as(saved)
+  assert not ExperimentConfig(rounds=10, gkt_temperature=1.0).same_results_as(
+    saved
+  )
   # A checkpoint's fingerprint (a JSON string) likewise.
   fingerprint = json.loads(config.fingerprint())
   del fingerprint["augment"]
   assert moved.same_results_as(json.dumps(fingerprint))
   assert not ExperimentConfig(augment="crop").same_results_as(
-      json.dumps(fingerprint))
+    json.dumps(fingerprint)
+  )
 
 
 def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(
-    tmp_path):
+  tmp_path,
+):
   logged = []
   fresh = tmp_path / "fresh"
   assert not _common.prepare_run_dir(str(fresh), logged.append)
@@ -49,9 +57,11 @@ def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(
     assert not _common.prepare_run_dir(str(stopped), logged.append)
     assert not stopped.exists()
   assert (tmp_path / "stopped.interrupted" / "metrics.csv").read_text() == (
-      "round,loss\n1,1\n")
+    "round,loss\n1,1\n"
+  )
   assert (tmp_path / "stopped.interrupted-2" / "metrics.csv").read_text() == (
-      "round,loss\n1,2\n")
+    "round,loss\n1,2\n"
+  )
   assert "stopped.interrupted-2" in logged[-1]
 
   resumable = tmp_path / "resumable"
@@ -63,22 +73,29 @@ def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(
 
 
 def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
-  plan = _common.RunPlan(ExperimentConfig(root_output_dir=str(tmp_path),
-                                          experiment_name="r", rounds=3))
+  plan = _common.RunPlan(
+    ExperimentConfig(
+      root_output_dir=str(tmp_path), experiment_name="r", rounds=3
+    )
+  )
   for name in ("a", "b", "c"):
     plan.add(name, seed=ord(name))
   runs = plan.runs()
   for run in runs:  # Every run is done: run_all reuses the reports.
     os.makedirs(run.config.experiment_dir)
-    with open(os.path.join(run.config.experiment_dir, "report.json"),
-              "w") as f:
-      json.dump(dict(config=run.config.to_json_dict(), rounds_completed=3,
-                     name=run.name), f)
+    with open(os.path.join(run.config.experiment_dir, "report.json"), "w") as f:
+      json.dump(
+        dict(
+          config=run.config.to_json_dict(), rounds_completed=3, name=run.name
+        ),
+        f,
+      )
   logged, result = [], {}
   with _common._run_lock(runs[0], wait=False) as held:  # "Another process".
     assert held
     worker = threading.Thread(
-        target=lambda: result.update(_common.run_all(runs, log=logged.append)))
+      target=lambda: result.update(_common.run_all(runs, log=logged.append))
+    )
     worker.start()
     deadline = time.monotonic() + 30
     while not any(line.startswith("waiting for a") for line in logged):
@@ -87,24 +104,34 @@ def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
     assert worker.is_alive()  # Blocked on run a.
   worker.join(30)
   assert logged == [
-      "[1/3] a: another process is running it; left for last",
-      "[2/3] b: done before, reused", "[3/3] c: done before, reused",
-      "waiting for a (another process)"]
+    "[1/3] a: another process is running it; left for last",
+    "[2/3] b: done before, reused",
+    "[3/3] c: done before, reused",
+    "waiting for a (another process)",
+  ]
   assert list(result) == ["a", "b", "c"]
   assert [r["name"] for r in result.values()] == ["a", "b", "c"]
 
 
 def test_settings_only_other_algorithms_read_do_not_count():
   from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
-  saved = json.loads(json.dumps(ExperimentConfig(
-      algorithm="fedavg", prunefl_initial_rounds=50).to_json_dict()))
+
+  saved = json.loads(
+    json.dumps(
+      ExperimentConfig(
+        algorithm="fedavg", prunefl_initial_rounds=50
+      ).to_json_dict()
+    )
+  )
   fedavg = ExperimentConfig(algorithm="fedavg", prunefl_initial_rounds=1)
   assert "prunefl_initial_rounds" in registry.foreign_settings("fedavg")
   assert fedavg.same_results_as(
-      saved, ignore=registry.foreign_settings("fedavg"))
+    saved, ignore=registry.foreign_settings("fedavg")
+  )
   # PruneFL reads it; FedSGC reads the sparsity FedAvg does not.
   saved["algorithm"] = "prunefl"
   assert not attrs.evolve(fedavg, algorithm="prunefl").same_results_as(
-      saved, ignore=registry.foreign_settings("prunefl"))
+    saved, ignore=registry.foreign_settings("prunefl")
+  )
   assert "sparsity" not in registry.foreign_settings("fedsgc")
   assert "sparsity" in registry.foreign_settings("fedavg")

@@ -13,10 +13,16 @@ SEEDS = (0, 1, 2)
 
 
 def _base(**changes):
-  settings = dict(root_output_dir="/r", experiment_name="x",
-                  model="fedgkt_edge_resnet8",
-                  gkt_server_model="fedgkt_server_resnet19", num_clients=8,
-                  clients_per_round=8, batch_size=32, rounds=20)
+  settings = dict(
+    root_output_dir="/r",
+    experiment_name="x",
+    model="fedgkt_edge_resnet8",
+    gkt_server_model="fedgkt_server_resnet19",
+    num_clients=8,
+    clients_per_round=8,
+    batch_size=32,
+    rounds=20,
+  )
   settings.update(changes)
   return ExperimentConfig(**settings)
 
@@ -27,26 +33,40 @@ def test_plan_every_method_on_the_same_seeds_and_population():
   assert len(by_name) == len(runs) == 3 * 6 + 2 + 3 + 2 + 1 + 2 + 2
   for seed in SEEDS:
     for dist, partition in (("iid", "iid"), ("noniid", "dirichlet")):
-      configs = [by_name[f"fedgkt_{t}_{dist}_seed{seed}"]
-                 for t in ("both", "server_to_edge")]
+      configs = [
+        by_name[f"fedgkt_{t}_{dist}_seed{seed}"]
+        for t in ("both", "server_to_edge")
+      ]
       configs.append(by_name[f"fedavg_{dist}_seed{seed}"])
       assert {c.seed for c in configs} == {seed}
       assert {c.partition for c in configs} == {partition}
-      assert {(c.tiers, c.tier_proportions, c.tier_capacities, c.num_clients,
-               c.clients_per_round, c.rounds) for c in configs} == {
-                   (configs[0].tiers, "4:3:3", "", 8, 8, 20)}
+      assert {
+        (
+          c.tiers,
+          c.tier_proportions,
+          c.tier_capacities,
+          c.num_clients,
+          c.clients_per_round,
+          c.rounds,
+        )
+        for c in configs
+      } == {(configs[0].tiers, "4:3:3", "", 8, 8, 20)}
     assert by_name[f"fedavg_iid_seed{seed}"].model == "resnet20"
     # The paper's server optimizers: Adam on IID, SGD with momentum else.
     assert by_name[f"fedgkt_both_iid_seed{seed}"].gkt_server_optimizer == (
-        "adam")
+      "adam"
+    )
     assert by_name[f"fedgkt_both_noniid_seed{seed}"].gkt_server_optimizer == (
-        "sgd")
+      "sgd"
+    )
   assert by_name["fedgkt_both_iid_not2_seed0"].gkt_kd_t_squared is False
   assert by_name["fedgkt_none_iid_seed0"].gkt_transfer == "none"
   for dist, partition in (("iid", "iid"), ("noniid", "dirichlet")):
     by_client = by_name[f"fedgkt_server_to_edge_{dist}_by_client_seed0"]
     assert (by_client.gkt_server_order, by_client.partition) == (
-        "by_client", partition)
+      "by_client",
+      partition,
+    )
   assert by_name["split_learning_iid_seed0"].algorithm == "split_learning"
   assert by_name["central_full"].num_clients == 1
   assert by_name["fedgkt_edges_16_seed0"].clients_per_round == 16
@@ -56,12 +76,16 @@ def test_plan_every_method_on_the_same_seeds_and_population():
 
 
 def _report(accuracy, up, down, history=None, **extra):
-  report = dict(final_metrics=dict(accuracy=accuracy, edge_accuracy=0.5),
-                best_accuracy=accuracy, bytes_up_total=up,
-                bytes_down_total=down, client_flops_total=10**6,
-                examples_processed_total=1000, config=dict(local_epochs=1),
-                history=history or [dict(round=1, accuracy=accuracy,
-                                         clients=4)])
+  report = dict(
+    final_metrics=dict(accuracy=accuracy, edge_accuracy=0.5),
+    best_accuracy=accuracy,
+    bytes_up_total=up,
+    bytes_down_total=down,
+    client_flops_total=10**6,
+    examples_processed_total=1000,
+    config=dict(local_epochs=1),
+    history=history or [dict(round=1, accuracy=accuracy, clients=4)],
+  )
   report.update(extra)
   return report
 
@@ -71,14 +95,32 @@ def test_communication_figures_by_hand():
   # bytes per sample. FedAvg: 8 client-rounds, 16 MB: 2 MB per client-round.
   # Equal at 2e6 / 8e3 = 250 samples per client; ours 125 (FedGKT moves
   # half of FedAvg's bytes).
-  history = [dict(round=r, accuracy=a, clients=4, bytes_up_cumulative=u,
-                  bytes_down_cumulative=0) for r, a, u in
-             ((1, 0.5, 4e6), (2, 0.8, 8e6))]
+  history = [
+    dict(
+      round=r,
+      accuracy=a,
+      clients=4,
+      bytes_up_cumulative=u,
+      bytes_down_cumulative=0,
+    )
+    for r, a, u in ((1, 0.5, 4e6), (2, 0.8, 8e6))
+  ]
   gkt = _report(0.8, 8e6, 0, history)
-  fedavg = _report(0.9, 8e6, 8e6, [dict(round=r, clients=4, accuracy=0.85,
-                                        bytes_up_cumulative=0,
-                                        bytes_down_cumulative=0)
-                                   for r in (1, 2)])
+  fedavg = _report(
+    0.9,
+    8e6,
+    8e6,
+    [
+      dict(
+        round=r,
+        clients=4,
+        accuracy=0.85,
+        bytes_up_cumulative=0,
+        bytes_down_cumulative=0,
+      )
+      for r in (1, 2)
+    ],
+  )
   cross = reproduce.crossover(gkt, fedavg)
   assert cross["fedgkt_bytes_per_sample"] == 8000
   assert cross["fedavg_bytes_per_client_round"] == 2e6
@@ -91,36 +133,54 @@ def test_communication_figures_by_hand():
 
 def test_tables_and_claims_from_the_reports():
   reports = {}
-  for seed, (a, b, f) in zip(SEEDS, ((0.90, 0.80, 0.85), (0.92, 0.82, 0.86),
-                                     (0.94, 0.84, 0.87))):
+  for seed, (a, b, f) in zip(
+    SEEDS, ((0.90, 0.80, 0.85), (0.92, 0.82, 0.86), (0.94, 0.84, 0.87))
+  ):
     for dist in ("iid", "noniid"):
       reports[f"fedgkt_server_to_edge_{dist}_seed{seed}"] = _report(
-          a, 1, 1, algorithm=dict(fedgkt_models=dict(
-              edge_params=100, full_params=1000, edge_flops=10,
-              full_flops=90)))
+        a,
+        1,
+        1,
+        algorithm=dict(
+          fedgkt_models=dict(
+            edge_params=100, full_params=1000, edge_flops=10, full_flops=90
+          )
+        ),
+      )
       reports[f"fedgkt_both_{dist}_seed{seed}"] = _report(b, 1, 1)
       reports[f"fedavg_{dist}_seed{seed}"] = _report(f, 1, 1)
   reports["central_full"] = _report(0.95, 0, 0)
   reports["central_edge"] = _report(0.6, 0, 0)
   text, results = reproduce.build_tables(_base(), reports, ["1"], SEEDS)
   # 92.0 ± 2.0 and 82.0 ± 2.0 and 86.0 ± 1.0 (sample std over 3 seeds).
-  assert ("| FedGKT S->E | 92.0 ± 2.0 | 92.0 ± 2.0 | S->E (Tables 1, 2):"
-          " 92.97 / 86.59 |") in text
+  assert (
+    "| FedGKT S->E | 92.0 ± 2.0 | 92.0 ± 2.0 | S->E (Tables 1, 2):"
+    " 92.97 / 86.59 |"
+  ) in text
   assert "| FedGKT S<->E | 82.0 ± 2.0 | 82.0 ± 2.0 |" in text
   assert "| parameters | 100 | 1,000 | 10.0x |" in text
   verdicts = {c["claim"]: c["verdict"] for c in results["claims"]}
   # S->E beats FedAvg by 6 points (> 2 std); S<->E is 4 points below.
-  assert verdicts["FedGKT (S->E) is comparable to or better than FedAvg"
-                  " (iid; Table 1)"] == "supported"
-  assert verdicts["FedGKT (S<->E) is comparable to or better than FedAvg"
-                  " (iid; Table 1)"] == "not supported"
+  assert (
+    verdicts[
+      "FedGKT (S->E) is comparable to or better than FedAvg (iid; Table 1)"
+    ]
+    == "supported"
+  )
+  assert (
+    verdicts[
+      "FedGKT (S<->E) is comparable to or better than FedAvg (iid; Table 1)"
+    ]
+    == "not supported"
+  )
 
 
 def test_bad_parts_and_seeds_flags(tmp_path, capsys):
   for flag in ("--parts=6", "--seeds=a,b"):
     with pytest.raises(SystemExit) as exit_info:
-      _cli.run_in_process(reproduce.main, ["reproduce", flag,
-                                           f"--root_output_dir={tmp_path}"])
+      _cli.run_in_process(
+        reproduce.main, ["reproduce", flag, f"--root_output_dir={tmp_path}"]
+      )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag.split("=")[0] in err[0]
@@ -128,9 +188,14 @@ def test_bad_parts_and_seeds_flags(tmp_path, capsys):
 
 def test_bad_server_model_fails_before_any_run(tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    _cli.run_in_process(reproduce.main, [
-        "reproduce", "--gkt_server_model=resnet56",
-        f"--root_output_dir={tmp_path}"])
+    _cli.run_in_process(
+      reproduce.main,
+      [
+        "reproduce",
+        "--gkt_server_model=resnet56",
+        f"--root_output_dir={tmp_path}",
+      ],
+    )
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "--gkt_server_model" in err[0]
@@ -139,18 +204,31 @@ def test_bad_server_model_fails_before_any_run(tmp_path, capsys):
 
 def test_tiny_async_run(tmp_path):
   # Part 3: the synchronous S->E run and the asynchronous one, one seed.
-  _cli.run_in_process(reproduce.main, [
-      "reproduce", "--parts=3", "--seeds=0", "--dataset=synthetic",
-      "--model=fedgkt_edge_resnet4", "--num_clients=2",
-      "--clients_per_round=2", "--rounds=2", "--batch_size=32",
-      "--gkt_server_epochs=1", "--eval_every=1",
-      f"--root_output_dir={tmp_path}"])
+  _cli.run_in_process(
+    reproduce.main,
+    [
+      "reproduce",
+      "--parts=3",
+      "--seeds=0",
+      "--dataset=synthetic",
+      "--model=fedgkt_edge_resnet4",
+      "--num_clients=2",
+      "--clients_per_round=2",
+      "--rounds=2",
+      "--batch_size=32",
+      "--gkt_server_epochs=1",
+      "--eval_every=1",
+      f"--root_output_dir={tmp_path}",
+    ],
+  )
   out_dir = tmp_path / "fedgkt_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   table3 = results["table3"]
   assert table3["async_rounds"] >= 2
   assert 0.0 <= table3["async_"] <= 1.0
   assert [r["name"] for r in results["runs"]] == [
-      "fedgkt_server_to_edge_iid_seed0", "fedgkt_async_iid_seed0"]
+    "fedgkt_server_to_edge_iid_seed0",
+    "fedgkt_async_iid_seed0",
+  ]
   assert (out_dir / "metrics" / "fedgkt_async_iid_seed0.csv").exists()
   assert "Table 3" in (out_dir / "tables.md").read_text()

@@ -11,15 +11,30 @@ from tff_hetero.program import ExperimentConfig
 
 def test_plan_covers_every_part_once_seed_by_seed():
   base = ExperimentConfig(root_output_dir="/r", experiment_name="x")
-  runs = reproduce.plan_runs(base, ["table", "ablation", "sparsity",
-                                    "baselines", "dirichlet"], seeds=(0, 5))
+  runs = reproduce.plan_runs(
+    base,
+    ["table", "ablation", "sparsity", "baselines", "dirichlet"],
+    seeds=(0, 5),
+  )
   names = [r.name for r in runs]
   assert len(names) == len(set(names)) == (8 + 3) * 2 + 4 + 1 + 12
   # A whole first-seed table comes before the second seed.
-  assert names[:11] == [f"{n}_seed0" for n in (
-      "fedavg", "fedprox", "prunefl", "grasp", "feddst", "feddst_mu_1_0",
-      "fedsgc", "fedsgc_mu_1_0", "fedsgc_memory_updates",
-      "fedsgc_memory_none", "fedsgc_lambda_0")]
+  assert names[:11] == [
+    f"{n}_seed0"
+    for n in (
+      "fedavg",
+      "fedprox",
+      "prunefl",
+      "grasp",
+      "feddst",
+      "feddst_mu_1_0",
+      "fedsgc",
+      "fedsgc_mu_1_0",
+      "fedsgc_memory_updates",
+      "fedsgc_memory_none",
+      "fedsgc_lambda_0",
+    )
+  ]
   by_name = {r.name: r.config for r in runs}
   assert by_name["fedsgc_mu_1_0_seed5"].prox_mu == 1.0
   assert by_name["fedsgc_mu_1_0_seed5"].seed == 5
@@ -32,22 +47,30 @@ def test_plan_covers_every_part_once_seed_by_seed():
   assert by_name["grasp_kept_80_seed0"].sparsity == pytest.approx(0.2)
   assert by_name["fedprox_dirichlet_0_1_seed0"].partition == "dirichlet"
   # CIFAR-10: the paper's table uses mu = 0.1.
-  cifar = reproduce.plan_runs(ExperimentConfig(
-      dataset="cifar10", root_output_dir="/r", experiment_name="x"),
-                              ["table"], seeds=(0,))
+  cifar = reproduce.plan_runs(
+    ExperimentConfig(
+      dataset="cifar10", root_output_dir="/r", experiment_name="x"
+    ),
+    ["table"],
+    seeds=(0,),
+  )
   assert {r.name: r.config.prox_mu for r in cifar}["fedsgc_mu_0_1_seed0"] == 0.1
 
 
-@pytest.mark.parametrize("flags, needle", [
+@pytest.mark.parametrize(
+  "flags, needle",
+  [
     (["--parts=nope"], "--parts"),
     (["--seeds=a,b"], "--seeds"),
     (["--seeds=1,1"], "--seeds"),
     (["--upload_budgets_mib="], "--upload_budgets_mib"),
-])
+  ],
+)
 def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_info:
-    _cli.run_in_process(reproduce.main, ["reproduce", *flags,
-                                         f"--root_output_dir={tmp_path}"])
+    _cli.run_in_process(
+      reproduce.main, ["reproduce", *flags, f"--root_output_dir={tmp_path}"]
+    )
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and needle in err[0]
@@ -55,12 +78,25 @@ def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
 
 
 def test_tiny_table_run(tmp_path):
-  _cli.run_in_process(reproduce.main, [
-      "reproduce", "--parts=table", "--dataset=synthetic", "--model=mlp",
-      "--num_clients=6", "--clients_per_round=3", "--rounds=1",
-      "--local_epochs=1", "--eval_every=1", "--seeds=1",
-      "--prunefl_initial_rounds=1", "--prunefl_initial_readjust_every=1",
-      "--upload_budgets_mib=0.001:100", f"--root_output_dir={tmp_path}"])
+  _cli.run_in_process(
+    reproduce.main,
+    [
+      "reproduce",
+      "--parts=table",
+      "--dataset=synthetic",
+      "--model=mlp",
+      "--num_clients=6",
+      "--clients_per_round=3",
+      "--rounds=1",
+      "--local_epochs=1",
+      "--eval_every=1",
+      "--seeds=1",
+      "--prunefl_initial_rounds=1",
+      "--prunefl_initial_readjust_every=1",
+      "--upload_budgets_mib=0.001:100",
+      f"--root_output_dir={tmp_path}",
+    ],
+  )
   out_dir = tmp_path / "fedsgc_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   assert results["budgets_mib"] == [0.001, 100.0]
@@ -79,48 +115,68 @@ def test_tiny_table_run(tmp_path):
   assert record["code"][0]["action"] == "started"
   assert len(record["code"][0]["commit"]) == 40
   verdicts = {c["verdict"] for c in results["claims"]}
-  assert verdicts <= {"supported", "not supported", "within noise",
-                      "not measured"}
+  assert verdicts <= {
+    "supported",
+    "not supported",
+    "within noise",
+    "not measured",
+  }
   assert "## Claims" in (out_dir / "tables.md").read_text()
   assert (out_dir / "accuracy_vs_upload.png").exists()
   assert sorted(p.name for p in (out_dir / "metrics").iterdir()) == sorted(
-      f"{name}.csv" for name in runs)
-  sgc = json.loads((out_dir / "runs" / "fedsgc_seed1" /
-                    "report.json").read_text())
-  assert sgc["bytes_up_total"] < json.loads(
+    f"{name}.csv" for name in runs
+  )
+  sgc = json.loads(
+    (out_dir / "runs" / "fedsgc_seed1" / "report.json").read_text()
+  )
+  assert (
+    sgc["bytes_up_total"]
+    < json.loads(
       (out_dir / "runs" / "fedavg_seed1" / "report.json").read_text()
-  )["bytes_up_total"]
+    )["bytes_up_total"]
+  )
 
 
 def _report(best_by_round):
   """A report whose evaluated rounds reach `best_by_round` = [(MiB, acc)]."""
-  return {"history": [{"round": i + 1, "accuracy": acc,
-                       "bytes_up_cumulative": mib * 2**20}
-                      for i, (mib, acc) in enumerate(best_by_round)],
-          "config": {}, "final_metrics": {}}
+  return {
+    "history": [
+      {"round": i + 1, "accuracy": acc, "bytes_up_cumulative": mib * 2**20}
+      for i, (mib, acc) in enumerate(best_by_round)
+    ],
+    "config": {},
+    "final_metrics": {},
+  }
 
 
 def test_tables_average_seeds_and_judge_claims(tmp_path):
-  base = ExperimentConfig(root_output_dir=str(tmp_path), experiment_name="x",
-                          upload_budgets_mib="1:10")
+  base = ExperimentConfig(
+    root_output_dir=str(tmp_path),
+    experiment_name="x",
+    upload_budgets_mib="1:10",
+  )
   reports = {}
   # Per seed: FedSGC 0.80/0.90 and 0.82/0.92; FedDST 0.60/0.91 and
   # 0.62/0.89; everyone else 0.5/0.5.
   for run in reproduce.plan_runs(base, ["table", "ablation"], seeds=(0, 1)):
     reports[run.name] = _report([(1, 0.5), (10, 0.5)])
-  for seed, (sgc, dst) in enumerate((((0.80, 0.90), (0.60, 0.91)),
-                                     ((0.82, 0.92), (0.62, 0.89)))):
+  for seed, (sgc, dst) in enumerate(
+    (((0.80, 0.90), (0.60, 0.91)), ((0.82, 0.92), (0.62, 0.89)))
+  ):
     reports[f"fedsgc_seed{seed}"] = _report([(1, sgc[0]), (10, sgc[1])])
     reports[f"feddst_seed{seed}"] = _report([(1, dst[0]), (10, dst[1])])
-  text, results = reproduce.build_tables(base, reports, ["table", "ablation"],
-                                         seeds=(0, 1))
+  text, results = reproduce.build_tables(
+    base, reports, ["table", "ablation"], seeds=(0, 1)
+  )
   assert results["table"]["FedSGC"] == [[0.80, 0.82], [0.90, 0.92]]
   # mean 81.0, sample std 1.4; 91.0 and 90.0 ± 1.4.
   assert "| FedSGC | 81.0 ± 1.4 | 91.0 ± 1.4 |" in text
-  verdicts = {(c["claim"], c["budget"]): c["verdict"]
-              for c in results["claims"]}
+  verdicts = {
+    (c["claim"], c["budget"]): c["verdict"] for c in results["claims"]
+  }
   assert verdicts[("FedSGC > FedDST", "1 MiB")] == "supported"
   assert verdicts[("FedSGC > FedDST", "10 MiB")] == "within noise"
   assert verdicts[("FedSGC > FedAvg", "10 MiB")] == "supported"
   assert verdicts[("guidance: FedSGC > FedSGC lambda=0", "1 MiB")] == (
-      "supported")
+    "supported"
+  )

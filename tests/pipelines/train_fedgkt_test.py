@@ -17,22 +17,44 @@ from pipelines import train
 from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_FLAGS = ["--algorithm=fedgkt", "--dataset=synthetic",
-          "--model=fedgkt_edge_resnet4",
-          "--gkt_server_model=fedgkt_server_resnet19", "--partition=iid",
-          "--num_clients=4", "--clients_per_round=2", "--batch_size=16",
-          "--gkt_mode=async",
-          "--noprogress", "--checkpoint_every=1", "--eval_every=1"]
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+_FLAGS = [
+  "--algorithm=fedgkt",
+  "--dataset=synthetic",
+  "--model=fedgkt_edge_resnet4",
+  "--gkt_server_model=fedgkt_server_resnet19",
+  "--partition=iid",
+  "--num_clients=4",
+  "--clients_per_round=2",
+  "--batch_size=16",
+  "--gkt_mode=async",
+  "--noprogress",
+  "--checkpoint_every=1",
+  "--eval_every=1",
+]
 
 
 def test_fedgkt_run_resume_and_outputs(tmp_path):
   tag, env = proc_testing.tagged_env()
   proc = subprocess.run(
-      [sys.executable, "-m", "pipelines.train", *_FLAGS, "--rounds=2",
-       f"--root_output_dir={tmp_path}", "--experiment_name=whole"],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-      check=False)
+    [
+      sys.executable,
+      "-m",
+      "pipelines.train",
+      *_FLAGS,
+      "--rounds=2",
+      f"--root_output_dir={tmp_path}",
+      "--experiment_name=whole",
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr
   proc_testing.assert_no_workers_left(tag, timeout_s=5)
   whole = tmp_path / "whole"
@@ -62,7 +84,14 @@ def test_fedgkt_run_resume_and_outputs(tmp_path):
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5)
   for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
-    for key in ("bytes_up", "bytes_down", "edge_server_accuracy",
-                "edge_accuracy", "clients", "sim_time", "server_version",
-                "staleness_mean"):
+    for key in (
+      "bytes_up",
+      "bytes_down",
+      "edge_server_accuracy",
+      "edge_accuracy",
+      "clients",
+      "sim_time",
+      "server_version",
+      "staleness_mean",
+    ):
       assert x[key] == y[key], key

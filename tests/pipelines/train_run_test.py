@@ -18,10 +18,18 @@ import pytest
 from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_SMALL = ["--dataset=synthetic", "--model=mlp", "--num_clients=8",
-          "--clients_per_round=3", "--batch_size=10", "--client_lr=0.1",
-          "--noprogress"]
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+_SMALL = [
+  "--dataset=synthetic",
+  "--model=mlp",
+  "--num_clients=8",
+  "--clients_per_round=3",
+  "--batch_size=10",
+  "--client_lr=0.1",
+  "--noprogress",
+]
 
 
 def _start(args, root):
@@ -29,10 +37,20 @@ def _start(args, root):
   tag, env = proc_testing.tagged_env()
   env["PYTHONUNBUFFERED"] = "1"
   proc = subprocess.Popen(
-      [sys.executable, "-m", "pipelines.train", *_SMALL,
-       f"--root_output_dir={root}", *args],
-      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+    [
+      sys.executable,
+      "-m",
+      "pipelines.train",
+      *_SMALL,
+      f"--root_output_dir={root}",
+      *args,
+    ],
+    cwd=REPO,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   proc.worker_tag = tag
   return proc
 
@@ -74,9 +92,16 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
   run_dir = tmp_path / "whole"
   assert f"report: {run_dir}/report.json" in out
   report = json.loads((run_dir / "report.json").read_text())
-  for key in ("config", "partition", "final_metrics", "bytes_up_total",
-              "bytes_down_total", "client_flops_total", "rounds_completed",
-              "wall_time_s"):
+  for key in (
+    "config",
+    "partition",
+    "final_metrics",
+    "bytes_up_total",
+    "bytes_down_total",
+    "client_flops_total",
+    "rounds_completed",
+    "wall_time_s",
+  ):
     assert key in report
   assert report["rounds_completed"] == 4
   assert 0.0 <= report["final_metrics"]["accuracy"] <= 1.0
@@ -104,8 +129,10 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
   assert not (tmp_path / "cut" / "report.json").exists()  # Killed mid-run.
 
   # How often a run checkpoints does not change its results: it may differ.
-  resumed = _start(args[:-1] + ["--checkpoint_every=2", "--experiment_name=cut",
-                                "--resume"], tmp_path)
+  resumed = _start(
+    args[:-1] + ["--checkpoint_every=2", "--experiment_name=cut", "--resume"],
+    tmp_path,
+  )
   code, _, err = _finish(resumed)
   assert code == 0, err
 
@@ -131,9 +158,18 @@ def test_sigint_and_sigterm_stop_the_run_and_its_worker(tmp_path):
   runs = {}
   for sig in (signal.SIGINT, signal.SIGTERM):
     name = f"sig{int(sig)}"
-    runs[sig] = (name, _start(["--rounds=500", "--eval_every=100",
-                               "--checkpoint_every=1",
-                               f"--experiment_name={name}"], tmp_path))
+    runs[sig] = (
+      name,
+      _start(
+        [
+          "--rounds=500",
+          "--eval_every=100",
+          "--checkpoint_every=1",
+          f"--experiment_name={name}",
+        ],
+        tmp_path,
+      ),
+    )
 
   def checkpoints(name):
     return list((tmp_path / name / "checkpoints").glob("program_state_*.json"))
@@ -160,8 +196,15 @@ def test_sigint_and_sigterm_stop_the_run_and_its_worker(tmp_path):
 
 
 def test_divergence_stops_with_one_line_naming_the_round(tmp_path):
-  proc = _start(["--rounds=20", "--client_lr=1e12", "--checkpoint_every=1",
-                 "--experiment_name=diverge"], tmp_path)
+  proc = _start(
+    [
+      "--rounds=20",
+      "--client_lr=1e12",
+      "--checkpoint_every=1",
+      "--experiment_name=diverge",
+    ],
+    tmp_path,
+  )
   workers = _workers_of(proc)
   code, _, err = _finish(proc)
   assert code == 3, err

@@ -18,49 +18,79 @@ from pipelines import train
 from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_FLAGS = ["--algorithm=adaptivefl", "--dataset=synthetic", "--model=small_cnn",
-          "--num_clients=8", "--clients_per_round=4", "--batch_size=10",
-          "--client_lr=0.1", "--noprogress", "--checkpoint_every=1",
-          "--pool_ratios=0.5:0.25", "--pool_start_indices=1",
-          # Every device holds exactly S1: small_cnn on 8x8x1 with conv2 at
-          # floor(32 x 0.25) = 8 channels: 160 + (144*8 + 8) + (32*10 + 10).
-          "--tier_capacities=1650:1650:1650"]
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+_FLAGS = [
+  "--algorithm=adaptivefl",
+  "--dataset=synthetic",
+  "--model=small_cnn",
+  "--num_clients=8",
+  "--clients_per_round=4",
+  "--batch_size=10",
+  "--client_lr=0.1",
+  "--noprogress",
+  "--checkpoint_every=1",
+  "--pool_ratios=0.5:0.25",
+  "--pool_start_indices=1",
+  # Every device holds exactly S1: small_cnn on 8x8x1 with conv2 at
+  # floor(32 x 0.25) = 8 channels: 160 + (144*8 + 8) + (32*10 + 10).
+  "--tier_capacities=1650:1650:1650",
+]
 _S1_PARAMS = 160 + 1160 + 330
 
 
 def test_adaptivefl_run_resume_and_outputs(tmp_path):
   tag, env = proc_testing.tagged_env()
   proc = subprocess.run(
-      [sys.executable, "-m", "pipelines.train", *_FLAGS, "--rounds=2",
-       f"--root_output_dir={tmp_path}", "--experiment_name=whole"],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-      check=False)
+    [
+      sys.executable,
+      "-m",
+      "pipelines.train",
+      *_FLAGS,
+      "--rounds=2",
+      f"--root_output_dir={tmp_path}",
+      "--experiment_name=whole",
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr
   proc_testing.assert_no_workers_left(tag, timeout_s=5)
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
   final = report["final_metrics"]
   assert final["avg_accuracy"] == np.mean(
-      [final["accuracy"], final["M1_accuracy"], final["S1_accuracy"]])
+    [final["accuracy"], final["M1_accuracy"], final["S1_accuracy"]]
+  )
   # The full model's accuracy, recomputed by Keras from the saved weights.
-  from tff_hetero import data, models  # pylint: disable=g-import-not-at-top
+  from tff_hetero import data  # pylint: disable=g-import-not-at-top
+  from tff_hetero import models  # pylint: disable=g-import-not-at-top
+
   splits = data.load_dataset("synthetic", seed=0)
-  model = models.build_model("small_cnn", splits.input_shape,
-                             splits.num_classes, seed=0)
+  model = models.build_model(
+    "small_cnn", splits.input_shape, splits.num_classes, seed=0
+  )
   saved = outputs.load_final_weights(whole)
-  model.set_weights([saved[f"trainable_{i}"]
-                     for i in range(len(model.trainable_weights))])
+  model.set_weights(
+    [saved[f"trainable_{i}"] for i in range(len(model.trainable_weights))]
+  )
   predicted = np.argmax(model(splits.test.x, training=False), axis=-1)
   assert final["accuracy"] == pytest.approx(
-      np.mean(predicted == splits.test.y), abs=1e-6)
+    np.mean(predicted == splits.test.y), abs=1e-6
+  )
   rows = outputs.read_metrics(whole)
   assert [r["round"] for r in rows] == ["1", "2"]
   for row in rows:
     # Each of the 4 clients returns S1 (4 bytes a parameter).
     assert float(row["returned_model_bytes"]) == 4 * 4 * _S1_PARAMS
     assert float(row["waste_rate"]) == pytest.approx(
-        1 - 4 * 4 * _S1_PARAMS / float(row["sent_model_bytes"]))
+      1 - 4 * 4 * _S1_PARAMS / float(row["sent_model_bytes"])
+    )
     assert int(row["clients"]) == 4
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
 

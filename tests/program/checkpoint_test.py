@@ -13,8 +13,9 @@ from tff_hetero.program.sampling import CohortSampler
 
 def _server(value):
   return collections.OrderedDict(
-      weights=[np.full([2, 3], value, np.float32), np.zeros([3], np.float32)],
-      optimizer=collections.OrderedDict(step=np.int64(value)))
+    weights=[np.full([2, 3], value, np.float32), np.zeros([3], np.float32)],
+    optimizer=collections.OrderedDict(step=np.int64(value)),
+  )
 
 
 def _client(value):
@@ -24,10 +25,15 @@ def _client(value):
 def _state(round_num, sampler):
   ledger = CommLedger().record(round_num, [ClientTraffic("c1", 10, 20, 30, 4)])
   return checkpoint_lib.ProgramState(
-      round_num=round_num, server_state=_server(round_num),
-      client_states=collections.OrderedDict(c1=_client(1.0), c7=_client(7.0)),
-      ledger=ledger, rng_state=sampler.get_state(), elapsed_s=1.5,
-      history=({"round": round_num, "accuracy": 0.5},), fingerprint="f")
+    round_num=round_num,
+    server_state=_server(round_num),
+    client_states=collections.OrderedDict(c1=_client(1.0), c7=_client(7.0)),
+    ledger=ledger,
+    rng_state=sampler.get_state(),
+    elapsed_s=1.5,
+    history=({"round": round_num, "accuracy": 0.5},),
+    fingerprint="f",
+  )
 
 
 def test_round_trip(tmp_path):
@@ -37,15 +43,18 @@ def test_round_trip(tmp_path):
   manager.save(_state(3, sampler))
   expected_next = sampler.sample([f"c{i}" for i in range(10)], 3)
 
-  restored = checkpoint_lib.CheckpointManager(str(tmp_path / "ckpt")).load_latest(
-      _server(0), _client(0))
+  restored = checkpoint_lib.CheckpointManager(
+    str(tmp_path / "ckpt")
+  ).load_latest(_server(0), _client(0))
   assert restored.round_num == 3
-  np.testing.assert_array_equal(restored.server_state["weights"][0],
-                                np.full([2, 3], 3, np.float32))
+  np.testing.assert_array_equal(
+    restored.server_state["weights"][0], np.full([2, 3], 3, np.float32)
+  )
   assert int(restored.server_state["optimizer"]["step"]) == 3
   assert list(restored.client_states) == ["c1", "c7"]
-  np.testing.assert_array_equal(restored.client_states["c7"]["control"],
-                                np.full([4], 7, np.float32))
+  np.testing.assert_array_equal(
+    restored.client_states["c7"]["control"], np.full([4], 7, np.float32)
+  )
   assert restored.ledger.totals().bytes_up == 20
   assert restored.history[0]["accuracy"] == 0.5
   resumed = CohortSampler(seed=999)

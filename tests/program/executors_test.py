@@ -23,7 +23,9 @@ from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import run_experiment
 from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +36,13 @@ def two_workers():
     for _ in range(2):
       port = runtime.find_free_port()
       proc = subprocess.Popen(
-          [sys.executable, "-m", "pipelines.worker", f"--port={port}"],
-          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True)
+        [sys.executable, "-m", "pipelines.worker", f"--port={port}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
       procs.append(proc)
       line = proc.stdout.readline()
       assert line.startswith("TFF worker ready"), (line, proc.stderr.read())
@@ -51,36 +57,69 @@ def two_workers():
 
 def _run(tmp_path, name, algorithm, augment, model, **executor):
   config = ExperimentConfig(
-      algorithm=algorithm, augment=augment, dataset="synthetic", model=model,
-      num_clients=8,
-      clients_per_round=4,
-      rounds=2, batch_size=10, client_lr=0.1, seed=3, eval_every=2,
-      checkpoint_every=2, root_output_dir=str(tmp_path), experiment_name=name,
-      progress=False, **executor)
+    algorithm=algorithm,
+    augment=augment,
+    dataset="synthetic",
+    model=model,
+    num_clients=8,
+    clients_per_round=4,
+    rounds=2,
+    batch_size=10,
+    client_lr=0.1,
+    seed=3,
+    eval_every=2,
+    checkpoint_every=2,
+    root_output_dir=str(tmp_path),
+    experiment_name=name,
+    progress=False,
+    **executor,
+  )
   return run_experiment(config)
 
 
 # FedAvg with seeded augmentation: the workers crop and flip exactly as the
 # local runtime does. AdaptiveFL needs a model with two width units.
-@pytest.mark.parametrize("algorithm,augment,model",
-                         [("fedavg", "crop_flip", "mlp"),
-                          ("adaptivefl", "none", "small_cnn")])
-def test_local_one_worker_and_two_workers_agree(tmp_path, two_workers,
-                                                algorithm, augment, model):
+@pytest.mark.parametrize(
+  "algorithm,augment,model",
+  [("fedavg", "crop_flip", "mlp"), ("adaptivefl", "none", "small_cnn")],
+)
+def test_local_one_worker_and_two_workers_agree(
+  tmp_path, two_workers, algorithm, augment, model
+):
   local = _run(tmp_path, "local", algorithm, augment, model)
-  others = [_run(tmp_path, "two", algorithm, augment, model,
-                 executor="remote", workers=tuple(two_workers))]
+  others = [
+    _run(
+      tmp_path,
+      "two",
+      algorithm,
+      augment,
+      model,
+      executor="remote",
+      workers=tuple(two_workers),
+    )
+  ]
   if algorithm == "fedavg":  # One worker: TFF's remote, non-mergeable context.
-    others.append(_run(tmp_path, "one", algorithm, augment, model,
-                       executor="remote", workers=(two_workers[0],)))
+    others.append(
+      _run(
+        tmp_path,
+        "one",
+        algorithm,
+        augment,
+        model,
+        executor="remote",
+        workers=(two_workers[0],),
+      )
+    )
   for other in others:
-    for a, b in zip(local.final_weights.trainable,
-                    other.final_weights.trainable):
+    for a, b in zip(
+      local.final_weights.trainable, other.final_weights.trainable
+    ):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert other.report["bytes_up_total"] == local.report["bytes_up_total"]
     assert other.report["bytes_down_total"] == local.report["bytes_down_total"]
     assert other.report["final_metrics"]["accuracy"] == pytest.approx(
-        local.report["final_metrics"]["accuracy"], abs=1e-6)
+      local.report["final_metrics"]["accuracy"], abs=1e-6
+    )
   # Training moved the weights: the comparison is not between two copies of
   # the initial model.
   initial = models.build_model(model, (8, 8, 1), 10, seed=3).get_weights()
@@ -101,13 +140,27 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # workers finish; FedGKT puts them back by each client's echoed position
   # (unequal Dirichlet shares: a mix-up fails a gather or the comparison).
   def run(name, **executor):
-    return run_experiment(ExperimentConfig(
-        algorithm="fedgkt", dataset="synthetic", model="fedgkt_edge_resnet4",
-        gkt_server_model="fedgkt_server_resnet19", partition="dirichlet",
-        num_clients=4, clients_per_round=4, rounds=2, batch_size=32, seed=0,
-        gkt_server_epochs=1, eval_every=2, checkpoint_every=2,
-        root_output_dir=str(tmp_path), experiment_name=name, progress=False,
-        **executor))
+    return run_experiment(
+      ExperimentConfig(
+        algorithm="fedgkt",
+        dataset="synthetic",
+        model="fedgkt_edge_resnet4",
+        gkt_server_model="fedgkt_server_resnet19",
+        partition="dirichlet",
+        num_clients=4,
+        clients_per_round=4,
+        rounds=2,
+        batch_size=32,
+        seed=0,
+        gkt_server_epochs=1,
+        eval_every=2,
+        checkpoint_every=2,
+        root_output_dir=str(tmp_path),
+        experiment_name=name,
+        progress=False,
+        **executor,
+      )
+    )
 
   local, two = _local_and_two_workers(run, "gkt", two_workers, atol=1e-4)
   for key in ("bytes_up_total", "bytes_down_total"):
@@ -121,14 +174,32 @@ def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # a 2 + 1 split of each cohort make the one-client worker finish first; a
   # mix-up stores one client's upload under another and changes later rounds.
   def run(name, **executor):
-    return run_experiment(ExperimentConfig(
-        algorithm="fedsgc", dataset="synthetic", model="mlp",
-        partition="dirichlet", alpha=0.3, num_clients=6, clients_per_round=3,
-        rounds=4, local_epochs=2, batch_size=5, client_lr=0.1, sparsity=0.5,
-        readjust_every=1, readjust_delta_epochs=1, readjust_begin_epoch=1,
-        seed=1, eval_every=4, checkpoint_every=4,
-        root_output_dir=str(tmp_path), experiment_name=name, progress=False,
-        **executor))
+    return run_experiment(
+      ExperimentConfig(
+        algorithm="fedsgc",
+        dataset="synthetic",
+        model="mlp",
+        partition="dirichlet",
+        alpha=0.3,
+        num_clients=6,
+        clients_per_round=3,
+        rounds=4,
+        local_epochs=2,
+        batch_size=5,
+        client_lr=0.1,
+        sparsity=0.5,
+        readjust_every=1,
+        readjust_delta_epochs=1,
+        readjust_begin_epoch=1,
+        seed=1,
+        eval_every=4,
+        checkpoint_every=4,
+        root_output_dir=str(tmp_path),
+        experiment_name=name,
+        progress=False,
+        **executor,
+      )
+    )
 
   local, two = _local_and_two_workers(run, "sgc", two_workers, atol=1e-5)
   assert two.report["per_client"] == local.report["per_client"]

@@ -7,9 +7,11 @@ MIB = 1 << 20
 
 
 def test_best_accuracy_within_each_upload_budget():
-  rows = [dict(round=1, accuracy=0.2, bytes_up_cumulative=1 * MIB),
-          dict(round=2, accuracy=0.5, bytes_up_cumulative=2 * MIB),
-          dict(round=3, accuracy=0.4, bytes_up_cumulative=3 * MIB)]
+  rows = [
+    dict(round=1, accuracy=0.2, bytes_up_cumulative=1 * MIB),
+    dict(round=2, accuracy=0.5, bytes_up_cumulative=2 * MIB),
+    dict(round=3, accuracy=0.4, bytes_up_cumulative=3 * MIB),
+  ]
   best = loop.best_accuracy_by_upload(rows, [0.5, 1.0, 2.5, 10.0])
   assert best == {"0.5": None, "1": 0.2, "2.5": 0.5, "10": 0.5}
 

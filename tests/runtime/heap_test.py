@@ -10,7 +10,9 @@ import textwrap
 from tff_hetero import runtime
 from tff_hetero.runtime import heap
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 # After glibc frees a mapped 8 MiB block it raises its mmap threshold to 8 MiB,
 # so 200 blocks of 1 MiB come from the heap; 64 KiB blocks kept between them
@@ -46,12 +48,21 @@ _FRAGMENT = textwrap.dedent("""
 def _run(script, mode, **extra_env):
   """`script` in a fresh interpreter whose environment sets no malloc
   tunable but `extra_env` (a user's setting wins over the configured one)."""
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
+  }
   env.update(extra_env)
-  return subprocess.run([sys.executable, "-c", script, mode], cwd=REPO,
-                        env=env, capture_output=True, text=True, check=True,
-                        timeout=120).stdout
+  return subprocess.run(
+    [sys.executable, "-c", script, mode],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=True,
+    timeout=120,
+  ).stdout
 
 
 def _retained_mib(mode):
@@ -66,8 +77,11 @@ def test_fixed_threshold_returns_freed_blocks():
 def test_worker_environment_sets_the_threshold_and_keeps_a_users_value():
   assert heap.worker_environment({})[heap.ENVIRONMENT_VARIABLE] == "131072"
   assert heap.worker_environment({})[heap.ARENA_ENVIRONMENT_VARIABLE] == "2"
-  mine = {heap.ENVIRONMENT_VARIABLE: "65536",
-          heap.ARENA_ENVIRONMENT_VARIABLE: "4", "PATH": "/bin"}
+  mine = {
+    heap.ENVIRONMENT_VARIABLE: "65536",
+    heap.ARENA_ENVIRONMENT_VARIABLE: "4",
+    "PATH": "/bin",
+  }
   assert heap.worker_environment(mine) == mine
 
 

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -23,7 +23,9 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top,wrong-
 from tff_hetero import runtime  # pylint: disable=wrong-import-position
 from tff_hetero.runtime import testing as proc_testing  # pylint: disable=wrong-import-position
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 SLACK_S = 4.0  # Generous: CI machines are shared and loaded.
 
 
@@ -52,35 +54,39 @@ def slow_mean(values):
 
 
 def _model_fn():
-  keras_model = tf.keras.Sequential([
+  keras_model = tf.keras.Sequential(
+    [
       tf.keras.layers.InputLayer(input_shape=(3,)),
-      tf.keras.layers.Dense(2, kernel_initializer='zeros'),
-  ])
+      tf.keras.layers.Dense(2, kernel_initializer="zeros"),
+    ]
+  )
   return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(
-          tf.TensorSpec([None, 3], tf.float32),
-          tf.TensorSpec([None], tf.int32),
-      ),
-      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    keras_model,
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    input_spec=(
+      tf.TensorSpec([None, 3], tf.float32),
+      tf.TensorSpec([None], tf.int32),
+    ),
+    metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
   )
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def fedavg():
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      _model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    _model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
   )
   rng = np.random.default_rng(0)
   datasets = [
-      tf.data.Dataset.from_tensor_slices((
-          rng.normal(size=(n, 3)).astype(np.float32),
-          rng.integers(0, 2, size=n).astype(np.int32),
-      )).batch(2)
-      for n in (3, 4, 5, 2, 6)
+    tf.data.Dataset.from_tensor_slices(
+      (
+        rng.normal(size=(n, 3)).astype(np.float32),
+        rng.integers(0, 2, size=n).astype(np.int32),
+      )
+    ).batch(2)
+    for n in (3, 4, 5, 2, 6)
   ]
   return process, datasets
 
@@ -91,9 +97,11 @@ def _run_fedavg(process, datasets):
   for _ in range(2):
     output = process.next(state, datasets)
     state = output.state
-  weights = [np.asarray(w) for w in tf.nest.flatten(
-      process.get_model_weights(state).trainable)]
-  train = output.metrics['client_work']['train']
+  weights = [
+    np.asarray(w)
+    for w in tf.nest.flatten(process.get_model_weights(state).trainable)
+  ]
+  train = output.metrics["client_work"]["train"]
   return weights, {k: float(v) for k, v in train.items()}
 
 
@@ -110,20 +118,25 @@ def _assert_same_fedavg(actual, expected):
 
 
 class _CliWorker:
-
   def __init__(self):
     self.port = runtime.find_free_port()
     self.tag, env = proc_testing.tagged_env()
-    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, '-m', 'pipelines.worker', f'--port={self.port}'],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+      [sys.executable, "-m", "pipelines.worker", f"--port={self.port}"],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
     line = self.proc.stdout.readline().strip()
-    assert line.startswith(f'TFF worker ready on [::]:{self.port} (pid '), (
-        line, self.proc.stderr.read() if self.proc.poll() is not None else '')
-    self.worker_pid = int(line.rsplit(' ', 1)[1].rstrip(')'))
-    self.address = f'127.0.0.1:{self.port}'
+    assert line.startswith(f"TFF worker ready on [::]:{self.port} (pid "), (
+      line,
+      self.proc.stderr.read() if self.proc.poll() is not None else "",
+    )
+    self.worker_pid = int(line.rsplit(" ", 1)[1].rstrip(")"))
+    self.address = f"127.0.0.1:{self.port}"
 
   def stop(self, sig=signal.SIGTERM):
     if self.proc.poll() is None:
@@ -132,7 +145,7 @@ class _CliWorker:
     return self.proc.returncode, err
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def cli_workers():
   workers = [_CliWorker(), _CliWorker()]
   yield workers
@@ -148,28 +161,33 @@ def cli_workers():
 
 
 def test_federated_mean_and_fedavg_agree_on_all_contexts(cli_workers, fedavg):
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
 
   before = context_stack_impl.context_stack.current
   values = [1.0, 2.0, 3.0, 4.0, 10.0]
   results = {}
   with runtime.local_execution(worker_timeout_s=30) as handle:
-    assert handle.kind == 'local' and not handle.mergeable
+    assert handle.kind == "local" and not handle.mergeable
     assert context_stack_impl.context_stack.current is handle.context
-    results['local'] = (federated_mean(values), _run_fedavg(*fedavg))
+    results["local"] = (federated_mean(values), _run_fedavg(*fedavg))
   assert context_stack_impl.context_stack.current is before
   assert not handle.workers[0].is_running()
 
-  with runtime.remote_execution([cli_workers[0].address],
-                                worker_timeout_s=30) as handle:
-    assert handle.kind == 'remote' and not handle.mergeable
-    results['one'] = (federated_mean(values), _run_fedavg(*fedavg))
+  with runtime.remote_execution(
+    [cli_workers[0].address], worker_timeout_s=30
+  ) as handle:
+    assert handle.kind == "remote" and not handle.mergeable
+    results["one"] = (federated_mean(values), _run_fedavg(*fedavg))
 
   addresses = [w.address for w in cli_workers]
   with runtime.remote_execution(addresses, worker_timeout_s=30) as handle:
     assert handle.mergeable
-    assert isinstance(handle.context, tff.framework.MergeableCompExecutionContext)
-    results['two'] = (federated_mean(values), _run_fedavg(*fedavg))
+    assert isinstance(
+      handle.context, tff.framework.MergeableCompExecutionContext
+    )
+    results["two"] = (federated_mean(values), _run_fedavg(*fedavg))
     cardinalities = handle.client_cardinalities()
     counts = handle.rpc_counts()
   assert context_stack_impl.context_stack.current is before
@@ -179,15 +197,15 @@ def test_federated_mean_and_fedavg_agree_on_all_contexts(cli_workers, fedavg):
   assert 3 in cardinalities[addresses[0]], cardinalities
   assert 2 in cardinalities[addresses[1]], cardinalities
   for address in addresses:
-    assert counts[address].get('Compute', 0) > 0, counts
+    assert counts[address].get("Compute", 0) > 0, counts
 
   expected_mean = np.mean(values)
   for name, (mean, fedavg_result) in results.items():
     assert mean == pytest.approx(expected_mean, rel=1e-6), name
-    _assert_same_fedavg(fedavg_result, results['local'][1])
+    _assert_same_fedavg(fedavg_result, results["local"][1])
   # The rounds actually trained.
-  assert np.abs(results['local'][1][0][0]).sum() > 0
-  assert results['local'][1][1]['num_examples'] == 20
+  assert np.abs(results["local"][1][0][0]).sum() > 0
+  assert results["local"][1][1]["num_examples"] == 20
 
 
 @tff.tensorflow.computation(np.float32, np.float32)
@@ -198,8 +216,9 @@ def _squared_deviation(x, m):
 @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
 def federated_variance(x):
   mean = tff.federated_mean(x)  # An aggregate that feeds another one.
-  return tff.federated_mean(tff.federated_map(
-      _squared_deviation, (x, tff.federated_broadcast(mean))))
+  return tff.federated_mean(
+    tff.federated_map(_squared_deviation, (x, tff.federated_broadcast(mean)))
+  )
 
 
 def test_local_execution_with_two_workers_uses_mergeable_context():
@@ -210,14 +229,16 @@ def test_local_execution_with_two_workers_uses_mergeable_context():
     assert handle.mergeable and len(handle.workers) == 2
     assert federated_mean(values) == pytest.approx(3.0)
     # The mergeable context's limit: one aggregation may not depend on another.
-    with pytest.raises(ValueError, match='one aggregate dependent on another'):
+    with pytest.raises(ValueError, match="one aggregate dependent on another"):
       federated_variance(values)
     pids = [w.pid for w in handle.workers]
   proc_testing.assert_all_gone(pids, timeout_s=5)
 
 
 def test_previous_context_restored_after_exception():
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
 
   before = context_stack_impl.context_stack.current
   with pytest.raises(ZeroDivisionError):
@@ -238,25 +259,29 @@ def test_unreachable_address_fails_fast_with_one_line():
   port = runtime.find_free_port()
   start = time.monotonic()
   with pytest.raises(runtime.WorkerUnavailableError) as e:
-    with runtime.remote_execution([f'127.0.0.1:{port}'], worker_timeout_s=1.5):
-      pytest.fail('entered a context with an unreachable worker')
+    with runtime.remote_execution([f"127.0.0.1:{port}"], worker_timeout_s=1.5):
+      pytest.fail("entered a context with an unreachable worker")
   elapsed = time.monotonic() - start
   assert str(e.value) == (
-      f'--workers: cannot reach TFF worker at 127.0.0.1:{port} within 1.5s')
+    f"--workers: cannot reach TFF worker at 127.0.0.1:{port} within 1.5s"
+  )
   assert 1.4 < elapsed < 1.5 + SLACK_S
 
 
 def test_one_unreachable_among_several_is_named(cli_workers):
   port = runtime.find_free_port()
-  bad = f'127.0.0.1:{port}'
+  bad = f"127.0.0.1:{port}"
   with pytest.raises(runtime.WorkerUnavailableError) as e:
-    with runtime.execution_context('remote', [cli_workers[0].address, bad], 1):
+    with runtime.execution_context("remote", [cli_workers[0].address, bad], 1):
       pass
-  assert str(e.value) == f'--workers: cannot reach TFF worker at {bad} within 1s'
+  assert (
+    str(e.value) == f"--workers: cannot reach TFF worker at {bad} within 1s"
+  )
 
 
-@pytest.mark.parametrize('address', ['nohost', 'host:', ':80', 'h:99999',
-                                     '::1:80'])
+@pytest.mark.parametrize(
+  "address", ["nohost", "host:", ":80", "h:99999", "::1:80"]
+)
 def test_malformed_address_is_a_value_error(address):
   with pytest.raises(ValueError):
     with runtime.remote_execution([address], worker_timeout_s=1):
@@ -275,16 +300,18 @@ def test_killed_worker_fails_next_call_within_timeout():
       federated_mean([1.0, 3.0])
     elapsed = time.monotonic() - start
   message = str(e.value)
-  assert '\n' not in message
+  assert "\n" not in message
   assert message == (
-      f'cannot reach TFF worker at {worker.address} within {timeout_s:g}s')
+    f"cannot reach TFF worker at {worker.address} within {timeout_s:g}s"
+  )
   assert timeout_s - 0.5 < elapsed < timeout_s + SLACK_S
 
 
 def test_killed_worker_among_two_is_named():
   timeout_s = 3.0
-  with runtime.local_execution(num_workers=2,
-                               worker_timeout_s=timeout_s) as handle:
+  with runtime.local_execution(
+    num_workers=2, worker_timeout_s=timeout_s
+  ) as handle:
     assert federated_mean([1.0, 3.0]) == pytest.approx(2.0)
     victim = handle.workers[1]
     os.kill(victim.pid, signal.SIGKILL)
@@ -294,7 +321,8 @@ def test_killed_worker_among_two_is_named():
       federated_mean([1.0, 3.0])
     elapsed = time.monotonic() - start
   assert str(e.value) == (
-      f'cannot reach TFF worker at {victim.address} within {timeout_s:g}s')
+    f"cannot reach TFF worker at {victim.address} within {timeout_s:g}s"
+  )
   assert elapsed < timeout_s + SLACK_S
 
 
@@ -312,8 +340,9 @@ def test_worker_dying_during_a_call_fails_at_once():
       killer.cancel()
     elapsed = time.monotonic() - start
   assert str(e.value).startswith(
-      f'TFF worker at {worker.address} became unavailable during ')
-  assert '\n' not in str(e.value)
+    f"TFF worker at {worker.address} became unavailable during "
+  )
+  assert "\n" not in str(e.value)
   assert elapsed < 1.0 + SLACK_S  # Not the 30 s timeout.
 
 
@@ -331,7 +360,8 @@ def test_frozen_worker_is_detected_within_timeout():
     finally:
       os.kill(worker.pid, signal.SIGCONT)
   assert str(e.value) == (
-      f'cannot reach TFF worker at {worker.address} within {timeout_s:g}s')
+    f"cannot reach TFF worker at {worker.address} within {timeout_s:g}s"
+  )
   assert timeout_s - 0.5 < elapsed < timeout_s + SLACK_S
 
 
@@ -344,9 +374,9 @@ def test_long_computation_outlasts_the_timeout():
     result = slow_mean([2.0])
     elapsed = time.monotonic() - start
     counts = handle.rpc_counts()[handle.addresses[0]]
-  assert elapsed > 2 * timeout_s, f'too quick ({elapsed:.1f}s) to prove it'
+  assert elapsed > 2 * timeout_s, f"too quick ({elapsed:.1f}s) to prove it"
   assert 1.0 < result < 2.0
-  assert counts['CreateCall'] >= 1
+  assert counts["CreateCall"] >= 1
 
 
 def test_restarted_worker_is_used_again():
@@ -383,20 +413,20 @@ def test_messages_above_grpc_default_4mb_limit():
 
 
 def test_registry():
-  assert {'local', 'remote', 'auto'} <= set(runtime.available_executors())
-  with pytest.raises(ValueError, match='unknown executor'):
-    runtime.execution_context('gpu-cluster', [], 1)
-  with pytest.raises(ValueError, match='--workers must be empty'):
-    runtime.execution_context('local', ['127.0.0.1:1'], 1)
-  with pytest.raises(ValueError, match='needs --workers'):
-    runtime.execution_context('remote', [], 1)
-  with runtime.execution_context('auto', '', 30) as handle:
-    assert handle.kind == 'local'
+  assert {"local", "remote", "auto"} <= set(runtime.available_executors())
+  with pytest.raises(ValueError, match="unknown executor"):
+    runtime.execution_context("gpu-cluster", [], 1)
+  with pytest.raises(ValueError, match="--workers must be empty"):
+    runtime.execution_context("local", ["127.0.0.1:1"], 1)
+  with pytest.raises(ValueError, match="needs --workers"):
+    runtime.execution_context("remote", [], 1)
+  with runtime.execution_context("auto", "", 30) as handle:
+    assert handle.kind == "local"
     assert federated_mean([4.0]) == pytest.approx(4.0)
 
 
 def test_registry_remote_from_comma_separated_string(cli_workers):
-  workers = ','.join(w.address for w in cli_workers)
-  with runtime.execution_context('auto', workers, 30) as handle:
-    assert handle.kind == 'remote' and handle.mergeable
+  workers = ",".join(w.address for w in cli_workers)
+  with runtime.execution_context("auto", workers, 30) as handle:
+    assert handle.kind == "remote" and handle.mergeable
     assert federated_mean([1.0, 2.0, 3.0, 6.0]) == pytest.approx(3.0)

@@ -20,47 +20,50 @@ import pytest
 
 from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lifecycle_child.py')
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+CHILD = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "lifecycle_child.py"
+)
 
 # mode -> (signal sent after READY or None, expected return codes)
 CASES = {
-    'normal': (None, {0}),
-    'raise': (None, {1}),
-    # Signalled in the middle of a long computation (the main thread blocked
-    # in TFF's invoke, an RPC in flight): the hardest moment to unwind.
-    'compute_sigint': (signal.SIGINT, {-signal.SIGINT}),
-    'compute_sigterm': (signal.SIGTERM, {128 + signal.SIGTERM}),
-    # No clean-up at all (as for SIGTERM without `handle_termination`):
-    # PR_SET_PDEATHSIG must take the worker down.
-    'compute_sigkill': (signal.SIGKILL, {-signal.SIGKILL}),
+  "normal": (None, {0}),
+  "raise": (None, {1}),
+  # Signalled in the middle of a long computation (the main thread blocked
+  # in TFF's invoke, an RPC in flight): the hardest moment to unwind.
+  "compute_sigint": (signal.SIGINT, {-signal.SIGINT}),
+  "compute_sigterm": (signal.SIGTERM, {128 + signal.SIGTERM}),
+  # No clean-up at all (as for SIGTERM without `handle_termination`):
+  # PR_SET_PDEATHSIG must take the worker down.
+  "compute_sigkill": (signal.SIGKILL, {-signal.SIGKILL}),
 }
 
 
 class _Child:
-
   def __init__(self, mode):
     self.mode = mode
     self.tag, env = proc_testing.tagged_env()
-    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
-    env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     # stderr to a file: a pipe nobody reads could fill up and block the child.
-    self.stderr = tempfile.TemporaryFile(mode='w+')  # pylint: disable=consider-using-with
+    self.stderr = tempfile.TemporaryFile(mode="w+")  # pylint: disable=consider-using-with
     self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, CHILD, mode],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=self.stderr,
-        text=True,
+      [sys.executable, CHILD, mode],
+      cwd=REPO,
+      env=env,
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=self.stderr,
+      text=True,
     )
     self.worker_pid = None
 
   def read_ready(self, timeout_s=240):
     """Waits for `READY <pid> <result>`; returns (pid, result)."""
     line = _readline(self.proc, timeout_s)
-    assert line.startswith('READY '), line + self.err()
+    assert line.startswith("READY "), line + self.err()
     _, pid, result = line.split()
     self.worker_pid = int(pid)
     return self.worker_pid, float(result)
@@ -83,13 +86,13 @@ def _readline(proc, timeout_s):
   sel.register(proc.stdout, selectors.EVENT_READ)
   try:
     if not sel.select(timeout_s):
-      raise AssertionError(f'no output from child within {timeout_s}s')
+      raise AssertionError(f"no output from child within {timeout_s}s")
     return proc.stdout.readline().strip()
   finally:
     sel.close()
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def children():
   started = {mode: _Child(mode) for mode in CASES}
   yield started
@@ -99,7 +102,7 @@ def children():
       proc_testing.assert_all_gone([child.worker_pid], timeout_s=1)
 
 
-@pytest.mark.parametrize('mode', list(CASES))
+@pytest.mark.parametrize("mode", list(CASES))
 def test_worker_does_not_outlive_its_parent(children, mode):
   child = children[mode]
   sig, expected_codes = CASES[mode]
@@ -112,25 +115,27 @@ def test_worker_does_not_outlive_its_parent(children, mode):
   assert info[0].pgid == worker_pid
   assert proc_testing.worker_pids_of(child.proc.pid) == [worker_pid]
 
-  child.proc.stdin.write('go\n')
+  child.proc.stdin.write("go\n")
   child.proc.stdin.flush()
   start = time.monotonic()
   if sig is not None:
     line = _readline(child.proc, 120)
-    assert line in ('WAITING', 'COMPUTING'), line + child.err()
+    assert line in ("WAITING", "COMPUTING"), line + child.err()
     # Into the sleep loop, or past compilation into the computation.
-    time.sleep(2.0 if line == 'COMPUTING' else 0.3)
+    time.sleep(2.0 if line == "COMPUTING" else 0.3)
     start = time.monotonic()
     child.proc.send_signal(sig)
   child.proc.communicate(timeout=120)
   err = child.err()
   assert child.proc.returncode in expected_codes, err
-  print(f'{mode}: exit code {child.proc.returncode} after'
-        f' {time.monotonic() - start:.2f}s')
+  print(
+    f"{mode}: exit code {child.proc.returncode} after"
+    f" {time.monotonic() - start:.2f}s"
+  )
   proc_testing.assert_all_gone([worker_pid], timeout_s=5)
   proc_testing.assert_no_workers_left(child.tag, timeout_s=1)
   assert time.monotonic() - start < 30
-  if mode.endswith('_sigterm'):
-    assert 'Traceback' not in err, err  # `Terminated` exits quietly with 143.
-  if mode == 'raise':
-    assert 'RuntimeError: boom' in err, err
+  if mode.endswith("_sigterm"):
+    assert "Traceback" not in err, err  # `Terminated` exits quietly with 143.
+  if mode == "raise":
+    assert "RuntimeError: boom" in err, err

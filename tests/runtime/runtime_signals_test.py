@@ -9,7 +9,7 @@ import pytest
 from tff_hetero import runtime
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_raises_terminated_and_handlers_are_restored(sig):
   before = signal.getsignal(sig)
   with pytest.raises(runtime.Terminated) as e:
@@ -17,10 +17,10 @@ def test_signal_raises_terminated_and_handlers_are_restored(sig):
       os.kill(os.getpid(), sig)  # Handled at the next bytecode boundary.
       for _ in range(1000):
         pass
-      pytest.fail('no Terminated raised')
+      pytest.fail("no Terminated raised")
   assert e.value.code == 128 + sig
   assert e.value.signum == sig
-  assert str(e.value) == f'terminated by {signal.Signals(sig).name}'
+  assert str(e.value) == f"terminated by {signal.Signals(sig).name}"
   assert isinstance(e.value, SystemExit)
   assert not isinstance(e.value, Exception)  # `except Exception` won't eat it.
   assert signal.getsignal(sig) is before
@@ -61,13 +61,14 @@ def test_no_op_outside_main_thread():
 async def _absorbs_cancellation(started):
   """A task like the release/checkpoint managers': it swallows a cancel."""
   import asyncio  # pylint: disable=g-import-not-at-top
+
   try:
     started.append(True)
     os.kill(os.getpid(), signal.SIGINT)
     await asyncio.sleep(5)
   except asyncio.CancelledError:
     pass
-  return 'finished'
+  return "finished"
 
 
 @pytest.fixture
@@ -81,9 +82,10 @@ def default_sigint():
 def test_sigint_during_asyncio_run_is_not_lost(default_sigint):
   del default_sigint
   import asyncio  # pylint: disable=g-import-not-at-top
+
   # With Python's default handler, asyncio.run swaps in its own, which only
   # cancels the task: here the interrupt vanishes.
-  assert asyncio.run(_absorbs_cancellation([])) == 'finished'
+  assert asyncio.run(_absorbs_cancellation([])) == "finished"
   started = []
   with pytest.raises(KeyboardInterrupt):
     with runtime.handle_termination():
@@ -107,23 +109,26 @@ def test_ignored_sigint_stays_ignored():
 async def _writes_in_two_steps(steps, sig):
   """A release/checkpoint-like coroutine: a signal arrives between writes."""
   import asyncio  # pylint: disable=g-import-not-at-top
-  steps.append('first')
+
+  steps.append("first")
   os.kill(os.getpid(), sig)
   await asyncio.gather(asyncio.sleep(0.05), asyncio.sleep(0.05))
-  steps.append('second')
-  return 'done'
+  steps.append("second")
+  return "done"
 
 
-@pytest.mark.parametrize('sig,error', [(signal.SIGTERM, runtime.Terminated),
-                                       (signal.SIGINT, KeyboardInterrupt)])
+@pytest.mark.parametrize(
+  "sig,error",
+  [(signal.SIGTERM, runtime.Terminated), (signal.SIGINT, KeyboardInterrupt)],
+)
 def test_run_to_completion_finishes_then_raises(default_sigint, sig, error):
   del default_sigint
   steps, after = [], []
   with pytest.raises(error):
     with runtime.handle_termination():
       runtime.run_to_completion(_writes_in_two_steps(steps, sig))
-      after.append('next statement')  # Not reached: raised on return.
-  assert steps == ['first', 'second']
+      after.append("next statement")  # Not reached: raised on return.
+  assert steps == ["first", "second"]
   assert not after
 
 
@@ -131,10 +136,10 @@ def test_run_to_completion_without_a_signal_returns_the_result():
   steps = []
 
   async def body():
-    steps.append('ran')
+    steps.append("ran")
     return 7
 
   with runtime.handle_termination():
     assert runtime.run_to_completion(body()) == 7
   assert runtime.run_to_completion(body()) == 7  # Outside: plain asyncio.run.
-  assert steps == ['ran', 'ran']
+  assert steps == ["ran", "ran"]

@@ -20,9 +20,14 @@ def test_erk_by_hand():
   assert masks.keep_counts([(2, 2), (10, 10)], densities) == [4, 48]
 
 
-@pytest.mark.parametrize("name, shape", [
-    ("mnist_cnn", (28, 28, 1)), ("cifar_cnn", (32, 32, 3)),
-    ("resnet20", (32, 32, 3))])
+@pytest.mark.parametrize(
+  "name, shape",
+  [
+    ("mnist_cnn", (28, 28, 1)),
+    ("cifar_cnn", (32, 32, 3)),
+    ("resnet20", (32, 32, 3)),
+  ],
+)
 @pytest.mark.parametrize("sparsity", [0.5, 0.8, 0.95])
 def test_whole_model_meets_the_target(name, shape, sparsity):
   wrapped = masks.prune_wrap(models.build_model(name, shape, 10, seed=0))
@@ -39,7 +44,8 @@ def test_whole_model_meets_the_target(name, shape, sparsity):
   raw = [sum(s) / math.prod(s) for s in shapes]
   for i in sparse:
     assert densities[i] / raw[i] == pytest.approx(
-        densities[sparse[0]] / raw[sparse[0]])
+      densities[sparse[0]] / raw[sparse[0]]
+    )
   # Dense layers are the ones with the largest raw density.
   for i, d in enumerate(densities):
     if d == 1.0 and sparse:
@@ -47,26 +53,35 @@ def test_whole_model_meets_the_target(name, shape, sparsity):
 
 
 def test_mnist_cnn_layout_and_densities():
-  wrapped = masks.prune_wrap(models.build_model("mnist_cnn", (28, 28, 1), 10,
-                                                seed=0))
+  wrapped = masks.prune_wrap(
+    models.build_model("mnist_cnn", (28, 28, 1), 10, seed=0)
+  )
   layout = masks.MaskLayout.of(wrapped)
   assert [k.name for k in layout.kernels] == [
-      "conv1/kernel:0", "conv2/kernel:0", "fc1/kernel:0", "logits/kernel:0"]
+    "conv1/kernel:0",
+    "conv2/kernel:0",
+    "fc1/kernel:0",
+    "logits/kernel:0",
+  ]
   assert [k.trainable_index for k in layout.kernels] == [0, 2, 4, 6]
   # Only the four kernel layers are wrapped: four masks, four step counters.
   assert layout.kinds.count("mask") == 4 and layout.kinds.count("step") == 4
-  counts = masks.keep_counts(layout.shapes,
-                             masks.erk_densities(layout.shapes, 0.8))
+  counts = masks.keep_counts(
+    layout.shapes, masks.erk_densities(layout.shapes, 0.8)
+  )
   assert counts == [188, 357, 3305, 500]  # 4,350 of 21,750 kernel weights.
 
 
 def test_sparse_model_round_trip():
-  wrapped = masks.prune_wrap(models.build_model("small_cnn", (8, 8, 1), 10,
-                                                seed=0))
+  wrapped = masks.prune_wrap(
+    models.build_model("small_cnn", (8, 8, 1), 10, seed=0)
+  )
   layout = masks.MaskLayout.of(wrapped)
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
   weights = tf.nest.map_structure(
-      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(wrapped))
+    lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(wrapped)
+  )
   chosen = masks.random_masks(layout.shapes, [5] * len(layout.kernels), 1)
   masked = layout.with_masks(weights, chosen)
   sparse = layout.to_sparse(masked)
@@ -93,11 +108,15 @@ def test_top_k_mask_respects_candidates_and_ties():
   scores = tf.constant([5.0, 1.0, 5.0, 3.0, 9.0])
   candidates = tf.constant([True, True, True, True, False])
   np.testing.assert_array_equal(
-      masks.top_k_mask(scores, 2, candidates), [1, 0, 1, 0, 0])
+    masks.top_k_mask(scores, 2, candidates), [1, 0, 1, 0, 0]
+  )
   np.testing.assert_array_equal(
-      masks.top_k_mask(scores, 1, candidates), [1, 0, 0, 0, 0])  # Lower index.
+    masks.top_k_mask(scores, 1, candidates), [1, 0, 0, 0, 0]
+  )  # Lower index.
   np.testing.assert_array_equal(  # More asked than there are candidates.
-      masks.top_k_mask(scores, 9, [False, True, False, False, False]),
-      [0, 1, 0, 0, 0])
-  np.testing.assert_array_equal(masks.top_k_mask(scores, 0, candidates),
-                                [0, 0, 0, 0, 0])
+    masks.top_k_mask(scores, 9, [False, True, False, False, False]),
+    [0, 1, 0, 0, 0],
+  )
+  np.testing.assert_array_equal(
+    masks.top_k_mask(scores, 0, candidates), [0, 0, 0, 0, 0]
+  )

@@ -9,11 +9,11 @@ from tff_hetero.accounting.payload import tf_dense_nbytes
 from tff_hetero.accounting.payload import tf_masked_nbytes
 
 __all__ = [
-    "ClientTraffic",
-    "CommLedger",
-    "RoundTotals",
-    "dense_nbytes",
-    "masked_nbytes",
-    "tf_dense_nbytes",
-    "tf_masked_nbytes",
+  "ClientTraffic",
+  "CommLedger",
+  "RoundTotals",
+  "dense_nbytes",
+  "masked_nbytes",
+  "tf_dense_nbytes",
+  "tf_masked_nbytes",
 ]

@@ -9,7 +9,8 @@ rounds it covers.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 
 import attrs
 import numpy as np
@@ -36,8 +37,14 @@ class ClientTraffic:
   examples: int
 
 
-_COLUMNS = ("round_num", "client_index", "bytes_down", "bytes_up", "flops",
-            "examples")
+_COLUMNS = (
+  "round_num",
+  "client_index",
+  "bytes_down",
+  "bytes_up",
+  "flops",
+  "examples",
+)
 
 
 @attrs.frozen
@@ -59,10 +66,12 @@ class CommLedger:
 
   client_ids: tuple[str, ...] = ()
   columns: tuple[np.ndarray, ...] = attrs.field(
-      factory=lambda: tuple(np.zeros([0], np.int64) for _ in _COLUMNS))
+    factory=lambda: tuple(np.zeros([0], np.int64) for _ in _COLUMNS)
+  )
 
-  def record(self, round_num: int,
-             traffic: Iterable[ClientTraffic]) -> "CommLedger":
+  def record(
+    self, round_num: int, traffic: Iterable[ClientTraffic]
+  ) -> "CommLedger":
     """Returns a ledger with `traffic` added for `round_num`."""
     client_ids = list(self.client_ids)
     index = {cid: i for i, cid in enumerate(client_ids)}
@@ -71,13 +80,22 @@ class CommLedger:
       if item.client_id not in index:
         index[item.client_id] = len(client_ids)
         client_ids.append(item.client_id)
-      rows.append((round_num, index[item.client_id], item.bytes_down,
-                   item.bytes_up, item.flops, item.examples))
+      rows.append(
+        (
+          round_num,
+          index[item.client_id],
+          item.bytes_down,
+          item.bytes_up,
+          item.flops,
+          item.examples,
+        )
+      )
     if not rows:
       return self
     new = np.asarray(rows, np.int64).T
     columns = tuple(
-        np.concatenate([old, new[i]]) for i, old in enumerate(self.columns))
+      np.concatenate([old, new[i]]) for i, old in enumerate(self.columns)
+    )
     return CommLedger(tuple(client_ids), columns)
 
   def _column(self, name: str) -> np.ndarray:
@@ -85,11 +103,11 @@ class CommLedger:
 
   def _totals(self, selected: np.ndarray) -> RoundTotals:
     return RoundTotals(
-        bytes_down=int(self._column("bytes_down")[selected].sum()),
-        bytes_up=int(self._column("bytes_up")[selected].sum()),
-        flops=int(self._column("flops")[selected].sum()),
-        examples=int(self._column("examples")[selected].sum()),
-        num_clients=int(selected.sum()),
+      bytes_down=int(self._column("bytes_down")[selected].sum()),
+      bytes_up=int(self._column("bytes_up")[selected].sum()),
+      flops=int(self._column("flops")[selected].sum()),
+      examples=int(self._column("examples")[selected].sum()),
+      num_clients=int(selected.sum()),
     )
 
   def round_totals(self, round_num: int) -> RoundTotals:
@@ -108,11 +126,11 @@ class CommLedger:
     for i, cid in enumerate(self.client_ids):
       selected = client_index == i
       out[cid] = collections.OrderedDict(
-          bytes_down=int(self._column("bytes_down")[selected].sum()),
-          bytes_up=int(self._column("bytes_up")[selected].sum()),
-          flops=int(self._column("flops")[selected].sum()),
-          examples=int(self._column("examples")[selected].sum()),
-          rounds=int(selected.sum()),
+        bytes_down=int(self._column("bytes_down")[selected].sum()),
+        bytes_up=int(self._column("bytes_up")[selected].sum()),
+        flops=int(self._column("flops")[selected].sum()),
+        examples=int(self._column("examples")[selected].sum()),
+        rounds=int(selected.sum()),
       )
     return out
 
@@ -121,8 +139,12 @@ class CommLedger:
     return collections.OrderedDict(zip(_COLUMNS, self.columns))
 
   @classmethod
-  def from_arrays(cls, client_ids: Sequence[str],
-                  arrays: "collections.abc.Mapping[str, np.ndarray]") -> "CommLedger":
-    return cls(tuple(client_ids),
-               tuple(np.asarray(arrays[c], np.int64).reshape([-1])
-                     for c in _COLUMNS))
+  def from_arrays(
+    cls,
+    client_ids: Sequence[str],
+    arrays: "collections.abc.Mapping[str, np.ndarray]",
+  ) -> "CommLedger":
+    return cls(
+      tuple(client_ids),
+      tuple(np.asarray(arrays[c], np.int64).reshape([-1]) for c in _COLUMNS),
+    )

@@ -51,8 +51,8 @@ def masked_nbytes(values: Any, masks: Any) -> int:
     mask_array = np.asarray(mask)
     if mask_array.shape != array.shape:
       raise ValueError(
-          f"mask shape {mask_array.shape} does not match value shape"
-          f" {array.shape}"
+        f"mask shape {mask_array.shape} does not match value shape"
+        f" {array.shape}"
       )
     kept = int(np.count_nonzero(mask_array))
     total += kept * int(array.dtype.itemsize) + math.ceil(array.size / 8)

@@ -33,7 +33,8 @@ tensors each client actually receives or sends.
 from __future__ import annotations
 
 import collections
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -66,8 +67,8 @@ def _count_clients(any_at_clients) -> Any:
 
 
 def build_measured_broadcast_process(
-    value_type: tff.Type,
-    nbytes_fn=None) -> tff.learning.templates.DistributionProcess:
+  value_type: tff.Type, nbytes_fn=None
+) -> tff.learning.templates.DistributionProcess:
   """A broadcast that measures the bytes every client receives."""
   if isinstance(value_type, tff.FederatedType):
     raise TypeError(f"value_type must not be federated, got {value_type}")
@@ -77,15 +78,17 @@ def build_measured_broadcast_process(
   def init_fn():
     return tff.federated_value((), tff.SERVER)
 
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(value_type, tff.SERVER))
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(value_type, tff.SERVER)
+  )
   def next_fn(state, value):
     received = tff.federated_broadcast(value)
     nbytes = tff.federated_map(client_nbytes, received)
     measurements = tff.federated_zip(
-        collections.OrderedDict(
-            bytes_down=_sum_over_clients(nbytes),
-            clients=_count_clients(nbytes)))
+      collections.OrderedDict(
+        bytes_down=_sum_over_clients(nbytes), clients=_count_clients(nbytes)
+      )
+    )
     return tff.templates.MeasuredProcessOutput(state, received, measurements)
 
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)
@@ -95,15 +98,18 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
   """Wraps a weighted aggregation factory and measures client uploads."""
 
   def __init__(
-      self, inner: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-      nbytes_fn=None):
+    self,
+    inner: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    nbytes_fn=None,
+  ):
     self._nbytes_fn = nbytes_fn
     if inner is None:
       inner = tff.aggregators.MeanFactory()
     if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
       raise TypeError(
-          "MeasuredUploadFactory wraps a WeightedAggregationFactory, got"
-          f" {type(inner).__name__}")
+        "MeasuredUploadFactory wraps a WeightedAggregationFactory, got"
+        f" {type(inner).__name__}"
+      )
     self._inner = inner
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
@@ -114,29 +120,33 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
     else:
       pair_nbytes = None
     client_nbytes = _client_nbytes_fn(
-        tff.StructType([value_type, weight_type]), pair_nbytes)
+      tff.StructType([value_type, weight_type]), pair_nbytes
+    )
 
     @tff.federated_computation()
     def init_fn():
       return inner_process.initialize()
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS),
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
     )
     def next_fn(state, value, weight):
-      nbytes = tff.federated_map(client_nbytes,
-                                 tff.federated_zip([value, weight]))
+      nbytes = tff.federated_map(
+        client_nbytes, tff.federated_zip([value, weight])
+      )
       inner_output = inner_process.next(state, value, weight)
       measurements = tff.federated_zip(
-          collections.OrderedDict(
-              inner=inner_output.measurements,
-              bytes_up=_sum_over_clients(nbytes),
-              clients=_count_clients(nbytes)))
-      return tff.templates.MeasuredProcessOutput(inner_output.state,
-                                                 inner_output.result,
-                                                 measurements)
+        collections.OrderedDict(
+          inner=inner_output.measurements,
+          bytes_up=_sum_over_clients(nbytes),
+          clients=_count_clients(nbytes),
+        )
+      )
+      return tff.templates.MeasuredProcessOutput(
+        inner_output.state, inner_output.result, measurements
+      )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
@@ -154,11 +164,14 @@ def measured_metrics_aggregator(inner=None):
     def aggregate(local_unfinalized_metrics):
       finalized = inner_computation(local_unfinalized_metrics)
       client_nbytes = _client_nbytes_fn(
-          local_unfinalized_metrics.type_signature.member)
+        local_unfinalized_metrics.type_signature.member
+      )
       nbytes = _sum_over_clients(
-          tff.federated_map(client_nbytes, local_unfinalized_metrics))
+        tff.federated_map(client_nbytes, local_unfinalized_metrics)
+      )
       return tff.federated_zip(
-          collections.OrderedDict(metrics=finalized, uploaded_bytes=nbytes))
+        collections.OrderedDict(metrics=finalized, uploaded_bytes=nbytes)
+      )
 
     return aggregate
 

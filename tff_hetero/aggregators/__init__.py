@@ -12,14 +12,14 @@ from tff_hetero.aggregators.model_aggregators import MODEL_AGGREGATORS
 from tff_hetero.aggregators.model_aggregators import build_model_aggregator
 
 __all__ = [
-    "MODEL_AGGREGATORS",
-    "build_model_aggregator",
-    "MaskedMeanFactory",
-    "MaskedSumFactory",
-    "MaskedSums",
-    "MaskedWeight",
-    "add_masked_sums",
-    "masked_average",
-    "masked_mean_or_zero",
-    "weigh",
+  "MODEL_AGGREGATORS",
+  "build_model_aggregator",
+  "MaskedMeanFactory",
+  "MaskedSumFactory",
+  "MaskedSums",
+  "MaskedWeight",
+  "add_masked_sums",
+  "masked_average",
+  "masked_mean_or_zero",
+  "weigh",
 ]

@@ -54,7 +54,9 @@ needs client work that emits one, as TFF's own builders pass a scalar.
 from __future__ import annotations
 
 import collections
-from typing import Any, NamedTuple, Optional
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -84,21 +86,26 @@ def weigh(value, weight):
   if isinstance(weight, MaskedWeight):
     w = weight.weight
     weighted = tf.nest.map_structure(
-        lambda v, m: v * tf.cast(w, v.dtype) * tf.cast(m, v.dtype), value,
-        weight.mask)
-    counts = tf.nest.map_structure(lambda m: tf.cast(w, tf.float32) * tf.cast(
-        m, tf.float32), weight.mask)
+      lambda v, m: v * tf.cast(w, v.dtype) * tf.cast(m, v.dtype),
+      value,
+      weight.mask,
+    )
+    counts = tf.nest.map_structure(
+      lambda m: tf.cast(w, tf.float32) * tf.cast(m, tf.float32), weight.mask
+    )
     return weighted, counts
-  weighted = tf.nest.map_structure(lambda v: v * tf.cast(weight, v.dtype),
-                                   value)
+  weighted = tf.nest.map_structure(
+    lambda v: v * tf.cast(weight, v.dtype), value
+  )
   return weighted, tf.cast(weight, tf.float32)
 
 
 def add_masked_sums(a: MaskedSums, b: MaskedSums) -> MaskedSums:
   """Element-wise sum of two `MaskedSums` of the same structure."""
   return MaskedSums(
-      tf.nest.map_structure(tf.add, a.weighted_sum, b.weighted_sum),
-      _map_counts(tf.add, a.weight_sum, b.weight_sum, a.weighted_sum))
+    tf.nest.map_structure(tf.add, a.weighted_sum, b.weighted_sum),
+    _map_counts(tf.add, a.weight_sum, b.weight_sum, a.weighted_sum),
+  )
 
 
 def _map_counts(fn, counts_a, counts_b, like):
@@ -106,12 +113,19 @@ def _map_counts(fn, counts_a, counts_b, like):
   if not tf.nest.is_nested(counts_a) and not tf.nest.is_nested(counts_b):
     return fn(counts_a, counts_b)
   flat_like = tf.nest.flatten(like)
-  flat_a = (tf.nest.flatten(counts_a) if tf.nest.is_nested(counts_a) else
-            [counts_a] * len(flat_like))
-  flat_b = (tf.nest.flatten(counts_b) if tf.nest.is_nested(counts_b) else
-            [counts_b] * len(flat_like))
+  flat_a = (
+    tf.nest.flatten(counts_a)
+    if tf.nest.is_nested(counts_a)
+    else [counts_a] * len(flat_like)
+  )
+  flat_b = (
+    tf.nest.flatten(counts_b)
+    if tf.nest.is_nested(counts_b)
+    else [counts_b] * len(flat_like)
+  )
   return tf.nest.pack_sequence_as(
-      like, [fn(x, y) for x, y in zip(flat_a, flat_b)])
+    like, [fn(x, y) for x, y in zip(flat_a, flat_b)]
+  )
 
 
 def _counts_like(sums: MaskedSums):
@@ -129,8 +143,9 @@ def masked_average(sums: MaskedSums, previous):
     covered = tf.broadcast_to(count > 0, tf.shape(total))
     return tf.where(covered, tf.math.divide_no_nan(total, count), prev)
 
-  return tf.nest.map_structure(leaf, sums.weighted_sum, _counts_like(sums),
-                               previous)
+  return tf.nest.map_structure(
+    leaf, sums.weighted_sum, _counts_like(sums), previous
+  )
 
 
 def masked_mean_or_zero(sums: MaskedSums):
@@ -138,8 +153,7 @@ def masked_mean_or_zero(sums: MaskedSums):
 
   def leaf(total, count):
     count = tf.cast(count, total.dtype)
-    return tf.math.divide_no_nan(total, tf.broadcast_to(count,
-                                                         tf.shape(total)))
+    return tf.math.divide_no_nan(total, tf.broadcast_to(count, tf.shape(total)))
 
   return tf.nest.map_structure(leaf, sums.weighted_sum, _counts_like(sums))
 
@@ -154,8 +168,9 @@ def _check_value_type(value_type) -> None:
     raise TypeError(f"value_type must not be federated, got {value_type}")
   if not tff.types.is_structure_of_floats(value_type):
     raise TypeError(
-        "MaskedSumFactory aggregates floating-point values (a tensor or a"
-        f" structure of them), got {value_type}")
+      "MaskedSumFactory aggregates floating-point values (a tensor or a"
+      f" structure of them), got {value_type}"
+    )
 
 
 def _check_weight_type(weight_type, value_type) -> bool:
@@ -165,24 +180,30 @@ def _check_weight_type(weight_type, value_type) -> bool:
     if weight_type.is_assignable_from(scalar) and not weight_type.shape:
       return False
     raise TypeError(
-        f"the weight must be float32 or MaskedWeight<weight=float32, mask=..>,"
-        f" got {weight_type}")
-  if (not isinstance(weight_type, tff.StructType) or
-      tff.structure.name_list(weight_type) != ["weight", "mask"]):
+      f"the weight must be float32 or MaskedWeight<weight=float32, mask=..>,"
+      f" got {weight_type}"
+    )
+  if not isinstance(weight_type, tff.StructType) or tff.structure.name_list(
+    weight_type
+  ) != ["weight", "mask"]:
     raise TypeError(
-        "the weight must be float32 or MaskedWeight<weight=float32, mask=..>,"
-        f" got {weight_type}")
+      "the weight must be float32 or MaskedWeight<weight=float32, mask=..>,"
+      f" got {weight_type}"
+    )
   if not scalar.is_assignable_from(weight_type.weight):
     raise TypeError(
-        f"MaskedWeight.weight must be float32, got {weight_type.weight}")
+      f"MaskedWeight.weight must be float32, got {weight_type.weight}"
+    )
   value_leaves = tff.structure.flatten(value_type)
   mask_leaves = tff.structure.flatten(weight_type.mask)
   if len(value_leaves) != len(mask_leaves) or any(
-      v.shape != m.shape or m.dtype != np.float32
-      for v, m in zip(value_leaves, mask_leaves)):
+    v.shape != m.shape or m.dtype != np.float32
+    for v, m in zip(value_leaves, mask_leaves)
+  ):
     raise TypeError(
-        "MaskedWeight.mask must hold one float32 mask per value tensor, of the"
-        f" same shape: value {value_type}, mask {weight_type.mask}")
+      "MaskedWeight.mask must hold one float32 mask per value tensor, of the"
+      f" same shape: value {value_type}, mask {weight_type.mask}"
+    )
   return True
 
 
@@ -190,20 +211,29 @@ class MaskedSumFactory(tff.aggregators.WeightedAggregationFactory):
   """Per-element sums of weight x mask x value and weight x mask (see module)."""
 
   def __init__(
-      self,
-      value_sum_factory: Optional[
-          tff.aggregators.UnweightedAggregationFactory] = None,
-      weight_sum_factory: Optional[
-          tff.aggregators.UnweightedAggregationFactory] = None):
-    for name, inner in (("value_sum_factory", value_sum_factory),
-                        ("weight_sum_factory", weight_sum_factory)):
+    self,
+    value_sum_factory: Optional[
+      tff.aggregators.UnweightedAggregationFactory
+    ] = None,
+    weight_sum_factory: Optional[
+      tff.aggregators.UnweightedAggregationFactory
+    ] = None,
+  ):
+    for name, inner in (
+      ("value_sum_factory", value_sum_factory),
+      ("weight_sum_factory", weight_sum_factory),
+    ):
       if inner is not None and not isinstance(
-          inner, tff.aggregators.UnweightedAggregationFactory):
-        raise TypeError(f"{name} must be an UnweightedAggregationFactory, got"
-                        f" {type(inner).__name__}")
+        inner, tff.aggregators.UnweightedAggregationFactory
+      ):
+        raise TypeError(
+          f"{name} must be an UnweightedAggregationFactory, got"
+          f" {type(inner).__name__}"
+        )
     self._value_sum_factory = value_sum_factory or tff.aggregators.SumFactory()
-    self._weight_sum_factory = (weight_sum_factory or
-                                tff.aggregators.SumFactory())
+    self._weight_sum_factory = (
+      weight_sum_factory or tff.aggregators.SumFactory()
+    )
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _check_value_type(value_type)
@@ -221,29 +251,40 @@ class MaskedSumFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_zip(collections.OrderedDict(
+      return tff.federated_zip(
+        collections.OrderedDict(
           value_sum_process=value_sum_process.initialize(),
-          weight_sum_process=weight_sum_process.initialize()))
+          weight_sum_process=weight_sum_process.initialize(),
+        )
+      )
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
+    )
     def next_fn(state, value, weight):
       weighted, counts = tff.federated_map(weigh_at_client, (value, weight))
       value_output = value_sum_process.next(state.value_sum_process, weighted)
-      weight_output = weight_sum_process.next(state.weight_sum_process,
-                                              counts)
-      new_state = tff.federated_zip(collections.OrderedDict(
+      weight_output = weight_sum_process.next(state.weight_sum_process, counts)
+      new_state = tff.federated_zip(
+        collections.OrderedDict(
           value_sum_process=value_output.state,
-          weight_sum_process=weight_output.state))
-      result = tff.federated_zip(MaskedSums(value_output.result,
-                                            weight_output.result))
-      measurements = tff.federated_zip(collections.OrderedDict(
+          weight_sum_process=weight_output.state,
+        )
+      )
+      result = tff.federated_zip(
+        MaskedSums(value_output.result, weight_output.result)
+      )
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
           value_sum=value_output.measurements,
-          weight_sum=weight_output.measurements))
-      return tff.templates.MeasuredProcessOutput(new_state, result,
-                                                 measurements)
+          weight_sum=weight_output.measurements,
+        )
+      )
+      return tff.templates.MeasuredProcessOutput(
+        new_state, result, measurements
+      )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
@@ -251,8 +292,8 @@ class MaskedSumFactory(tff.aggregators.WeightedAggregationFactory):
 class MaskedMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """`MaskedSumFactory` followed by `masked_mean_or_zero` on the server.
 
-    next: (<S@SERVER, T@CLIENTS, W@CLIENTS> ->
-           <state=S@SERVER, result=T@SERVER, measurements=..@SERVER>)
+  next: (<S@SERVER, T@CLIENTS, W@CLIENTS> ->
+         <state=S@SERVER, result=T@SERVER, measurements=..@SERVER>)
   """
 
   def __init__(self, masked_sum_factory: Optional[MaskedSumFactory] = None):
@@ -271,13 +312,16 @@ class MaskedMeanFactory(tff.aggregators.WeightedAggregationFactory):
       return sum_process.initialize()
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
+    )
     def next_fn(state, value, weight):
       output = sum_process.next(state, value, weight)
       return tff.templates.MeasuredProcessOutput(
-          output.state, tff.federated_map(divide, output.result),
-          output.measurements)
+        output.state,
+        tff.federated_map(divide, output.result),
+        output.measurements,
+      )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -30,8 +30,8 @@ other `tff.aggregators` factory can be passed to the builders directly.
 from __future__ import annotations
 
 import collections
-import math
 from collections.abc import Callable
+import math
 from typing import Optional
 
 import attrs
@@ -56,39 +56,55 @@ class AggregatorEntry:
 
 
 MODEL_AGGREGATORS: "collections.OrderedDict[str, AggregatorEntry]" = (
-    collections.OrderedDict(
-        mean=AggregatorEntry(
-            lambda clip, noise, cohort: tff.aggregators.MeanFactory(),
-            tff.learning.ClientWeighting.NUM_EXAMPLES),
-        clip=AggregatorEntry(
-            lambda clip, noise, cohort: tff.aggregators.clipping_factory(
-                clip, tff.aggregators.MeanFactory()),
-            tff.learning.ClientWeighting.NUM_EXAMPLES, ("clip_norm",)),
-        dp=AggregatorEntry(
-            lambda clip, noise, cohort: (
-                tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-                    noise_multiplier=noise, clients_per_round=cohort,
-                    clip=clip)),
-            tff.learning.ClientWeighting.UNIFORM,
-            ("clip_norm", "noise_multiplier")),
-    ))
+  collections.OrderedDict(
+    mean=AggregatorEntry(
+      lambda clip, noise, cohort: tff.aggregators.MeanFactory(),
+      tff.learning.ClientWeighting.NUM_EXAMPLES,
+    ),
+    clip=AggregatorEntry(
+      lambda clip, noise, cohort: tff.aggregators.clipping_factory(
+        clip, tff.aggregators.MeanFactory()
+      ),
+      tff.learning.ClientWeighting.NUM_EXAMPLES,
+      ("clip_norm",),
+    ),
+    dp=AggregatorEntry(
+      lambda clip, noise, cohort: (
+        tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+          noise_multiplier=noise, clients_per_round=cohort, clip=clip
+        )
+      ),
+      tff.learning.ClientWeighting.UNIFORM,
+      ("clip_norm", "noise_multiplier"),
+    ),
+  )
+)
 
 
-def check_settings(kind: str, clip_norm: Optional[float],
-                   noise_multiplier: Optional[float]) -> None:
+def check_settings(
+  kind: str, clip_norm: Optional[float], noise_multiplier: Optional[float]
+) -> None:
   """`UsageError` naming the flag if the settings do not fit `kind`."""
   if kind not in MODEL_AGGREGATORS:
-    raise UsageError("--aggregator", f"unknown value {kind!r}; accepted: "
-                     + ", ".join(MODEL_AGGREGATORS))
+    raise UsageError(
+      "--aggregator",
+      f"unknown value {kind!r}; accepted: " + ", ".join(MODEL_AGGREGATORS),
+    )
   needs = MODEL_AGGREGATORS[kind].needs
-  for name, value, lowest in (("clip_norm", clip_norm, "> 0"),
-                              ("noise_multiplier", noise_multiplier, ">= 0")):
+  for name, value, lowest in (
+    ("clip_norm", clip_norm, "> 0"),
+    ("noise_multiplier", noise_multiplier, ">= 0"),
+  ):
     if name not in needs:
       if value is not None:
-        raise UsageError(f"--{name}", f"is read only by --aggregator="
-                         + " or ".join(k for k, e in MODEL_AGGREGATORS.items()
-                                       if name in e.needs)
-                         + f", not --aggregator={kind}")
+        raise UsageError(
+          f"--{name}",
+          "is read only by --aggregator="
+          + " or ".join(
+            k for k, e in MODEL_AGGREGATORS.items() if name in e.needs
+          )
+          + f", not --aggregator={kind}",
+        )
       continue
     if value is None:
       raise UsageError(f"--{name}", f"--aggregator={kind} needs it")
@@ -97,11 +113,17 @@ def check_settings(kind: str, clip_norm: Optional[float],
       raise UsageError(f"--{name}", f"must be finite and {lowest}, got {value}")
 
 
-def build_model_aggregator(kind: str, *, clip_norm: Optional[float] = None,
-                           noise_multiplier: Optional[float] = None,
-                           clients_per_round: int = 1):
+def build_model_aggregator(
+  kind: str,
+  *,
+  clip_norm: Optional[float] = None,
+  noise_multiplier: Optional[float] = None,
+  clients_per_round: int = 1,
+):
   """The `kind` factory (module docstring) and its client weighting."""
   check_settings(kind, clip_norm, noise_multiplier)
   entry = MODEL_AGGREGATORS[kind]
-  return (entry.build(clip_norm, noise_multiplier, int(clients_per_round)),
-          entry.client_weighting)
+  return (
+    entry.build(clip_norm, noise_multiplier, int(clients_per_round)),
+    entry.client_weighting,
+  )

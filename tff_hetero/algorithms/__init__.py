@@ -9,8 +9,8 @@ Width-heterogeneous ones run one federated computation per sub-model group
 from tff_hetero.algorithms.adaptivefl import AdaptiveFL
 from tff_hetero.algorithms.all_large import AllLarge
 from tff_hetero.algorithms.api import Assignment
-from tff_hetero.algorithms.api import ClientRound
 from tff_hetero.algorithms.api import ClientDatasets
+from tff_hetero.algorithms.api import ClientRound
 from tff_hetero.algorithms.api import EvaluationData
 from tff_hetero.algorithms.api import EvaluationModel
 from tff_hetero.algorithms.api import FederatedAlgorithm
@@ -27,23 +27,23 @@ from tff_hetero.algorithms.width_rounds import HeterogeneousRounds
 from tff_hetero.algorithms.width_rounds import LevelCatalog
 
 __all__ = [
-    "AdaptiveFL",
-    "AllLarge",
-    "Assignment",
-    "ClientRound",
-    "ClientDatasets",
-    "EvaluationData",
-    "EvaluationModel",
-    "FederatedAlgorithm",
-    "RoundOutput",
-    "Task",
-    "Decoupled",
-    "build_fedadam_process",
-    "build_fedavg_process",
-    "build_fedprox_process",
-    "HeteroFL",
-    "ALGORITHMS",
-    "build_statistics_query",
-    "HeterogeneousRounds",
-    "LevelCatalog",
+  "AdaptiveFL",
+  "AllLarge",
+  "Assignment",
+  "ClientRound",
+  "ClientDatasets",
+  "EvaluationData",
+  "EvaluationModel",
+  "FederatedAlgorithm",
+  "RoundOutput",
+  "Task",
+  "Decoupled",
+  "build_fedadam_process",
+  "build_fedavg_process",
+  "build_fedprox_process",
+  "HeteroFL",
+  "ALGORITHMS",
+  "build_statistics_query",
+  "HeterogeneousRounds",
+  "LevelCatalog",
 ]

@@ -129,9 +129,10 @@ statistics, and their mean (`avg_accuracy`), the paper's "full" and "avg".
 from __future__ import annotations
 
 import collections
-import math
 from collections.abc import Sequence
-from typing import Any, Optional
+import math
+from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -174,12 +175,16 @@ class AdaptiveFLState:
 def initial_tables(pool_size: int, num_clients: int) -> SelectionTables:
   """Algorithm 1, lines 1-2: every entry 1."""
   return SelectionTables(
-      curiosity=np.ones([len(pools_lib.SIZE_CLASSES), num_clients], np.int64),
-      resource=np.ones([pool_size, num_clients], np.int64))
+    curiosity=np.ones([len(pools_lib.SIZE_CLASSES), num_clients], np.int64),
+    resource=np.ones([pool_size, num_clients], np.int64),
+  )
 
 
-def resource_reward(tables: SelectionTables, pool: pools_lib.SubModelPool,
-                    member: pools_lib.PoolMember) -> np.ndarray:
+def resource_reward(
+  tables: SelectionTables,
+  pool: pools_lib.SubModelPool,
+  member: pools_lib.PoolMember,
+) -> np.ndarray:
   """R_s(member, c) for every client c (module docstring)."""
   resource = tables.resource.astype(np.float64)
   # suffix[k] = sum_{t >= k} T_r[t]
@@ -192,19 +197,26 @@ def resource_reward(tables: SelectionTables, pool: pools_lib.SubModelPool,
   return np.where(total > 0, reward, 0.0)
 
 
-def curiosity_reward(tables: SelectionTables,
-                     member: pools_lib.PoolMember) -> np.ndarray:
+def curiosity_reward(
+  tables: SelectionTables, member: pools_lib.PoolMember
+) -> np.ndarray:
   """R_c(member, c) = 1 / sqrt(T_c[type(member)][c])."""
-  return 1.0 / np.sqrt(tables.curiosity[_TYPE_ROWS[member.size_class]].astype(
-      np.float64))
+  return 1.0 / np.sqrt(
+    tables.curiosity[_TYPE_ROWS[member.size_class]].astype(np.float64)
+  )
 
 
-def reward(tables: SelectionTables, pool: pools_lib.SubModelPool,
-           member: pools_lib.PoolMember, selection: str) -> np.ndarray:
+def reward(
+  tables: SelectionTables,
+  pool: pools_lib.SubModelPool,
+  member: pools_lib.PoolMember,
+  selection: str,
+) -> np.ndarray:
   """The selection reward of every client for `member` under `selection`."""
   if selection == "rl":
-    return (np.minimum(0.5, resource_reward(tables, pool, member)) *
-            curiosity_reward(tables, member))
+    return np.minimum(
+      0.5, resource_reward(tables, pool, member)
+    ) * curiosity_reward(tables, member)
   if selection == "curiosity":
     return curiosity_reward(tables, member)
   if selection == "resource":
@@ -212,10 +224,14 @@ def reward(tables: SelectionTables, pool: pools_lib.SubModelPool,
   raise ValueError(f"selection {selection!r} has no reward")
 
 
-def select_clients(tables: SelectionTables, pool: pools_lib.SubModelPool,
-                   members: Sequence[pools_lib.PoolMember],
-                   candidates: np.ndarray, selection: str,
-                   rng: np.random.Generator) -> list[int]:
+def select_clients(
+  tables: SelectionTables,
+  pool: pools_lib.SubModelPool,
+  members: Sequence[pools_lib.PoolMember],
+  candidates: np.ndarray,
+  selection: str,
+  rng: np.random.Generator,
+) -> list[int]:
   """One client index per member, proportional to reward, no repeats.
 
   `candidates`: boolean mask over clients (available this round).
@@ -234,9 +250,14 @@ def select_clients(tables: SelectionTables, pool: pools_lib.SubModelPool,
   return chosen
 
 
-def plan_selection(tables: SelectionTables, pool: pools_lib.SubModelPool,
-                   candidates: np.ndarray, count: int, selection: str,
-                   rng: np.random.Generator) -> list[tuple[int, int]]:
+def plan_selection(
+  tables: SelectionTables,
+  pool: pools_lib.SubModelPool,
+  candidates: np.ndarray,
+  count: int,
+  selection: str,
+  rng: np.random.Generator,
+) -> list[tuple[int, int]]:
   """The round's (client index, member index) pairs under `selection`.
 
   Steps 1-2 of the module docstring for `rl`, `curiosity` and `resource`;
@@ -248,31 +269,44 @@ def plan_selection(tables: SelectionTables, pool: pools_lib.SubModelPool,
   if selection == "greedy":
     drawn = [pool.full] * count
   else:
-    drawn = [pool.members[int(i)]
-             for i in rng.integers(0, len(pool.members), size=count)]
+    drawn = [
+      pool.members[int(i)]
+      for i in rng.integers(0, len(pool.members), size=count)
+    ]
   if selection in ("greedy", "random"):
-    clients = rng.choice(np.flatnonzero(candidates), size=count,
-                         replace=False)
+    clients = rng.choice(np.flatnonzero(candidates), size=count, replace=False)
   else:
     clients = select_clients(tables, pool, drawn, candidates, selection, rng)
   return [(int(c), m.index) for c, m in zip(clients, drawn)]
 
 
-def reachable(pool: pools_lib.SubModelPool, sent: int,
-              min_start_index: int) -> list[int]:
+def reachable(
+  pool: pools_lib.SubModelPool, sent: int, min_start_index: int
+) -> list[int]:
   """Indices of the members a device sent member `sent` can train.
 
   `sent` itself and every member that is part of it with I >= tau.
   """
   outer = pool.members[sent].widths
-  return [m.index for m in pool.members
-          if m.index == sent or (width_lib.contains(outer, m.widths)
-                                 and m.start_index >= min_start_index)]
+  return [
+    m.index
+    for m in pool.members
+    if m.index == sent
+    or (
+      width_lib.contains(outer, m.widths) and m.start_index >= min_start_index
+    )
+  ]
 
 
-def update_tables(tables: SelectionTables, pool: pools_lib.SubModelPool,
-                  client: int, sent: int, returned: Optional[int], p: int,
-                  min_start_index: int = 1) -> SelectionTables:
+def update_tables(
+  tables: SelectionTables,
+  pool: pools_lib.SubModelPool,
+  client: int,
+  sent: int,
+  returned: Optional[int],
+  p: int,
+  min_start_index: int = 1,
+) -> SelectionTables:
   """Algorithm 1, lines 12-28, for one client (module docstring).
 
   In the pruned case only the members known not to fit lose score: those
@@ -295,17 +329,21 @@ def update_tables(tables: SelectionTables, pool: pools_lib.SubModelPool,
     first_unfit = 0  # Nothing fitted: S_p (part of every member) did not.
   else:
     resource[returned, client] += p
-    first_unfit = min(i for i in reachable(pool, sent, min_start_index)
-                      if i > returned)
+    first_unfit = min(
+      i for i in reachable(pool, sent, min_start_index) if i > returned
+    )
   for t in range(first_unfit, last + 1):
     resource[t, client] = max(resource[t, client] - (t - base), 0)
   return SelectionTables(curiosity, resource)
 
 
-def choose_trained_member(pool: pools_lib.SubModelPool,
-                          params: Sequence[int], sent: int,
-                          capacity_params: Optional[float],
-                          min_start_index: int = 1) -> Optional[int]:
+def choose_trained_member(
+  pool: pools_lib.SubModelPool,
+  params: Sequence[int],
+  sent: int,
+  capacity_params: Optional[float],
+  min_start_index: int = 1,
+) -> Optional[int]:
   """The device's rule (Section 3.2): what it trains of member `sent`.
 
   `params[i]` is member i's trainable parameter count. Returns `sent` if it
@@ -317,8 +355,11 @@ def choose_trained_member(pool: pools_lib.SubModelPool,
   """
   if capacity_params is None or params[sent] <= capacity_params:
     return sent
-  fitting = [i for i in reachable(pool, sent, min_start_index)
-             if params[i] <= capacity_params]
+  fitting = [
+    i
+    for i in reachable(pool, sent, min_start_index)
+    if params[i] <= capacity_params
+  ]
   if not fitting:
     return None
   return max(fitting, key=lambda i: (params[i], i))
@@ -352,10 +393,15 @@ class DeviceDecision:
   constants of the client computation.
   """
 
-  def __init__(self, pool: pools_lib.SubModelPool, params: Sequence[int],
-               min_start_index: int):
+  def __init__(
+    self,
+    pool: pools_lib.SubModelPool,
+    params: Sequence[int],
+    min_start_index: int,
+  ):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
     n = len(pool.members)
     reach = np.zeros([n, n], bool)
     for sent in range(n):
@@ -364,35 +410,47 @@ class DeviceDecision:
 
     @tff.tensorflow.computation(np.int32, np.float64)
     def decide_one(sent, budget):
-      fits = tf.logical_and(tf.gather(tf.constant(reach), sent),
-                            tf.constant(sizes) <= budget)
-      best = tf.cast(tf.argmax(tf.where(fits, tf.constant(sizes),
-                                        tf.constant(-1.0, tf.float64))),
-                     tf.int32)
+      fits = tf.logical_and(
+        tf.gather(tf.constant(reach), sent), tf.constant(sizes) <= budget
+      )
+      best = tf.cast(
+        tf.argmax(
+          tf.where(fits, tf.constant(sizes), tf.constant(-1.0, tf.float64))
+        ),
+        tf.int32,
+      )
       return tf.where(tf.reduce_any(fits), best, tf.constant(NOTHING))
 
     @tff.tensorflow.computation(np.int32, np.float64, np.int32)
     def decide_and_echo(sent, budget, position):
       return decide_one(sent, budget), tf.identity(position)
 
-    @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS),
-                               tff.FederatedType(np.float64, tff.CLIENTS),
-                               cohort_positions.POSITIONS_AT_CLIENTS)
+    @tff.federated_computation(
+      tff.FederatedType(np.int32, tff.CLIENTS),
+      tff.FederatedType(np.float64, tff.CLIENTS),
+      cohort_positions.POSITIONS_AT_CLIENTS,
+    )
     def decide(sent, budget, position):
       return tff.federated_map(decide_and_echo, (sent, budget, position))
 
     self.computation = decide
 
-  def __call__(self, sent: Sequence[int],
-               budgets: Sequence[np.float64]) -> list[Optional[int]]:
+  def __call__(
+    self, sent: Sequence[int], budgets: Sequence[np.float64]
+  ) -> list[Optional[int]]:
     if not sent:
       return []
-    results = self.computation([np.int32(s) for s in sent], list(budgets),
-                               cohort_positions.positions(len(sent)))
+    results = self.computation(
+      [np.int32(s) for s in sent],
+      list(budgets),
+      cohort_positions.positions(len(sent)),
+    )
     order = cohort_positions.cohort_order(
-        [position for _, position in results], len(sent), "AdaptiveFL")
-    answers = [int(answer) for answer, _ in
-               cohort_positions.reorder(order, results)]
+      [position for _, position in results], len(sent), "AdaptiveFL"
+    )
+    answers = [
+      int(answer) for answer, _ in cohort_positions.reorder(order, results)
+    ]
     return [None if a == NOTHING else a for a in answers]
 
 
@@ -401,55 +459,82 @@ class AdaptiveFL(api.FederatedAlgorithm):
 
   name = "adaptivefl"
 
-  def __init__(self, task: api.Task, pool: pools_lib.SubModelPool,
-               client_ids: Sequence[str], *, client_lr: float,
-               client_momentum: float = 0.0, server_lr: float = 1.0,
-               selection: str = "rl", min_start_index: int = 1,
-               prox_mu: float = 0.0):
+  def __init__(
+    self,
+    task: api.Task,
+    pool: pools_lib.SubModelPool,
+    client_ids: Sequence[str],
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    server_lr: float = 1.0,
+    selection: str = "rl",
+    min_start_index: int = 1,
+    prox_mu: float = 0.0,
+  ):
     if selection not in SELECTIONS:
-      raise ValueError(f"selection must be one of {SELECTIONS}, got"
-                       f" {selection!r}")
+      raise ValueError(
+        f"selection must be one of {SELECTIONS}, got {selection!r}"
+      )
     self.pool = pool
     self.selection = selection
     self.min_start_index = int(min_start_index)
     self.client_ids = tuple(sorted(client_ids))
     self._client_index = {c: i for i, c in enumerate(self.client_ids)}
     self.catalog = width_rounds.LevelCatalog(
-        task, [(m.level, m.widths) for m in pool.members])
+      task, [(m.level, m.widths) for m in pool.members]
+    )
     self.params = tuple(level.params for level in self.catalog.levels)
     pools_lib.check_increasing_sizes(pool, self.params)
     self.rounds = width_rounds.HeterogeneousRounds(
-        self.catalog, client_lr=client_lr, client_momentum=client_momentum,
-        prox_mu=prox_mu, server_lr=server_lr)
+      self.catalog,
+      client_lr=client_lr,
+      client_momentum=client_momentum,
+      prox_mu=prox_mu,
+      server_lr=server_lr,
+    )
     # p: start indices per level (the pool's M members).
     self.p = max(1, len(pool.of_class("M")))
     self._decision = None
 
   def initialize(self) -> AdaptiveFLState:
     return AdaptiveFLState(
-        model=self.catalog.initial_weights(self.catalog.outer),
-        tables=initial_tables(len(self.pool.members), len(self.client_ids)))
+      model=self.catalog.initial_weights(self.catalog.outer),
+      tables=initial_tables(len(self.pool.members), len(self.client_ids)),
+    )
 
-  def plan_round(self, state: AdaptiveFLState, round_num: int,
-                 available: Sequence[str], size: int,
-                 sampler: Any) -> list[api.Assignment]:
+  def plan_round(
+    self,
+    state: AdaptiveFLState,
+    round_num: int,
+    available: Sequence[str],
+    size: int,
+    sampler: Any,
+  ) -> list[api.Assignment]:
     del round_num
     candidates = np.zeros(len(self.client_ids), bool)
     candidates[[self._client_index[c] for c in available]] = True
-    pairs = plan_selection(state.tables, self.pool, candidates, size,
-                           self.selection, sampler.rng)
+    pairs = plan_selection(
+      state.tables, self.pool, candidates, size, self.selection, sampler.rng
+    )
     return [api.Assignment(self.client_ids[c], m) for c, m in pairs]
 
-  def decide(self, sent: Sequence[int], capacities: Sequence[Any]
-             ) -> list[Optional[int]]:
+  def decide(
+    self, sent: Sequence[int], capacities: Sequence[Any]
+  ) -> list[Optional[int]]:
     """Phase one: the members the devices will train (None: nothing)."""
     if self._decision is None:
-      self._decision = DeviceDecision(self.pool, self.params,
-                                      self.min_start_index)
+      self._decision = DeviceDecision(
+        self.pool, self.params, self.min_start_index
+      )
     return self._decision(sent, [device_budget(c) for c in capacities])
 
-  def next(self, state: AdaptiveFLState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self,
+    state: AdaptiveFLState,
+    round_num: int,
+    clients: Sequence[api.ClientRound],
+  ) -> api.RoundOutput:
     del round_num
     levels = self.catalog.levels
     sent_members = [int(client.assignment) for client in clients]
@@ -463,25 +548,39 @@ class AdaptiveFL(api.FederatedAlgorithm):
         unserved.append((levels[sent], client))
       else:
         by_group.setdefault((sent, trained), []).append(client)
-    groups = [width_rounds.Group(levels[s], levels[t], tuple(members))
-              for (s, t), members in sorted(by_group.items())]
+    groups = [
+      width_rounds.Group(levels[s], levels[t], tuple(members))
+      for (s, t), members in sorted(by_group.items())
+    ]
     result = self.rounds.run(state.model, groups, unserved)
     tables = state.tables
     for client_id, sent, trained in outcomes:
-      tables = update_tables(tables, self.pool, self._client_index[client_id],
-                             sent, trained, self.p, self.min_start_index)
+      tables = update_tables(
+        tables,
+        self.pool,
+        self._client_index[client_id],
+        sent,
+        trained,
+        self.p,
+        self.min_start_index,
+      )
     metrics = result.metrics
     metrics["waste_rate"] = (
-        1.0 - result.returned_model_bytes / result.sent_model_bytes
-        if result.sent_model_bytes else 0.0)
+      1.0 - result.returned_model_bytes / result.sent_model_bytes
+      if result.sent_model_bytes
+      else 0.0
+    )
     metrics["sent_model_bytes"] = float(result.sent_model_bytes)
     metrics["returned_model_bytes"] = float(result.returned_model_bytes)
-    metrics["pruned"] = float(sum(1 for _, s, t in outcomes
-                                  if t is not None and t != s))
+    metrics["pruned"] = float(
+      sum(1 for _, s, t in outcomes if t is not None and t != s)
+    )
     metrics["failed"] = float(len(unserved))
     return api.RoundOutput(
-        state=AdaptiveFLState(model=result.model, tables=tables),
-        metrics=metrics, traffic=result.traffic)
+      state=AdaptiveFLState(model=result.model, tables=tables),
+      metrics=metrics,
+      traffic=result.traffic,
+    )
 
   def model_weights(self, state: AdaptiveFLState):
     return state.model
@@ -489,8 +588,14 @@ class AdaptiveFL(api.FederatedAlgorithm):
   def evaluation_models(self, state: AdaptiveFLState, data=None):
     names = ["L1"] + [n for n in ("M1", "S1") if n in self.pool.levels()]
     return collections.OrderedDict(
-        (name, self.rounds.evaluation_model(
-            state.model, self.catalog.by_name(name), data)) for name in names)
+      (
+        name,
+        self.rounds.evaluation_model(
+          state.model, self.catalog.by_name(name), data
+        ),
+      )
+      for name in names
+    )
 
 
 def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
@@ -503,45 +608,59 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
   ratios = parse_number_list("--pool_ratios", config.pool_ratios)
   if len(ratios) != 2:
-    raise UsageError("--pool_ratios",
-                     f"needs two ratios M:S (e.g. 0.66:0.4), got"
-                     f" {config.pool_ratios!r}")
+    raise UsageError(
+      "--pool_ratios",
+      f"needs two ratios M:S (e.g. 0.66:0.4), got {config.pool_ratios!r}",
+    )
   if not 0 < ratios[1] < ratios[0] < 1:
-    raise UsageError("--pool_ratios",
-                     f"needs 0 < S < M < 1, got {config.pool_ratios!r}")
+    raise UsageError(
+      "--pool_ratios", f"needs 0 < S < M < 1, got {config.pool_ratios!r}"
+    )
   if config.pool_start_indices:
-    starts = parse_number_list("--pool_start_indices",
-                               config.pool_start_indices, int)
+    starts = parse_number_list(
+      "--pool_start_indices", config.pool_start_indices, int
+    )
   else:
     starts = list(models_lib.MODELS[task.model_name].default_start_indices)
     if not starts:
       raise UsageError(
-          "--model", f"{task.model_name} has {len(task.width_units)} width"
-          " unit(s): no AdaptiveFL pool keeps the first layer whole (I >= 1)"
-          " and narrows a later one")
+        "--model",
+        f"{task.model_name} has {len(task.width_units)} width"
+        " unit(s): no AdaptiveFL pool keeps the first layer whole (I >= 1)"
+        " and narrows a later one",
+      )
   try:
-    return pools_lib.adaptivefl_pool(task.width_units, *ratios, starts,
-                                     config.prune_min_start_index)
+    return pools_lib.adaptivefl_pool(
+      task.width_units, *ratios, starts, config.prune_min_start_index
+    )
   except models_lib.ModelError as e:
     raise UsageError("--pool_start_indices", str(e)) from None
 
 
-def build_adaptivefl(config, task: api.Task,
-                     client_ids: Sequence[str]) -> AdaptiveFL:
+def build_adaptivefl(
+  config, task: api.Task, client_ids: Sequence[str]
+) -> AdaptiveFL:
   if config.adaptivefl_selection not in SELECTIONS:
     raise UsageError(
-        "--adaptivefl_selection",
-        f"unknown value {config.adaptivefl_selection!r}; accepted: "
-        + ", ".join(SELECTIONS))
+      "--adaptivefl_selection",
+      f"unknown value {config.adaptivefl_selection!r}; accepted: "
+      + ", ".join(SELECTIONS),
+    )
   pool = pool_from_config(config, task)
   try:
     return AdaptiveFL(
-        task, pool, client_ids,
-        client_lr=config.client_lr, client_momentum=config.client_momentum,
-        server_lr=config.server_lr, selection=config.adaptivefl_selection,
-        min_start_index=config.prune_min_start_index)
+      task,
+      pool,
+      client_ids,
+      client_lr=config.client_lr,
+      client_momentum=config.client_momentum,
+      server_lr=config.server_lr,
+      selection=config.adaptivefl_selection,
+      min_start_index=config.prune_min_start_index,
+    )
   except models_lib.ModelError as e:
     raise UsageError(
-        "--pool_start_indices",
-        f"{e} (--pool_ratios={config.pool_ratios}, --pool_start_indices="
-        f"{config.pool_start_indices or 'the model default'})") from None
+      "--pool_start_indices",
+      f"{e} (--pool_ratios={config.pool_ratios}, --pool_start_indices="
+      f"{config.pool_start_indices or 'the model default'})",
+    ) from None

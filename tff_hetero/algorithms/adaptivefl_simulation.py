@@ -30,13 +30,22 @@ from tff_hetero.submodels import pools as pools_lib
 
 # Parameters of the paper's VGG-16 pool (Table 1), in pool order S3..L1; our
 # VGG-16 counts agree to 0.01M (`tff_hetero/models/vgg.py`).
-VGG16_TABLE1_PARAMS = (5_670_000, 6_480_000, 8_390_000, 14_840_000,
-                       15_410_000, 16_810_000, 33_650_000)
+VGG16_TABLE1_PARAMS = (
+  5_670_000,
+  6_480_000,
+  8_390_000,
+  14_840_000,
+  15_410_000,
+  16_810_000,
+  33_650_000,
+)
 # (name, proportion, nominal parameters, relative spread) of the reference
 # code's VGG-16 devices.
-VGG16_DEVICES = (("weak", 4, 8_000_000, 1 / 8),
-                 ("medium", 3, 16_000_000, 1 / 16),
-                 ("strong", 3, 35_000_000, 2 / 35))
+VGG16_DEVICES = (
+  ("weak", 4, 8_000_000, 1 / 8),
+  ("medium", 3, 16_000_000, 1 / 16),
+  ("strong", 3, 35_000_000, 2 / 35),
+)
 
 
 @attrs.frozen
@@ -64,21 +73,32 @@ class SimulationResult:
     return 1.0 - float(self.returned[start:stop].sum()) / sent if sent else 0.0
 
 
-def population(num_clients: int, seed: int,
-               tiers=VGG16_DEVICES) -> devices_lib.DevicePopulation:
+def population(
+  num_clients: int, seed: int, tiers=VGG16_DEVICES
+) -> devices_lib.DevicePopulation:
   """Clients "0".."n-1" with the given (name, share, params, spread) tiers."""
-  specs = tuple(devices_lib.TierSpec(name=n, proportion=share,
-                                     capacity_params=params, fluctuation=spread)
-                for n, share, params, spread in tiers)
-  return devices_lib.assign_tiers([str(i) for i in range(num_clients)],
-                                  specs, seed=seed)
+  specs = tuple(
+    devices_lib.TierSpec(
+      name=n, proportion=share, capacity_params=params, fluctuation=spread
+    )
+    for n, share, params, spread in tiers
+  )
+  return devices_lib.assign_tiers(
+    [str(i) for i in range(num_clients)], specs, seed=seed
+  )
 
 
-def simulate_selection(pool: pools_lib.SubModelPool, sizes: Sequence[int],
-                       devices: devices_lib.DevicePopulation, *,
-                       clients_per_round: int, rounds: int, selection: str,
-                       seed: int, min_start_index: int = 1
-                       ) -> SimulationResult:
+def simulate_selection(
+  pool: pools_lib.SubModelPool,
+  sizes: Sequence[int],
+  devices: devices_lib.DevicePopulation,
+  *,
+  clients_per_round: int,
+  rounds: int,
+  selection: str,
+  seed: int,
+  min_start_index: int = 1,
+) -> SimulationResult:
   """Runs `rounds` rounds of selection, device decisions and table updates.
 
   `sizes[i]` is member i's size (parameters) as the devices measure it;
@@ -96,12 +116,15 @@ def simulate_selection(pool: pools_lib.SubModelPool, sizes: Sequence[int],
     round_num = r + 1
     candidates = np.array([devices.is_available(c, round_num) for c in ids])
     for client, member in adaptivefl.plan_selection(
-        tables, pool, candidates, clients_per_round, selection, rng):
+      tables, pool, candidates, clients_per_round, selection, rng
+    ):
       capacity = devices.capacity_at_round(ids[client], round_num).params
-      trained = adaptivefl.choose_trained_member(pool, sizes, member, capacity,
-                                                 min_start_index)
-      tables = adaptivefl.update_tables(tables, pool, client, member, trained,
-                                        p, min_start_index)
+      trained = adaptivefl.choose_trained_member(
+        pool, sizes, member, capacity, min_start_index
+      )
+      tables = adaptivefl.update_tables(
+        tables, pool, client, member, trained, p, min_start_index
+      )
       sent[r] += sizes[member]
       if trained is None:
         failed[r] += 1

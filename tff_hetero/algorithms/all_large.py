@@ -25,40 +25,64 @@ class AllLarge(api.FederatedAlgorithm):
 
   name = "all_large"
 
-  def __init__(self, task: api.Task, *, client_lr: float,
-               client_momentum: float = 0.0, server_lr: float = 1.0,
-               prox_mu: float = 0.0):
+  def __init__(
+    self,
+    task: api.Task,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    server_lr: float = 1.0,
+    prox_mu: float = 0.0,
+  ):
     self.catalog = width_rounds.LevelCatalog(
-        task, [("L1", width_lib.full_widths(task.width_units))])
+      task, [("L1", width_lib.full_widths(task.width_units))]
+    )
     self.rounds = width_rounds.HeterogeneousRounds(
-        self.catalog, client_lr=client_lr, client_momentum=client_momentum,
-        prox_mu=prox_mu, server_lr=server_lr)
+      self.catalog,
+      client_lr=client_lr,
+      client_momentum=client_momentum,
+      prox_mu=prox_mu,
+      server_lr=server_lr,
+    )
 
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
-        model=self.catalog.initial_weights(self.catalog.outer))
+      model=self.catalog.initial_weights(self.catalog.outer)
+    )
 
-  def next(self, state: width_rounds.WidthState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self,
+    state: width_rounds.WidthState,
+    round_num: int,
+    clients: Sequence[api.ClientRound],
+  ) -> api.RoundOutput:
     del round_num
     full = self.catalog.outer
-    result = self.rounds.run(state.model,
-                             [width_rounds.Group(full, full, tuple(clients))])
-    return api.RoundOutput(state=width_rounds.WidthState(model=result.model),
-                           metrics=result.metrics, traffic=result.traffic)
+    result = self.rounds.run(
+      state.model, [width_rounds.Group(full, full, tuple(clients))]
+    )
+    return api.RoundOutput(
+      state=width_rounds.WidthState(model=result.model),
+      metrics=result.metrics,
+      traffic=result.traffic,
+    )
 
   def model_weights(self, state: width_rounds.WidthState):
     return state.model
 
   def evaluation_models(self, state: width_rounds.WidthState, data=None):
-    return collections.OrderedDict(L1=self.rounds.evaluation_model(
-        state.model, self.catalog.outer, data))
+    return collections.OrderedDict(
+      L1=self.rounds.evaluation_model(state.model, self.catalog.outer, data)
+    )
 
 
 def build_all_large(config, task: api.Task, client_ids=()) -> AllLarge:
   del client_ids  # Every client trains the same model.
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
-  return AllLarge(task, client_lr=config.client_lr,
-                  client_momentum=config.client_momentum,
-                  server_lr=config.server_lr)
+  return AllLarge(
+    task,
+    client_lr=config.client_lr,
+    client_momentum=config.client_momentum,
+    server_lr=config.server_lr,
+  )

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import abc
 import collections
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -64,7 +67,8 @@ class Task:
     (`model_fns.variable_model_fn`).
     """
     return model_fns.variable_model_fn(
-        keras_model_fn or self.model_fn, self.element_spec)
+      keras_model_fn or self.model_fn, self.element_spec
+    )
 
 
 @attrs.frozen
@@ -140,8 +144,11 @@ class EvaluationData(abc.ABC):
 class ClientDatasets(EvaluationData):
   """`EvaluationData` over given datasets (for code outside the program)."""
 
-  def __init__(self, datasets: Sequence[tf.data.Dataset],
-               client_states: Optional[Mapping[str, Any]] = None):
+  def __init__(
+    self,
+    datasets: Sequence[tf.data.Dataset],
+    client_states: Optional[Mapping[str, Any]] = None,
+  ):
     self._datasets = list(datasets)
     self._client_states = dict(client_states or {})
 
@@ -178,8 +185,14 @@ class FederatedAlgorithm(abc.ABC):
   def initialize(self) -> Any:
     """Returns the initial server state (a structure of arrays)."""
 
-  def plan_round(self, state: Any, round_num: int, available: Sequence[str],
-                 size: int, sampler: Any) -> list[Assignment]:
+  def plan_round(
+    self,
+    state: Any,
+    round_num: int,
+    available: Sequence[str],
+    size: int,
+    sampler: Any,
+  ) -> list[Assignment]:
     """Chooses the round's clients among `available` (ids).
 
     `sampler` is the program's checkpointed `CohortSampler`: its `sample`
@@ -191,8 +204,9 @@ class FederatedAlgorithm(abc.ABC):
     return [Assignment(c) for c in sampler.sample(available, size)]
 
   @abc.abstractmethod
-  def next(self, state: Any, round_num: int,
-           clients: Sequence[ClientRound]) -> RoundOutput:
+  def next(
+    self, state: Any, round_num: int, clients: Sequence[ClientRound]
+  ) -> RoundOutput:
     """Runs one round on `clients` and returns its output."""
 
   @abc.abstractmethod
@@ -216,9 +230,16 @@ class FederatedAlgorithm(abc.ABC):
     """Algorithm-specific facts for the run's `report.json` (JSON values)."""
     return {}
 
-  def client_dataset(self, arrays: Any, *, batch_size: int, local_epochs: int,
-                     shuffle_seed: int, augment: str = "none",
-                     state: Any = None) -> tf.data.Dataset:
+  def client_dataset(
+    self,
+    arrays: Any,
+    *,
+    batch_size: int,
+    local_epochs: int,
+    shuffle_seed: int,
+    augment: str = "none",
+    state: Any = None,
+  ) -> tf.data.Dataset:
     """A sampled client's `ClientRound.dataset` from its training arrays.
 
     `state` is the client's persistent state (`ClientRound.state`), for
@@ -228,13 +249,16 @@ class FederatedAlgorithm(abc.ABC):
     each batch `augment`ed).
     """
     del state
-    return data.make_client_dataset(arrays, batch_size=batch_size,
-                                    local_epochs=local_epochs,
-                                    shuffle_seed=shuffle_seed,
-                                    augment=augment)
+    return data.make_client_dataset(
+      arrays,
+      batch_size=batch_size,
+      local_epochs=local_epochs,
+      shuffle_seed=shuffle_seed,
+      augment=augment,
+    )
 
   def evaluation_models(
-      self, state: Any, data: Optional[EvaluationData] = None
+    self, state: Any, data: Optional[EvaluationData] = None
   ) -> "collections.OrderedDict[str, EvaluationModel]":
     """Named models to evaluate on the test set.
 
@@ -249,10 +273,12 @@ class FederatedAlgorithm(abc.ABC):
     """
     del data
     return collections.OrderedDict(
-        global_model=EvaluationModel(self.model_weights(state)))
+      global_model=EvaluationModel(self.model_weights(state))
+    )
 
 
 def to_numpy(structure: Any) -> Any:
   """Structure of tensors -> same structure of numpy arrays."""
   import tree  # pylint: disable=g-import-not-at-top
+
   return tree.map_structure(np.asarray, structure)

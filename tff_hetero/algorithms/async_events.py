@@ -37,8 +37,10 @@ lower slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import NamedTuple
 
 import attrs
 import numpy as np
@@ -86,9 +88,14 @@ class Simulation:
     speed: `(client_id, round_num) -> MACs per unit of time`, or None.
   """
 
-  def __init__(self, client_ids: Sequence[str], concurrency: int, seed: int,
-               work: Callable[[str], float],
-               speed: Callable[[str, int], Any]):
+  def __init__(
+    self,
+    client_ids: Sequence[str],
+    concurrency: int,
+    seed: int,
+    work: Callable[[str], float],
+    speed: Callable[[str, int], Any],
+  ):
     if concurrency < 1:
       raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     self.client_ids = tuple(sorted(client_ids))
@@ -100,17 +107,21 @@ class Simulation:
 
   def initial_state(self) -> EventState:
     k = self.concurrency
-    return EventState(np.float64(0.0), np.int64(0),
-                      np.full([k], -1, np.int64), np.zeros([k], np.float64),
-                      np.zeros([k], np.float64))
+    return EventState(
+      np.float64(0.0),
+      np.int64(0),
+      np.full([k], -1, np.int64),
+      np.zeros([k], np.float64),
+      np.zeros([k], np.float64),
+    )
 
   def duration(self, client_id: str, round_num: int) -> float:
     speed = self._speed(client_id, round_num)
     return float(self._work(client_id)) / float(speed or 1)
 
-  def plan(self, state: EventState, round_num: int,
-           available: Sequence[str],
-           size: int) -> tuple[list[Arrival], EventState]:
+  def plan(
+    self, state: EventState, round_num: int, available: Sequence[str], size: int
+  ) -> tuple[list[Arrival], EventState]:
     """The round's arrivals, in time order, and the state after them."""
     clock, jobs = float(state.clock), int(state.jobs)
     slots = [int(c) for c in np.asarray(state.slot_client)]
@@ -120,8 +131,9 @@ class Simulation:
 
     def refill(slot: int) -> None:
       nonlocal jobs
-      busy = {self.client_ids[c] for s, c in enumerate(slots)
-              if c >= 0 and s != slot}
+      busy = {
+        self.client_ids[c] for s, c in enumerate(slots) if c >= 0 and s != slot
+      }
       idle = [c for c in available if c not in busy]
       if not idle:
         slots[slot] = -1
@@ -149,5 +161,9 @@ class Simulation:
       clock = finishes[slot]
       refill(slot)
     return arrivals, EventState(
-        np.float64(clock), np.int64(jobs), np.asarray(slots, np.int64),
-        np.asarray(starts, np.float64), np.asarray(finishes, np.float64))
+      np.float64(clock),
+      np.int64(jobs),
+      np.asarray(slots, np.int64),
+      np.asarray(starts, np.float64),
+      np.asarray(finishes, np.float64),
+    )

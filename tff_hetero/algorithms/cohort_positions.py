@@ -47,8 +47,9 @@ def positions(n: int) -> list[np.int32]:
 def padded(values: Sequence, size: int, fill) -> list:
   """`values` followed by `fill` up to `size` entries (module docstring)."""
   if len(values) > size:
-    raise ValueError(f"a cohort of {len(values)} clients does not fit the"
-                     f" padded size {size}")
+    raise ValueError(
+      f"a cohort of {len(values)} clients does not fit the padded size {size}"
+    )
   return list(values) + [fill] * (size - len(values))
 
 
@@ -72,10 +73,12 @@ def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:
   for index, position in enumerate(echoed):
     where.setdefault(int(position), []).append(index)
   if sorted(where) != list(range(n)) or any(
-      len(v) != 1 for v in where.values()):
+    len(v) != 1 for v in where.values()
+  ):
     raise RuntimeError(
-        f"{what}: the runtime returned results for cohort positions"
-        f" {sorted(int(p) for p in echoed)}, expected 0..{n - 1} once each")
+      f"{what}: the runtime returned results for cohort positions"
+      f" {sorted(int(p) for p in echoed)}, expected 0..{n - 1} once each"
+    )
   return [where[k][0] for k in range(n)]
 
 

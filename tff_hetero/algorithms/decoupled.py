@@ -60,22 +60,37 @@ class Decoupled(api.FederatedAlgorithm):
 
   name = "decoupled"
 
-  def __init__(self, task: api.Task, pool: pools_lib.SubModelPool, *,
-               client_lr: float, client_momentum: float = 0.0,
-               server_lr: float = 1.0, prox_mu: float = 0.0):
+  def __init__(
+    self,
+    task: api.Task,
+    pool: pools_lib.SubModelPool,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    server_lr: float = 1.0,
+    prox_mu: float = 0.0,
+  ):
     self.members = tuple(pool.member(level) for level in DECOUPLED_LEVELS)
     self._population = None
     self.runners = []
     for member in self.members:
-      catalog = width_rounds.LevelCatalog(task, [(member.level,
-                                                  member.widths)])
-      self.runners.append(width_rounds.HeterogeneousRounds(
-          catalog, client_lr=client_lr, client_momentum=client_momentum,
-          prox_mu=prox_mu, server_lr=server_lr))
+      catalog = width_rounds.LevelCatalog(task, [(member.level, member.widths)])
+      self.runners.append(
+        width_rounds.HeterogeneousRounds(
+          catalog,
+          client_lr=client_lr,
+          client_momentum=client_momentum,
+          prox_mu=prox_mu,
+          server_lr=server_lr,
+        )
+      )
 
   def initialize(self) -> DecoupledState:
-    return DecoupledState(models=tuple(
-        r.catalog.initial_weights(r.catalog.outer) for r in self.runners))
+    return DecoupledState(
+      models=tuple(
+        r.catalog.initial_weights(r.catalog.outer) for r in self.runners
+      )
+    )
 
   def attach(self, population: Any, client_sizes) -> None:
     del client_sizes
@@ -83,8 +98,11 @@ class Decoupled(api.FederatedAlgorithm):
 
   def _fitting(self, capacity) -> list[int]:
     params = None if capacity is None else capacity.params
-    return [i for i, runner in enumerate(self.runners)
-            if params is None or runner.catalog.outer.params <= params]
+    return [
+      i
+      for i, runner in enumerate(self.runners)
+      if params is None or runner.catalog.outer.params <= params
+    ]
 
   def levels_for(self, client: api.ClientRound) -> list[int]:
     """Indices of the models the client trains this round: the one it was
@@ -94,25 +112,38 @@ class Decoupled(api.FederatedAlgorithm):
       return fitting
     return [client.assignment] if client.assignment in fitting else []
 
-  def plan_round(self, state: DecoupledState, round_num: int,
-                 available: Sequence[str], size: int,
-                 sampler: Any) -> list[api.Assignment]:
+  def plan_round(
+    self,
+    state: DecoupledState,
+    round_num: int,
+    available: Sequence[str],
+    size: int,
+    sampler: Any,
+  ) -> list[api.Assignment]:
     """Per model, `size` clients among those that hold it this round."""
     del state
     if self._population is None:
-      raise RuntimeError("Decoupled.plan_round: attach() the device"
-                         " population first")
-    fitting = {c: self._fitting(self._population.capacity_at_round(
-        c, round_num)) for c in available}
+      raise RuntimeError(
+        "Decoupled.plan_round: attach() the device population first"
+      )
+    fitting = {
+      c: self._fitting(self._population.capacity_at_round(c, round_num))
+      for c in available
+    }
     plan = []
     for i in range(len(self.runners)):
       affordable = [c for c in available if i in fitting[c]]
-      plan.extend(api.Assignment(c, payload=i)
-                  for c in sampler.sample(affordable, size))
+      plan.extend(
+        api.Assignment(c, payload=i) for c in sampler.sample(affordable, size)
+      )
     return plan
 
-  def next(self, state: DecoupledState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self,
+    state: DecoupledState,
+    round_num: int,
+    clients: Sequence[api.ClientRound],
+  ) -> api.RoundOutput:
     del round_num
     by_level = collections.defaultdict(list)
     for client in clients:
@@ -126,8 +157,9 @@ class Decoupled(api.FederatedAlgorithm):
       if not by_level[i]:
         continue
       level = runner.catalog.outer
-      result = runner.run(models[i], [width_rounds.Group(
-          level, level, tuple(by_level[i]))])
+      result = runner.run(
+        models[i], [width_rounds.Group(level, level, tuple(by_level[i]))]
+      )
       models[i] = result.model
       traffic.extend(result.traffic)
       n = result.examples_processed
@@ -137,22 +169,25 @@ class Decoupled(api.FederatedAlgorithm):
       accuracy_sum += result.metrics["train_accuracy"] * n
     nan = float("nan")
     metrics = collections.OrderedDict(
-        loss=nan if diverged or not processed else loss_sum / processed,
-        train_accuracy=accuracy_sum / processed if processed else nan)
+      loss=nan if diverged or not processed else loss_sum / processed,
+      train_accuracy=accuracy_sum / processed if processed else nan,
+    )
     for i, member in enumerate(self.members):
       metrics[f"{member.level}_clients"] = float(len(by_level[i]))
-    return api.RoundOutput(state=DecoupledState(models=tuple(models)),
-                           metrics=metrics, traffic=_per_client(traffic))
+    return api.RoundOutput(
+      state=DecoupledState(models=tuple(models)),
+      metrics=metrics,
+      traffic=_per_client(traffic),
+    )
 
   def model_weights(self, state: DecoupledState):
     return state.models[0]
 
   def evaluation_models(self, state: DecoupledState, data=None):
     return collections.OrderedDict(
-        (member.level, runner.evaluation_model(
-            model, runner.catalog.outer, data))
-        for member, runner, model in zip(self.members, self.runners,
-                                         state.models))
+      (member.level, runner.evaluation_model(model, runner.catalog.outer, data))
+      for member, runner, model in zip(self.members, self.runners, state.models)
+    )
 
 
 def _per_client(traffic) -> tuple[ClientTraffic, ...]:
@@ -162,16 +197,22 @@ def _per_client(traffic) -> tuple[ClientTraffic, ...]:
     if item.client_id in merged:
       old = merged[item.client_id]
       item = ClientTraffic(
-          client_id=item.client_id, bytes_down=old.bytes_down + item.bytes_down,
-          bytes_up=old.bytes_up + item.bytes_up, flops=old.flops + item.flops,
-          examples=old.examples + item.examples)
+        client_id=item.client_id,
+        bytes_down=old.bytes_down + item.bytes_down,
+        bytes_up=old.bytes_up + item.bytes_up,
+        flops=old.flops + item.flops,
+        examples=old.examples + item.examples,
+      )
     merged[item.client_id] = item
   return tuple(merged.values())
 
 
 def build_decoupled(config, task: api.Task, client_ids=()) -> Decoupled:
   del client_ids  # Clients are assigned by capacity only.
-  return Decoupled(task, adaptivefl.pool_from_config(config, task),
-                   client_lr=config.client_lr,
-                   client_momentum=config.client_momentum,
-                   server_lr=config.server_lr)
+  return Decoupled(
+    task,
+    adaptivefl.pool_from_config(config, task),
+    client_lr=config.client_lr,
+    client_momentum=config.client_momentum,
+    server_lr=config.server_lr,
+  )

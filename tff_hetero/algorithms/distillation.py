@@ -7,8 +7,12 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def soft_label_kl(teacher_logits: tf.Tensor, student_logits: tf.Tensor,
-                  temperature: float, t_squared: bool = True) -> tf.Tensor:
+def soft_label_kl(
+  teacher_logits: tf.Tensor,
+  student_logits: tf.Tensor,
+  temperature: float,
+  t_squared: bool = True,
+) -> tf.Tensor:
   """Mean over the batch of KL(softmax(teacher / T) || softmax(student / T)),
   times T^2 when `t_squared`.
 
@@ -24,7 +28,7 @@ def soft_label_kl(teacher_logits: tf.Tensor, student_logits: tf.Tensor,
   student = tf.cast(student_logits, tf.float32) / t
   log_teacher = tf.nn.log_softmax(teacher)
   kl = tf.reduce_sum(
-      tf.exp(log_teacher) * (log_teacher - tf.nn.log_softmax(student)),
-      axis=-1)
+    tf.exp(log_teacher) * (log_teacher - tf.nn.log_softmax(student)), axis=-1
+  )
   scale = t * t if t_squared else tf.constant(1.0)
   return scale * tf.reduce_mean(kl)

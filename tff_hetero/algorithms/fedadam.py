@@ -23,35 +23,46 @@ from tff_hetero.algorithms import learning_process
 
 
 def build_fedadam_process(
-    model_fn: Callable[[], tf.keras.Model],
-    *,
-    input_spec: Any,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_learning_rate: float,
-    beta_1: float = 0.9,
-    beta_2: float = 0.99,
-    epsilon: float = 1e-3,
-    **fedavg_options,
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_learning_rate: float,
+  beta_1: float = 0.9,
+  beta_2: float = 0.99,
+  epsilon: float = 1e-3,
+  **fedavg_options,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg with server Adam; `fedavg_options` are `build_fedavg_process`'s
   (`model_aggregator`, `client_weighting`, `loss_fn`, `metrics_fn`)."""
   if "server_optimizer_fn" in fedavg_options:
-    raise TypeError("build_fedadam_process builds its server optimizer (Adam);"
-                    " pass server_learning_rate, beta_1, beta_2, epsilon")
+    raise TypeError(
+      "build_fedadam_process builds its server optimizer (Adam);"
+      " pass server_learning_rate, beta_1, beta_2, epsilon"
+    )
   return fedavg.build_fedavg_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=tff.learning.optimizers.build_adam(
-          learning_rate=server_learning_rate, beta_1=beta_1, beta_2=beta_2,
-          epsilon=epsilon),
-      **fedavg_options)
+    model_fn,
+    input_spec=input_spec,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=tff.learning.optimizers.build_adam(
+      learning_rate=server_learning_rate,
+      beta_1=beta_1,
+      beta_2=beta_2,
+      epsilon=epsilon,
+    ),
+    **fedavg_options,
+  )
 
 
-def build_fedadam(config, task: api.Task,
-                  client_ids=()) -> api.FederatedAlgorithm:
+def build_fedadam(
+  config, task: api.Task, client_ids=()
+) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedadam.
   process = build_fedadam_process(
-      task.model_fn, input_spec=task.element_spec,
-      **learning_process.process_options(config),
-      server_learning_rate=config.server_lr,
-      epsilon=config.server_adam_epsilon)
+    task.model_fn,
+    input_spec=task.element_spec,
+    **learning_process.process_options(config),
+    server_learning_rate=config.server_lr,
+    epsilon=config.server_adam_epsilon,
+  )
   return learning_process.LearningProcessAlgorithm("fedadam", process, task)

@@ -27,28 +27,29 @@ FedAvg.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import model_fns
 
 
 def build_fedavg_process(
-    model_fn: Callable[[], tf.keras.Model],
-    *,
-    input_spec: Any,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    model_aggregator=None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-    loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
-    metrics_fn: Optional[Callable[[], list]] = None,
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  model_aggregator=None,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg as a measured `LearningProcess` (module docstring).
 
@@ -68,31 +69,37 @@ def build_fedavg_process(
     metrics_fn: No-arg callable returning a list of Keras metrics (default:
       sparse categorical accuracy).
   """
-  tff_model_fn = model_fns.variable_model_fn(model_fn, input_spec, loss_fn,
-                                             metrics_fn)
+  tff_model_fn = model_fns.variable_model_fn(
+    model_fn, input_spec, loss_fn, metrics_fn
+  )
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
-  parts = learning_process.measured_parts(tff_model_fn, model_aggregator,
-                                          client_weighting)
+  parts = learning_process.measured_parts(
+    tff_model_fn, model_aggregator, client_weighting
+  )
   return tff.learning.algorithms.build_weighted_fed_avg(
-      tff_model_fn,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      model_distributor=parts.model_distributor,
-      model_aggregator=parts.model_aggregator,
-      metrics_aggregator=parts.metrics_aggregator,
+    tff_model_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    client_weighting=client_weighting,
+    model_distributor=parts.model_distributor,
+    model_aggregator=parts.model_aggregator,
+    metrics_aggregator=parts.metrics_aggregator,
   )
 
 
-def build_fedavg(config, task: api.Task,
-                 client_ids=()) -> api.FederatedAlgorithm:
+def build_fedavg(
+  config, task: api.Task, client_ids=()
+) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedavg.
   process = build_fedavg_process(
-      task.model_fn, input_spec=task.element_spec,
-      **learning_process.process_options(config),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
-          learning_rate=config.server_lr))
+    task.model_fn,
+    input_spec=task.element_spec,
+    **learning_process.process_options(config),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+      learning_rate=config.server_lr
+    ),
+  )
   return learning_process.LearningProcessAlgorithm("fedavg", process, task)

@@ -164,11 +164,14 @@ is sent).
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
+from collections.abc import Sequence
 import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Optional
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -194,9 +197,11 @@ MODES = ("sync", "async")
 # (Algorithm 1's loops and the official code).
 SERVER_ORDERS = ("shuffled", "by_client")
 SERVER_OPTIMIZERS = collections.OrderedDict(
-    adam=lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
-    sgd=lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr,
-                                                      momentum=0.9))
+  adam=lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
+  sgd=lambda lr: tff.learning.optimizers.build_sgdm(
+    learning_rate=lr, momentum=0.9
+  ),
+)
 FULL_MODEL_OF_SERVER = gkt_models.FULL_MODEL_OF_SERVER
 # PyTorch ReduceLROnPlateau's default threshold (relative, mode "max").
 PLATEAU_THRESHOLD = 1e-4
@@ -223,7 +228,8 @@ class GKTSettings:
   @property
   def client_kd(self) -> bool:
     return self.transfer in ("both", "server_to_edge") and (
-        self.client_kd_weight > 0)
+      self.client_kd_weight > 0
+    )
 
   @property
   def server_kd(self) -> bool:
@@ -282,8 +288,12 @@ class GKTState(NamedTuple):
 
 def _metric_sums() -> collections.OrderedDict:
   return collections.OrderedDict(
-      loss=tf.constant(0.0), ce=tf.constant(0.0), kd=tf.constant(0.0),
-      correct=tf.constant(0.0), examples=tf.constant(0.0))
+    loss=tf.constant(0.0),
+    ce=tf.constant(0.0),
+    kd=tf.constant(0.0),
+    correct=tf.constant(0.0),
+    examples=tf.constant(0.0),
+  )
 
 
 def _assign(variables, values) -> None:
@@ -292,13 +302,27 @@ def _assign(variables, values) -> None:
 
 
 def _correct(logits, labels) -> tf.Tensor:
-  return tf.reduce_sum(tf.cast(tf.equal(
-      tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
+  return tf.reduce_sum(
+    tf.cast(
+      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
+      tf.float32,
+    )
+  )
 
 
-def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
-                labels_of, teacher_of, kd_weight: float, temperature: float,
-                t_squared: bool):
+def _train_pass(
+  model,
+  optimizer,
+  optimizer_state,
+  data,
+  *,
+  inputs_of,
+  labels_of,
+  teacher_of,
+  kd_weight: float,
+  temperature: float,
+  t_squared: bool,
+):
   """SGD over `data` on CE + kd_weight x KD(teacher -> model); metric sums.
 
   `inputs_of(batch)` and `labels_of(batch)` pick the model's input and the
@@ -312,8 +336,11 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
     labels = tf.cast(labels_of(batch), tf.int32)
     with tf.GradientTape() as tape:
       logits = model(inputs_of(batch), training=True)
-      ce = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-          labels, logits, from_logits=True))
+      ce = tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(
+          labels, logits, from_logits=True
+        )
+      )
       if kd_weight:
         teacher, on = teacher_of(batch)
         kd = soft_label_kl(teacher, logits, temperature, t_squared) * on
@@ -323,14 +350,17 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
         loss = ce
     gradients = tape.gradient(loss, trainable)
     optimizer_state, updated = optimizer.next(
-        optimizer_state, tuple(trainable), tuple(gradients))
+      optimizer_state, tuple(trainable), tuple(gradients)
+    )
     _assign(trainable, updated)
     n = tf.cast(tf.shape(labels)[0], tf.float32)
     sums = collections.OrderedDict(
-        loss=sums["loss"] + loss * n, ce=sums["ce"] + ce * n,
-        kd=sums["kd"] + kd * n,
-        correct=sums["correct"] + _correct(logits, labels),
-        examples=sums["examples"] + n)
+      loss=sums["loss"] + loss * n,
+      ce=sums["ce"] + ce * n,
+      kd=sums["kd"] + kd * n,
+      correct=sums["correct"] + _correct(logits, labels),
+      examples=sums["examples"] + n,
+    )
     return optimizer_state, sums
 
   return data.reduce((optimizer_state, _metric_sums()), step)
@@ -340,8 +370,9 @@ def _train_pass(model, optimizer, optimizer_state, data, *, inputs_of,
 # Layer 1: pure TensorFlow.
 
 
-def build_edge_update(edge_fn, split_layer: str, optimizer,
-                      settings: GKTSettings):
+def build_edge_update(
+  edge_fn, split_layer: str, optimizer, settings: GKTSettings
+):
   """The client's `tf.function` (module docstring): train, then extract.
 
   `(ClientModel, batches) -> (ClientModel, GKTUpload, bytes up, sums)`.
@@ -357,32 +388,45 @@ def build_edge_update(edge_fn, split_layer: str, optimizer,
     _assign(edge.trainable_variables, model.trainable)
     _assign(edge.non_trainable_variables, model.non_trainable)
     optimizer_state, sums = _train_pass(
-        edge, optimizer, model.optimizer_state,
-        data.filter(lambda b: b["train"]), inputs_of=lambda b: b["x"],
-        labels_of=lambda b: b["y"],
-        teacher_of=lambda b: (b["teacher"],
-                              tf.cast(b["has_teacher"], tf.float32)),
-        kd_weight=kd_weight, temperature=settings.temperature,
-        t_squared=settings.kd_t_squared)
+      edge,
+      optimizer,
+      model.optimizer_state,
+      data.filter(lambda b: b["train"]),
+      inputs_of=lambda b: b["x"],
+      labels_of=lambda b: b["y"],
+      teacher_of=lambda b: (
+        b["teacher"],
+        tf.cast(b["has_teacher"], tf.float32),
+      ),
+      kd_weight=kd_weight,
+      temperature=settings.temperature,
+      t_squared=settings.kd_t_squared,
+    )
 
     def extract(upload, batch):
       features, logits = with_features(batch["x"], training=False)
       return GKTUpload(
-          features=tf.concat([upload.features, features], 0),
-          logits=tf.concat([upload.logits, logits], 0),
-          labels=tf.concat([upload.labels, tf.cast(batch["y"], tf.int32)], 0))
+        features=tf.concat([upload.features, features], 0),
+        logits=tf.concat([upload.logits, logits], 0),
+        labels=tf.concat([upload.labels, tf.cast(batch["y"], tf.int32)], 0),
+      )
 
-    empty = GKTUpload(features=tf.zeros((0,) + feature_shape),
-                      logits=tf.zeros((0, num_classes)),
-                      labels=tf.zeros((0,), tf.int32))
+    empty = GKTUpload(
+      features=tf.zeros((0,) + feature_shape),
+      logits=tf.zeros((0, num_classes)),
+      labels=tf.zeros((0,), tf.int32),
+    )
     upload = data.filter(lambda b: tf.logical_not(b["train"])).reduce(
-        empty, extract)
+      empty, extract
+    )
     new_model = ClientModel(
-        [tf.identity(v) for v in edge.trainable_variables],
-        [tf.identity(v) for v in edge.non_trainable_variables],
-        optimizer_state)
-    bytes_up = (payload.tf_dense_nbytes(list(upload)) +
-                payload.tf_dense_nbytes(list(sums.values())))
+      [tf.identity(v) for v in edge.trainable_variables],
+      [tf.identity(v) for v in edge.non_trainable_variables],
+      optimizer_state,
+    )
+    bytes_up = payload.tf_dense_nbytes(list(upload)) + payload.tf_dense_nbytes(
+      list(sums.values())
+    )
     return new_model, upload, bytes_up, sums
 
   return edge_update
@@ -400,34 +444,57 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
   batch_size = int(settings.server_batch_size)
 
   def inference(features):
-    return tf.data.Dataset.from_tensor_slices(features).batch(
-        batch_size).reduce(
-            tf.zeros((0, num_classes)),
-            lambda out, h: tf.concat([out, model(h, training=False)], 0))
+    return (
+      tf.data.Dataset.from_tensor_slices(features)
+      .batch(batch_size)
+      .reduce(
+        tf.zeros((0, num_classes)),
+        lambda out, h: tf.concat([out, model(h, training=False)], 0),
+      )
+    )
 
   @tf.function
-  def server_update(weights: ModelState, optimizer_state, received: GKTUpload,
-                    order):
+  def server_update(
+    weights: ModelState, optimizer_state, received: GKTUpload, order
+  ):
     """Batches of `received` in `order` (sample positions, all epochs)."""
     _assign(model.trainable_variables, weights.trainable)
     _assign(model.non_trainable_variables, weights.non_trainable)
     fresh = _correct(inference(received.features), received.labels)
-    data = tf.data.Dataset.from_tensor_slices(order).batch(batch_size).map(
+    data = (
+      tf.data.Dataset.from_tensor_slices(order)
+      .batch(batch_size)
+      .map(
         lambda i: collections.OrderedDict(
-            features=tf.gather(received.features, i),
-            logits=tf.gather(received.logits, i),
-            labels=tf.gather(received.labels, i)))
+          features=tf.gather(received.features, i),
+          logits=tf.gather(received.logits, i),
+          labels=tf.gather(received.labels, i),
+        )
+      )
+    )
     optimizer_state, sums = _train_pass(
-        model, optimizer, optimizer_state, data,
-        inputs_of=lambda b: b["features"], labels_of=lambda b: b["labels"],
-        teacher_of=lambda b: (b["logits"], tf.constant(1.0)),
-        kd_weight=kd_weight, temperature=settings.temperature,
-        t_squared=settings.kd_t_squared)
+      model,
+      optimizer,
+      optimizer_state,
+      data,
+      inputs_of=lambda b: b["features"],
+      labels_of=lambda b: b["labels"],
+      teacher_of=lambda b: (b["logits"], tf.constant(1.0)),
+      kd_weight=kd_weight,
+      temperature=settings.temperature,
+      t_squared=settings.kd_t_squared,
+    )
     new_weights = ModelState(
-        [tf.identity(v) for v in model.trainable_variables],
-        [tf.identity(v) for v in model.non_trainable_variables])
-    return (new_weights, optimizer_state, sums, fresh,
-            inference(received.features))
+      [tf.identity(v) for v in model.trainable_variables],
+      [tf.identity(v) for v in model.non_trainable_variables],
+    )
+    return (
+      new_weights,
+      optimizer_state,
+      sums,
+      fresh,
+      inference(received.features),
+    )
 
   return server_update
 
@@ -439,53 +506,79 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
 class GKTComputations:
   """Builds FedGKT's typed computations for one edge/server pair."""
 
-  def __init__(self, edge_fn, server_fn, split_layer: str, element_spec,
-               client_initial: ClientModel, server_initial: ModelState,
-               server_optimizer_initial, client_optimizer, server_optimizer,
-               settings: GKTSettings, num_classes: int,
-               feature_shape: Sequence[int]):
+  def __init__(
+    self,
+    edge_fn,
+    server_fn,
+    split_layer: str,
+    element_spec,
+    client_initial: ClientModel,
+    server_initial: ModelState,
+    server_optimizer_initial,
+    client_optimizer,
+    server_optimizer,
+    settings: GKTSettings,
+    num_classes: int,
+    feature_shape: Sequence[int],
+  ):
     logits_spec = tf.TensorSpec([None, num_classes], tf.float32)
     features_spec = tf.TensorSpec([None, *feature_shape], tf.float32)
     client_type = learning_process.type_of(client_initial)
     data_type = tff.SequenceType(learning_process.type_of(element_spec))
     server_type = learning_process.type_of(server_initial)
     optimizer_type = learning_process.type_of(server_optimizer_initial)
-    upload_type = learning_process.type_of(GKTUpload(
-        features=features_spec, logits=logits_spec,
-        labels=tf.TensorSpec([None], tf.int32)))
+    upload_type = learning_process.type_of(
+      GKTUpload(
+        features=features_spec,
+        logits=logits_spec,
+        labels=tf.TensorSpec([None], tf.int32),
+      )
+    )
     order_type = tff.TensorType(np.int64, [None])
 
     @tff.tensorflow.computation(client_type, data_type)
     def client_step(model, data):
-      update = build_edge_update(edge_fn, split_layer, client_optimizer,
-                                 settings)
+      update = build_edge_update(
+        edge_fn, split_layer, client_optimizer, settings
+      )
       return update(ClientModel(*model), data)
 
     @tff.federated_computation(
-        tff.FederatedType(client_type, tff.CLIENTS),
-        tff.FederatedType(data_type, tff.CLIENTS),
-        cohort_positions.POSITIONS_AT_CLIENTS)
+      tff.FederatedType(client_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+      cohort_positions.POSITIONS_AT_CLIENTS,
+    )
     def client_round(models, data, positions):
       new_models, uploads, bytes_up, sums = tff.federated_map(
-          client_step, (models, data))
-      return (new_models, uploads, bytes_up,
-              cohort_positions.echo(positions), tff.federated_sum(sums))
+        client_step, (models, data)
+      )
+      return (
+        new_models,
+        uploads,
+        bytes_up,
+        cohort_positions.echo(positions),
+        tff.federated_sum(sums),
+      )
 
-    @tff.tensorflow.computation(server_type, optimizer_type, upload_type,
-                                order_type)
+    @tff.tensorflow.computation(
+      server_type, optimizer_type, upload_type, order_type
+    )
     def server_step(weights, optimizer_state, received, order):
       update = build_server_update(server_fn, server_optimizer, settings)
-      return update(ModelState(*weights), optimizer_state,
-                    GKTUpload(*received), order)
+      return update(
+        ModelState(*weights), optimizer_state, GKTUpload(*received), order
+      )
 
     @tff.federated_computation(
-        tff.FederatedType(server_type, tff.SERVER),
-        tff.FederatedType(optimizer_type, tff.SERVER),
-        tff.FederatedType(upload_type, tff.SERVER),
-        tff.FederatedType(order_type, tff.SERVER))
+      tff.FederatedType(server_type, tff.SERVER),
+      tff.FederatedType(optimizer_type, tff.SERVER),
+      tff.FederatedType(upload_type, tff.SERVER),
+      tff.FederatedType(order_type, tff.SERVER),
+    )
     def server_round(weights, optimizer_state, received, order):
-      return tff.federated_map(server_step,
-                               (weights, optimizer_state, received, order))
+      return tff.federated_map(
+        server_step, (weights, optimizer_state, received, order)
+      )
 
     self.client_round = client_round
     self.server_round = server_round
@@ -496,8 +589,10 @@ class GKTComputations:
 
 
 def _weights_of(model: tf.keras.Model) -> ModelState:
-  return ModelState([np.asarray(v) for v in model.trainable_weights],
-                    [np.asarray(v) for v in model.non_trainable_weights])
+  return ModelState(
+    [np.asarray(v) for v in model.trainable_weights],
+    [np.asarray(v) for v in model.non_trainable_weights],
+  )
 
 
 def _optimizer_initial(optimizer, weights) -> Any:
@@ -519,8 +614,12 @@ def _with_learning_rate(optimizer_state, learning_rate):
   return state
 
 
-def _sources(composed: tf.keras.Model, edge: tf.keras.Model,
-             server: tf.keras.Model, attribute: str) -> list:
+def _sources(
+  composed: tf.keras.Model,
+  edge: tf.keras.Model,
+  server: tf.keras.Model,
+  attribute: str,
+) -> list:
   """(0 = edge / 1 = server, index) of each of `composed`'s variables."""
   where = {}
   for source, model in enumerate((edge, server)):
@@ -529,10 +628,16 @@ def _sources(composed: tf.keras.Model, edge: tf.keras.Model,
   return [where[id(v)] for v in getattr(composed, attribute)]
 
 
-def client_dataset_with_teacher(arrays, server_logits, num_classes: int, *,
-                                batch_size: int, local_epochs: int,
-                                shuffle_seed, augment: str = "none"
-                                ) -> tf.data.Dataset:
+def client_dataset_with_teacher(
+  arrays,
+  server_logits,
+  num_classes: int,
+  *,
+  batch_size: int,
+  local_epochs: int,
+  shuffle_seed,
+  augment: str = "none",
+) -> tf.data.Dataset:
   """A client's indexed batches with the server logits of their samples.
 
   `data.make_indexed_client_dataset` batches (x, y, index, train) with
@@ -545,10 +650,14 @@ def client_dataset_with_teacher(arrays, server_logits, num_classes: int, *,
   if not have:
     logits = np.zeros((len(arrays), num_classes), np.float32)
   return data_lib.make_indexed_client_dataset(
-      arrays, batch_size=batch_size, local_epochs=local_epochs,
-      shuffle_seed=shuffle_seed, augment=augment,
-      batch_values=collections.OrderedDict(has_teacher=have),
-      sample_rows=collections.OrderedDict(teacher=logits))
+    arrays,
+    batch_size=batch_size,
+    local_epochs=local_epochs,
+    shuffle_seed=shuffle_seed,
+    augment=augment,
+    batch_values=collections.OrderedDict(has_teacher=have),
+    sample_rows=collections.OrderedDict(teacher=logits),
+  )
 
 
 class FedGKT(api.FederatedAlgorithm):
@@ -556,17 +665,28 @@ class FedGKT(api.FederatedAlgorithm):
 
   name = "fedgkt"
 
-  def __init__(self, task: api.Task, server_model: str,
-               settings: GKTSettings, *, client_lr: float,
-               client_momentum: float = 0.0, seed: int = 0,
-               local_epochs: int = 1, concurrency: int = 1):
+  def __init__(
+    self,
+    task: api.Task,
+    server_model: str,
+    settings: GKTSettings,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    seed: int = 0,
+    local_epochs: int = 1,
+    concurrency: int = 1,
+  ):
     if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(f"FedGKT's server model must be one of "
-                       f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-                       f" {server_model!r}")
+      raise ValueError(
+        f"FedGKT's server model must be one of "
+        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
+        f" {server_model!r}"
+      )
     if settings.mode not in MODES:
-      raise ValueError(f"mode must be one of {', '.join(MODES)}, got"
-                       f" {settings.mode!r}")
+      raise ValueError(
+        f"mode must be one of {', '.join(MODES)}, got {settings.mode!r}"
+      )
     self.task = task
     self.settings = settings
     self.seed = int(seed)
@@ -575,14 +695,16 @@ class FedGKT(api.FederatedAlgorithm):
     self.split_layer = models_lib.split_layer(task.model_name)
     shape, classes = task.input_shape, task.num_classes
     self.edge_fn = task.model_fn
-    self.server_fn = lambda: models_lib.build_model(server_model, shape,
-                                                    classes, seed=self.seed)
+    self.server_fn = lambda: models_lib.build_model(
+      server_model, shape, classes, seed=self.seed
+    )
     self.server_model_name = server_model
     self.full_model_name = FULL_MODEL_OF_SERVER[server_model]
 
     def composed_fn():
-      return gkt_models.extractor_and_server(self.edge_fn(), self.server_fn(),
-                                             self.split_layer)
+      return gkt_models.extractor_and_server(
+        self.edge_fn(), self.server_fn(), self.split_layer
+      )
 
     self.composed_fn = composed_fn
     edge, server = self.edge_fn(), self.server_fn()
@@ -590,13 +712,15 @@ class FedGKT(api.FederatedAlgorithm):
     self.feature_shape = tuple(int(d) for d in extractor.output.shape[1:])
     if self.feature_shape != tuple(server.input.shape[1:]):
       raise models_lib.ModelError(
-          f"the edge model {task.model_name!r} sends features of shape"
-          f" {self.feature_shape} but the server model {server_model!r} takes"
-          f" {tuple(server.input.shape[1:])}")
+        f"the edge model {task.model_name!r} sends features of shape"
+        f" {self.feature_shape} but the server model {server_model!r} takes"
+        f" {tuple(server.input.shape[1:])}"
+      )
     composed = gkt_models.extractor_and_server(edge, server, self.split_layer)
     self._composed_sources = (
-        _sources(composed, edge, server, "trainable_weights"),
-        _sources(composed, edge, server, "non_trainable_weights"))
+      _sources(composed, edge, server, "trainable_weights"),
+      _sources(composed, edge, server, "non_trainable_weights"),
+    )
     self._edge_initial = _weights_of(edge)
     self._server_initial = _weights_of(server)
     self.num_classes = classes
@@ -604,28 +728,33 @@ class FedGKT(api.FederatedAlgorithm):
     self._edge_training = models_lib.training_flops_per_example(edge)
     self._server_forward = models_lib.count_flops(server)
     self._server_training = models_lib.training_flops_per_example(server)
-    full = models_lib.build_model(self.full_model_name, shape, classes,
-                                  seed=self.seed)
+    full = models_lib.build_model(
+      self.full_model_name, shape, classes, seed=self.seed
+    )
     self.profile = collections.OrderedDict(
-        edge_model=task.model_name,
-        edge_params=models_lib.count_params(edge).trainable,
-        edge_flops=self._edge_forward,
-        split_layer=self.split_layer,
-        extractor_params=models_lib.count_params(extractor).trainable,
-        extractor_flops=models_lib.count_flops(extractor),
-        server_model=server_model,
-        server_params=models_lib.count_params(server).trainable,
-        server_flops=self._server_forward,
-        full_model=self.full_model_name,
-        full_params=models_lib.count_params(full).trainable,
-        full_flops=models_lib.count_flops(full))
+      edge_model=task.model_name,
+      edge_params=models_lib.count_params(edge).trainable,
+      edge_flops=self._edge_forward,
+      split_layer=self.split_layer,
+      extractor_params=models_lib.count_params(extractor).trainable,
+      extractor_flops=models_lib.count_flops(extractor),
+      server_model=server_model,
+      server_params=models_lib.count_params(server).trainable,
+      server_flops=self._server_forward,
+      full_model=self.full_model_name,
+      full_params=models_lib.count_params(full).trainable,
+      full_flops=models_lib.count_flops(full),
+    )
     client_optimizer = learning_process.client_sgd(client_lr, client_momentum)
     server_optimizer = SERVER_OPTIMIZERS[settings.server_optimizer](
-        settings.server_lr)
+      settings.server_lr
+    )
     self._client_optimizer_initial = _optimizer_initial(
-        client_optimizer, self._edge_initial.trainable)
+      client_optimizer, self._edge_initial.trainable
+    )
     self._server_optimizer_initial = _optimizer_initial(
-        server_optimizer, self._server_initial.trainable)
+      server_optimizer, self._server_initial.trainable
+    )
     self._optimizers = (client_optimizer, server_optimizer)
     self._population = None
     self._client_sizes: Mapping[str, int] = {}
@@ -636,17 +765,26 @@ class FedGKT(api.FederatedAlgorithm):
     """The typed computations, built (traced) on first use."""
     shape, classes = self.task.input_shape, self.num_classes
     element_spec = collections.OrderedDict(
-        x=tf.TensorSpec([None, *shape], tf.float32),
-        y=tf.TensorSpec([None], tf.int32),
-        index=tf.TensorSpec([None], tf.int64),
-        train=tf.TensorSpec([], tf.bool),
-        has_teacher=tf.TensorSpec([], tf.bool),
-        teacher=tf.TensorSpec([None, classes], tf.float32))
+      x=tf.TensorSpec([None, *shape], tf.float32),
+      y=tf.TensorSpec([None], tf.int32),
+      index=tf.TensorSpec([None], tf.int64),
+      train=tf.TensorSpec([], tf.bool),
+      has_teacher=tf.TensorSpec([], tf.bool),
+      teacher=tf.TensorSpec([None, classes], tf.float32),
+    )
     return GKTComputations(
-        self.edge_fn, self.server_fn, self.split_layer, element_spec,
-        ClientModel(*self._edge_initial, self._client_optimizer_initial),
-        self._server_initial, self._server_optimizer_initial,
-        *self._optimizers, self.settings, classes, self.feature_shape)
+      self.edge_fn,
+      self.server_fn,
+      self.split_layer,
+      element_spec,
+      ClientModel(*self._edge_initial, self._client_optimizer_initial),
+      self._server_initial,
+      self._server_optimizer_initial,
+      *self._optimizers,
+      self.settings,
+      classes,
+      self.feature_shape,
+    )
 
   # -- program interface --------------------------------------------------
 
@@ -656,97 +794,153 @@ class FedGKT(api.FederatedAlgorithm):
     self._population = population
     self._client_sizes = dict(client_sizes)
     self.simulation = async_events.Simulation(
-        sorted(self._client_sizes), self.concurrency, self.seed,
-        work=lambda c: self._job_macs(self._client_sizes[c]),
-        speed=lambda c, r: population.capacity_at_round(c, r).flops)
+      sorted(self._client_sizes),
+      self.concurrency,
+      self.seed,
+      work=lambda c: self._job_macs(self._client_sizes[c]),
+      speed=lambda c, r: population.capacity_at_round(c, r).flops,
+    )
 
   def initialize(self) -> GKTState:
     k = self.concurrency
-    events = (self.simulation.initial_state() if self.simulation is not None
-              else async_events.Simulation(
-                  [], k, self.seed, work=len, speed=lambda *_: 1
-              ).initial_state())
+    events = (
+      self.simulation.initial_state()
+      if self.simulation is not None
+      else async_events.Simulation(
+        [], k, self.seed, work=len, speed=lambda *_: 1
+      ).initial_state()
+    )
     return GKTState(
-        list(self._server_initial.trainable),
-        list(self._server_initial.non_trainable),
-        self._server_optimizer_initial,
-        Plateau(np.float64(self.settings.server_lr), np.float64(-np.inf),
-                np.int64(0)),
-        np.int64(0), events)
+      list(self._server_initial.trainable),
+      list(self._server_initial.non_trainable),
+      self._server_optimizer_initial,
+      Plateau(
+        np.float64(self.settings.server_lr), np.float64(-np.inf), np.int64(0)
+      ),
+      np.int64(0),
+      events,
+    )
 
   def initial_client_state(self) -> EdgeState:
-    return EdgeState(list(self._edge_initial.trainable),
-                     list(self._edge_initial.non_trainable),
-                     self._client_optimizer_initial,
-                     np.zeros((0, self.num_classes), np.float32),
-                     np.int64(-1))
+    return EdgeState(
+      list(self._edge_initial.trainable),
+      list(self._edge_initial.non_trainable),
+      self._client_optimizer_initial,
+      np.zeros((0, self.num_classes), np.float32),
+      np.int64(-1),
+    )
 
-  def client_dataset(self, arrays, *, batch_size, local_epochs,
-                     shuffle_seed, augment="none", state=None):
+  def client_dataset(
+    self,
+    arrays,
+    *,
+    batch_size,
+    local_epochs,
+    shuffle_seed,
+    augment="none",
+    state=None,
+  ):
     """Indexed batches carrying the client's last server logits (`state`)."""
-    logits = (EdgeState(*state).server_logits if state is not None else
-              np.zeros((0, self.num_classes), np.float32))
+    logits = (
+      EdgeState(*state).server_logits
+      if state is not None
+      else np.zeros((0, self.num_classes), np.float32)
+    )
     return client_dataset_with_teacher(
-        arrays, logits, self.num_classes, batch_size=batch_size,
-        local_epochs=local_epochs, shuffle_seed=shuffle_seed, augment=augment)
+      arrays,
+      logits,
+      self.num_classes,
+      batch_size=batch_size,
+      local_epochs=local_epochs,
+      shuffle_seed=shuffle_seed,
+      augment=augment,
+    )
 
   @functools.cached_property
   def _no_data(self) -> tf.data.Dataset:
     """A padding client's dataset: no batches, the clients' element spec."""
     shape, classes = self.task.input_shape, self.num_classes
     return client_dataset_with_teacher(
-        data_lib.ArrayDataset(np.zeros((0, *shape), np.float32),
-                              np.zeros((0,), np.int32)),
-        np.zeros((0, classes), np.float32), classes, batch_size=1,
-        local_epochs=1, shuffle_seed=0)
+      data_lib.ArrayDataset(
+        np.zeros((0, *shape), np.float32), np.zeros((0,), np.int32)
+      ),
+      np.zeros((0, classes), np.float32),
+      classes,
+      batch_size=1,
+      local_epochs=1,
+      shuffle_seed=0,
+    )
 
-  def plan_round(self, state: GKTState, round_num: int,
-                 available: Sequence[str], size: int,
-                 sampler) -> list[api.Assignment]:
+  def plan_round(
+    self,
+    state: GKTState,
+    round_num: int,
+    available: Sequence[str],
+    size: int,
+    sampler,
+  ) -> list[api.Assignment]:
     """Sync: `size` clients uniformly; async: the next arrivals."""
     if self.settings.mode == "sync":
       return super().plan_round(state, round_num, available, size, sampler)
     if self.simulation is None:
-      raise RuntimeError("FedGKT's async mode needs attach(population,"
-                         " client_sizes) before its first round")
+      raise RuntimeError(
+        "FedGKT's async mode needs attach(population,"
+        " client_sizes) before its first round"
+      )
     arrivals, events = self.simulation.plan(
-        async_events.EventState(*state.events), round_num, available, size)
-    return [api.Assignment(a.client_id, payload=(a, events))
-            for a in arrivals]
+      async_events.EventState(*state.events), round_num, available, size
+    )
+    return [api.Assignment(a.client_id, payload=(a, events)) for a in arrivals]
 
-  def next(self, state: GKTState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self, state: GKTState, round_num: int, clients: Sequence[api.ClientRound]
+  ) -> api.RoundOutput:
     comps = self.computations
-    states = [EdgeState(*(c.state if c.state is not None else
-                          self.initial_client_state())) for c in clients]
+    states = [
+      EdgeState(
+        *(c.state if c.state is not None else self.initial_client_state())
+      )
+      for c in clients
+    ]
     if not clients:
-      return api.RoundOutput(state=state, metrics=collections.OrderedDict(
-          loss=math.nan), traffic=())
+      return api.RoundOutput(
+        state=state, metrics=collections.OrderedDict(loss=math.nan), traffic=()
+      )
     # The cohort is padded to K clients that train on nothing: async rounds
     # hold 1..K arrivals, and the worker keeps an executor stack per cohort
     # size (`cohort_positions`).
     size = max(len(clients), self.concurrency)
-    sent = [ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
-            for s in states]
+    sent = [
+      ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
+      for s in states
+    ]
     models, uploads, bytes_up, echoed, client_sums = comps.client_round(
-        cohort_positions.padded(sent, size, sent[0]),
-        cohort_positions.padded([c.dataset for c in clients], size,
-                                self._no_data),
-        cohort_positions.positions(size))
+      cohort_positions.padded(sent, size, sent[0]),
+      cohort_positions.padded(
+        [c.dataset for c in clients], size, self._no_data
+      ),
+      cohort_positions.positions(size),
+    )
     # On several workers TFF returns the clients' results in the order the
     # workers finish (module docstring): put them back in the cohort's.
-    order = cohort_positions.cohort_order(echoed, size,
-                                          "FedGKT")[:len(clients)]
-    models, uploads, bytes_up = (cohort_positions.reorder(order, part)
-                                 for part in (models, uploads, bytes_up))
+    order = cohort_positions.cohort_order(echoed, size, "FedGKT")[
+      : len(clients)
+    ]
+    models, uploads, bytes_up = (
+      cohort_positions.reorder(order, part)
+      for part in (models, uploads, bytes_up)
+    )
     uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
     rng = np.random.default_rng([self.seed, round_num])
     if self.settings.mode == "sync":
       groups = [list(range(len(clients)))]
       events = async_events.EventState(*state.events)
       durations = [self._duration(c.client_id, round_num) for c in clients]
-      clock = (float(events.clock) + max(durations) if all(
-          d is not None for d in durations) else math.nan)
+      clock = (
+        float(events.clock) + max(durations)
+        if all(d is not None for d in durations)
+        else math.nan
+      )
       events = events._replace(clock=np.float64(clock))
     else:
       groups = [[k] for k in range(len(clients))]  # arrival order
@@ -755,8 +949,7 @@ class FedGKT(api.FederatedAlgorithm):
     plateau = Plateau(*state.plateau)
     learning_rate = float(plateau.learning_rate)
     server = ModelState(state.trainable, state.non_trainable)
-    optimizer_state = _with_learning_rate(state.optimizer_state,
-                                          learning_rate)
+    optimizer_state = _with_learning_rate(state.optimizer_state, learning_rate)
     version = int(state.version)
     answers = [None] * len(clients)
     answered_at = [None] * len(clients)
@@ -765,18 +958,25 @@ class FedGKT(api.FederatedAlgorithm):
     fresh_correct = 0.0
     server_start = time.perf_counter()
     for group in groups:
-      received = GKTUpload(*(np.concatenate([getattr(uploads[k], f)
-                                             for k in group])
-                             for f in GKTUpload._fields))
+      received = GKTUpload(
+        *(
+          np.concatenate([getattr(uploads[k], f) for k in group])
+          for f in GKTUpload._fields
+        )
+      )
       order = server_batch_order(
-          len(received.labels), self.settings.server_batch_size,
-          self.settings.server_epochs, self.settings.server_order,
-          int(rng.integers(2**31)))
+        len(received.labels),
+        self.settings.server_batch_size,
+        self.settings.server_epochs,
+        self.settings.server_order,
+        int(rng.integers(2**31)),
+      )
       for k in group:
         if int(states[k].logits_version) >= 0:
           staleness.append(version - int(states[k].logits_version))
       server, optimizer_state, sums, fresh, answered = comps.server_round(
-          server, optimizer_state, received, order)
+        server, optimizer_state, received, order
+      )
       server = ModelState(*server)
       version += 1
       server_sums.update({key: float(v) for key, v in sums.items()})
@@ -793,37 +993,49 @@ class FedGKT(api.FederatedAlgorithm):
     client_states = collections.OrderedDict()
     for c, model, answer, at in zip(clients, models, answers, answered_at):
       client_states[c.client_id] = EdgeState(
-          [np.asarray(t) for t in model.trainable],
-          [np.asarray(t) for t in model.non_trainable],
-          tf.nest.map_structure(np.asarray, model.optimizer_state),
-          answer, np.int64(at))
+        [np.asarray(t) for t in model.trainable],
+        [np.asarray(t) for t in model.non_trainable],
+        tf.nest.map_structure(np.asarray, model.optimizer_state),
+        answer,
+        np.int64(at),
+      )
     metrics = collections.OrderedDict(
-        **self._metrics(clients, uploads, client_sums, server_sums),
-        server_fresh_accuracy=fresh_accuracy,
-        server_lr=learning_rate,
-        server_version=float(version),
-        staleness_mean=(float(np.mean(staleness)) if staleness else math.nan),
-        staleness_max=(float(np.max(staleness)) if staleness else math.nan),
-        sim_time=clock,
-        server_step_s=server_seconds)
+      **self._metrics(clients, uploads, client_sums, server_sums),
+      server_fresh_accuracy=fresh_accuracy,
+      server_lr=learning_rate,
+      server_version=float(version),
+      staleness_mean=(float(np.mean(staleness)) if staleness else math.nan),
+      staleness_max=(float(np.max(staleness)) if staleness else math.nan),
+      sim_time=clock,
+      server_step_s=server_seconds,
+    )
     return api.RoundOutput(
-        state=GKTState(list(server.trainable), list(server.non_trainable),
-                       tf.nest.map_structure(np.asarray, optimizer_state),
-                       plateau, np.int64(version), events),
-        metrics=metrics,
-        traffic=tuple(
-            ClientTraffic(client_id=c.client_id,
-                          bytes_down=int(answer.nbytes),
-                          bytes_up=int(up),
-                          flops=self._client_flops(c, len(u.labels)),
-                          examples=c.num_examples)
-            for c, u, up, answer in zip(clients, uploads, bytes_up, answers)),
-        client_states=client_states)
+      state=GKTState(
+        list(server.trainable),
+        list(server.non_trainable),
+        tf.nest.map_structure(np.asarray, optimizer_state),
+        plateau,
+        np.int64(version),
+        events,
+      ),
+      metrics=metrics,
+      traffic=tuple(
+        ClientTraffic(
+          client_id=c.client_id,
+          bytes_down=int(answer.nbytes),
+          bytes_up=int(up),
+          flops=self._client_flops(c, len(u.labels)),
+          examples=c.num_examples,
+        )
+        for c, u, up, answer in zip(clients, uploads, bytes_up, answers)
+      ),
+      client_states=client_states,
+    )
 
   def model_weights(self, state: GKTState):
     return tff.learning.models.ModelWeights(
-        trainable=list(state.trainable),
-        non_trainable=list(state.non_trainable))
+      trainable=list(state.trainable), non_trainable=list(state.non_trainable)
+    )
 
   def evaluation_models(self, state: GKTState, data=None):
     """Each client's extractor + the server model, and its edge model alone.
@@ -837,14 +1049,19 @@ class FedGKT(api.FederatedAlgorithm):
     out = collections.OrderedDict()
     for client_id, edge in stored.items():
       out[f"edge_server/{client_id}"] = api.EvaluationModel(
-          self._composed_weights(EdgeState(*edge), state),
-          model_fn=self.composed_fn, group="edge_server")
+        self._composed_weights(EdgeState(*edge), state),
+        model_fn=self.composed_fn,
+        group="edge_server",
+      )
     for client_id, edge in stored.items():
       edge = EdgeState(*edge)
       out[f"edge/{client_id}"] = api.EvaluationModel(
-          tff.learning.models.ModelWeights(list(edge.trainable),
-                                           list(edge.non_trainable)),
-          model_fn=self.edge_fn, group="edge")
+        tff.learning.models.ModelWeights(
+          list(edge.trainable), list(edge.non_trainable)
+        ),
+        model_fn=self.edge_fn,
+        group="edge",
+      )
     return out
 
   def report_extras(self) -> collections.OrderedDict:
@@ -865,13 +1082,14 @@ class FedGKT(api.FederatedAlgorithm):
     if bad > self.settings.lr_patience:
       learning_rate *= self.settings.lr_factor
       bad = 0
-    return Plateau(np.float64(learning_rate), np.float64(best),
-                   np.int64(bad))
+    return Plateau(np.float64(learning_rate), np.float64(best), np.int64(bad))
 
   def _job_macs(self, num_samples: int) -> float:
     """A client's job: local epochs of training and one extraction pass."""
-    return float(num_samples * (self.local_epochs * self._edge_training +
-                                self._edge_forward))
+    return float(
+      num_samples
+      * (self.local_epochs * self._edge_training + self._edge_forward)
+    )
 
   def _duration(self, client_id: str, round_num: int) -> Optional[float]:
     if self.simulation is None or client_id not in self._client_sizes:
@@ -881,88 +1099,112 @@ class FedGKT(api.FederatedAlgorithm):
   def _composed_weights(self, edge: EdgeState, state: GKTState):
     parts = []
     for sources, edge_values, server_values in zip(
-        self._composed_sources, (edge.trainable, edge.non_trainable),
-        (state.trainable, state.non_trainable)):
+      self._composed_sources,
+      (edge.trainable, edge.non_trainable),
+      (state.trainable, state.non_trainable),
+    ):
       parts.append([(edge_values, server_values)[s][i] for s, i in sources])
     return tff.learning.models.ModelWeights(*parts)
 
   def _client_flops(self, client: api.ClientRound, samples: int) -> int:
-    return (client.num_examples * self._edge_training +
-            samples * self._edge_forward)
+    return (
+      client.num_examples * self._edge_training + samples * self._edge_forward
+    )
 
-  def _metrics(self, clients, uploads, client_sums,
-               server_sums) -> collections.OrderedDict:
+  def _metrics(
+    self, clients, uploads, client_sums, server_sums
+  ) -> collections.OrderedDict:
     examples = float(client_sums["examples"])
     expected = sum(c.num_examples for c in clients)
     mean = lambda sums, key, n: float(sums[key]) / n if n else math.nan
     server_n = server_sums["examples"]
     samples = sum(len(u.labels) for u in uploads)
     return collections.OrderedDict(
-        loss=mean(client_sums, "loss", examples) if examples == expected
-        else math.nan,
-        train_accuracy=mean(client_sums, "correct", examples),
-        client_ce=mean(client_sums, "ce", examples),
-        client_kd=mean(client_sums, "kd", examples),
-        server_loss=mean(server_sums, "loss", server_n),
-        server_ce=mean(server_sums, "ce", server_n),
-        server_kd=mean(server_sums, "kd", server_n),
-        server_accuracy=mean(server_sums, "correct", server_n),
-        server_flops=float(server_n * self._server_training +
-                           2 * samples * self._server_forward),
-        feature_bytes=float(sum(u.features.nbytes for u in uploads)))
+      loss=mean(client_sums, "loss", examples)
+      if examples == expected
+      else math.nan,
+      train_accuracy=mean(client_sums, "correct", examples),
+      client_ce=mean(client_sums, "ce", examples),
+      client_kd=mean(client_sums, "kd", examples),
+      server_loss=mean(server_sums, "loss", server_n),
+      server_ce=mean(server_sums, "ce", server_n),
+      server_kd=mean(server_sums, "kd", server_n),
+      server_accuracy=mean(server_sums, "correct", server_n),
+      server_flops=float(
+        server_n * self._server_training + 2 * samples * self._server_forward
+      ),
+      feature_bytes=float(sum(u.features.nbytes for u in uploads)),
+    )
 
 
 def check_flags(config) -> None:
   """Raises `UsageError` naming the first `--model` / `--gkt_*` flag FedGKT
   cannot take (the numeric ones are checked by `ExperimentConfig`)."""
-  if config.model not in models_lib.MODELS or not models_lib.MODELS[
-      config.model].split_layer:
+  if (
+    config.model not in models_lib.MODELS
+    or not models_lib.MODELS[config.model].split_layer
+  ):
     edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)
-    raise UsageError("--model", f"{config.algorithm} trains an edge model (a"
-                     f" model with a split point); accepted:"
-                     f" {', '.join(edges)}")
+    raise UsageError(
+      "--model",
+      f"{config.algorithm} trains an edge model (a"
+      f" model with a split point); accepted:"
+      f" {', '.join(edges)}",
+    )
   for flag, value, accepted in (
-      ("--gkt_server_model", config.gkt_server_model,
-       tuple(gkt_models.SERVER_MODELS)),
-      ("--gkt_server_optimizer", config.gkt_server_optimizer,
-       tuple(SERVER_OPTIMIZERS)),
-      ("--gkt_transfer", config.gkt_transfer, TRANSFERS),
-      ("--gkt_mode", config.gkt_mode, MODES),
-      ("--gkt_server_order", config.gkt_server_order, SERVER_ORDERS)):
+    (
+      "--gkt_server_model",
+      config.gkt_server_model,
+      tuple(gkt_models.SERVER_MODELS),
+    ),
+    (
+      "--gkt_server_optimizer",
+      config.gkt_server_optimizer,
+      tuple(SERVER_OPTIMIZERS),
+    ),
+    ("--gkt_transfer", config.gkt_transfer, TRANSFERS),
+    ("--gkt_mode", config.gkt_mode, MODES),
+    ("--gkt_server_order", config.gkt_server_order, SERVER_ORDERS),
+  ):
     if value not in accepted:
-      raise UsageError(flag, f"unknown value {value!r}; accepted: "
-                       f"{', '.join(accepted)}")
+      raise UsageError(
+        flag, f"unknown value {value!r}; accepted: {', '.join(accepted)}"
+      )
 
 
-def server_batch_order(n: int, batch_size: int, epochs: int, order: str,
-                       seed: int) -> np.ndarray:
+def server_batch_order(
+  n: int, batch_size: int, epochs: int, order: str, seed: int
+) -> np.ndarray:
   """The server's sample order over `n` received samples, all its epochs
   (cut into batches of `batch_size` in this order): `order` "shuffled" is a
   fresh permutation per epoch from `seed`; "by_client" is the samples as
   received (client after client, each in sample order) in every epoch."""
   if order not in SERVER_ORDERS:
-    raise ValueError(f"server order {order!r}; accepted: "
-                     f"{', '.join(SERVER_ORDERS)}")
-  return data_lib.epoch_order(n, batch_size, epochs,
-                              seed if order == "shuffled" else None)
+    raise ValueError(
+      f"server order {order!r}; accepted: {', '.join(SERVER_ORDERS)}"
+    )
+  return data_lib.epoch_order(
+    n, batch_size, epochs, seed if order == "shuffled" else None
+  )
 
 
 def settings_from(config) -> GKTSettings:
   """`GKTSettings` from the `--gkt_*` flags."""
   return GKTSettings(
-      temperature=config.gkt_temperature,
-      client_kd_weight=config.gkt_client_kd_weight,
-      server_kd_weight=config.gkt_server_kd_weight,
-      kd_t_squared=config.gkt_kd_t_squared,
-      server_epochs=config.gkt_server_epochs,
-      server_batch_size=config.batch_size,
-      server_optimizer=config.gkt_server_optimizer,
-      server_lr=config.gkt_server_lr,
-      lr_patience=config.gkt_lr_patience,
-      lr_factor=config.gkt_lr_factor,
-      transfer=config.gkt_transfer,
-      mode=config.gkt_mode,
-      server_order=config.gkt_server_order)
+    temperature=config.gkt_temperature,
+    client_kd_weight=config.gkt_client_kd_weight,
+    server_kd_weight=config.gkt_server_kd_weight,
+    kd_t_squared=config.gkt_kd_t_squared,
+    server_epochs=config.gkt_server_epochs,
+    server_batch_size=config.batch_size,
+    server_optimizer=config.gkt_server_optimizer,
+    server_lr=config.gkt_server_lr,
+    lr_patience=config.gkt_lr_patience,
+    lr_factor=config.gkt_lr_factor,
+    transfer=config.gkt_transfer,
+    mode=config.gkt_mode,
+    server_order=config.gkt_server_order,
+  )
 
 
 def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
@@ -970,10 +1212,15 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
   del client_ids
   check_flags(config)
   try:
-    return FedGKT(task, config.gkt_server_model, settings_from(config),
-                  client_lr=config.client_lr,
-                  client_momentum=config.client_momentum, seed=config.seed,
-                  local_epochs=config.local_epochs,
-                  concurrency=config.clients_per_round)
+    return FedGKT(
+      task,
+      config.gkt_server_model,
+      settings_from(config),
+      client_lr=config.client_lr,
+      client_momentum=config.client_momentum,
+      seed=config.seed,
+      local_epochs=config.local_epochs,
+      concurrency=config.clients_per_round,
+    )
   except models_lib.ModelError as e:
     raise UsageError("--gkt_server_model", str(e)) from None

@@ -86,7 +86,8 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -95,7 +96,6 @@ import tensorflow_federated as tff
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import model_fns
-
 
 # `--prox_mu` when not given: FedProx's own default here; other algorithms
 # that accept a proximal term (FedDST, FedSGC) default to none.
@@ -108,19 +108,25 @@ def _zero_all_if_any_non_finite(structure):
   if not flat:
     return structure, tf.constant(0)
   all_finite = tf.reduce_all(
-      tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat]))
+    tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+  )
   return tf.cond(
-      all_finite,
-      true_fn=lambda: (structure, tf.constant(0)),
-      false_fn=lambda: (tf.nest.map_structure(tf.zeros_like, structure),
-                        tf.constant(1)))
+    all_finite,
+    true_fn=lambda: (structure, tf.constant(0)),
+    false_fn=lambda: (
+      tf.nest.map_structure(tf.zeros_like, structure),
+      tf.constant(1),
+    ),
+  )
 
 
 def build_proximal_client_update(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    prox_mu: float,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES)):
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  prox_mu: float,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+):
   """Layer 1: the pure `tf.function` FedProx client update.
 
   Builds the model (its variables) once; the returned
@@ -145,8 +151,12 @@ def build_proximal_client_update(
   def client_update(optimizer, initial_weights, data, optimizer_hparams=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     # Lists in the model, tuples or lists in the argument: same values.
-    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
-                          initial_weights, check_types=False)
+    tf.nest.map_structure(
+      lambda v, t: v.assign(t),
+      model_weights,
+      initial_weights,
+      check_types=False,
+    )
     global_trainable = tuple(tf.nest.flatten(initial_weights.trainable))
 
     def reduce_fn(state, batch):
@@ -157,33 +167,46 @@ def build_proximal_client_update(
       current = tuple(tf.nest.flatten(model_weights.trainable))
       # d/dw [mu/2 ||w - w_t||^2] = mu * (w - w_t): towards the global model.
       prox_gradients = tuple(
-          g + prox_mu * (w - w_t)
-          for g, w, w_t in zip(tf.nest.flatten(gradients), current,
-                               global_trainable))
-      optimizer_state, updated = optimizer.next(optimizer_state, current,
-                                                prox_gradients)
+        g + prox_mu * (w - w_t)
+        for g, w, w_t in zip(
+          tf.nest.flatten(gradients), current, global_trainable
+        )
+      )
+      optimizer_state, updated = optimizer.next(
+        optimizer_state, current, prox_gradients
+      )
       tf.nest.map_structure(
-          lambda v, t: v.assign(t), model_weights.trainable,
-          tf.nest.pack_sequence_as(model_weights.trainable, updated))
+        lambda v, t: v.assign(t),
+        model_weights.trainable,
+        tf.nest.pack_sequence_as(model_weights.trainable, updated),
+      )
       if output.num_examples is None:
         num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
       else:
         num_examples_sum += tf.cast(output.num_examples, tf.int64)
       return num_examples_sum, optimizer_state
 
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in tf.nest.flatten(model_weights.trainable))
+    specs = tuple(
+      tf.TensorSpec(v.shape, v.dtype)
+      for v in tf.nest.flatten(model_weights.trainable)
+    )
     optimizer_state = optimizer.initialize(specs)
     if optimizer_hparams is not None:
-      optimizer_state = optimizer.set_hparams(optimizer_state,
-                                              optimizer_hparams)
+      optimizer_state = optimizer.set_hparams(
+        optimizer_state, optimizer_hparams
+      )
     num_examples, _ = data.reduce(
-        (tf.zeros([], tf.int64), optimizer_state), reduce_fn)
+      (tf.zeros([], tf.int64), optimizer_state), reduce_fn
+    )
 
     # TFF's convention: update = initial - trained, which the server optimizer
     # applies as `w_t - server_lr * mean(update)`.
-    update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
-                                   model_weights.trainable, check_types=False)
+    update = tf.nest.map_structure(
+      tf.subtract,
+      initial_weights.trainable,
+      model_weights.trainable,
+      check_types=False,
+    )
     update, non_finite = _zero_all_if_any_non_finite(update)
     if uniform:  # A Python bool: chosen when the function is traced.
       finite_weight = tf.constant(1.0, tf.float32)
@@ -194,20 +217,22 @@ def build_proximal_client_update(
       model.reset_metrics()
     else:
       weight = finite_weight
-    return (tff.learning.templates.ClientResult(update=update,
-                                                update_weight=weight),
-            model.report_local_unfinalized_metrics())
+    return (
+      tff.learning.templates.ClientResult(update=update, update_weight=weight),
+      model.report_local_unfinalized_metrics(),
+    )
 
   return client_update
 
 
 def build_proximal_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    prox_mu: float,
-    metrics_aggregator=None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  prox_mu: float,
+  metrics_aggregator=None,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
 ) -> tff.learning.templates.ClientWorkProcess:
   """Layers 2 and 3: the FedProx `ClientWorkProcess` (see module docstring).
 
@@ -230,7 +255,8 @@ def build_proximal_client_work(
   weights_type = tff.learning.models.weights_type_from_model(model)
   # The state is the optimizer's hyperparameters, read off a whimsy state.
   initial_hparams = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32)))
+    optimizer.initialize(tf.TensorSpec([], tf.float32))
+  )
 
   @tff.federated_computation
   def init_fn():
@@ -249,56 +275,64 @@ def build_proximal_client_work(
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update_computation(optimizer_hparams, initial_weights, dataset):
-    client_update = build_proximal_client_update(model_fn, prox_mu,
-                                                 client_weighting)
-    return client_update(optimizer, initial_weights, dataset,
-                         optimizer_hparams)
+    client_update = build_proximal_client_update(
+      model_fn, prox_mu, client_weighting
+    )
+    return client_update(optimizer, initial_weights, dataset, optimizer_hparams)
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS),
+    init_fn.type_signature.result,
+    tff.FederatedType(weights_type, tff.CLIENTS),
+    tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
     hparams_at_clients = tff.federated_broadcast(state)
     client_result, unfinalized_metrics = tff.federated_map(
-        client_update_computation, (hparams_at_clients, weights, client_data))
+      client_update_computation, (hparams_at_clients, weights, client_data)
+    )
     measurements = tff.federated_zip(
-        collections.OrderedDict(
-            train=metrics_aggregation_fn(unfinalized_metrics)))
-    return tff.templates.MeasuredProcessOutput(state, client_result,
-                                               measurements)
+      collections.OrderedDict(train=metrics_aggregation_fn(unfinalized_metrics))
+    )
+    return tff.templates.MeasuredProcessOutput(
+      state, client_result, measurements
+    )
 
   return tff.learning.templates.ClientWorkProcess(
-      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn)
+    init_fn,
+    next_fn,
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
+  )
 
 
 def build_fedprox_process(
-    model_fn: Callable[[], tf.keras.Model],
-    *,
-    input_spec: Any,
-    prox_mu: float,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    model_aggregator=None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-    loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
-    metrics_fn: Optional[Callable[[], list]] = None,
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  prox_mu: float,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  model_aggregator=None,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedProx as a measured `LearningProcess` (module docstring).
 
   Arguments as `fedavg.build_fedavg_process`'s, plus `prox_mu` (>= 0).
   """
-  tff_model_fn = model_fns.variable_model_fn(model_fn, input_spec, loss_fn,
-                                             metrics_fn)
+  tff_model_fn = model_fns.variable_model_fn(
+    model_fn, input_spec, loss_fn, metrics_fn
+  )
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
-  parts = learning_process.measured_parts(tff_model_fn, model_aggregator,
-                                          client_weighting)
+  parts = learning_process.measured_parts(
+    tff_model_fn, model_aggregator, client_weighting
+  )
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
@@ -306,25 +340,39 @@ def build_fedprox_process(
 
   weights_type = initial_model_weights_fn.type_signature.result
   client_work = build_proximal_client_work(
-      tff_model_fn, client_optimizer_fn, prox_mu,
-      metrics_aggregator=parts.metrics_aggregator,
-      client_weighting=client_weighting)
+    tff_model_fn,
+    client_optimizer_fn,
+    prox_mu,
+    metrics_aggregator=parts.metrics_aggregator,
+    client_weighting=client_weighting,
+  )
   aggregator = parts.model_aggregator.create(
-      weights_type.trainable, tff.TensorType(np.float32))
+    weights_type.trainable, tff.TensorType(np.float32)
+  )
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer_fn, weights_type)
+    server_optimizer_fn, weights_type
+  )
   return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn, parts.model_distributor, client_work,
-      aggregator, finalizer)
+    initial_model_weights_fn,
+    parts.model_distributor,
+    client_work,
+    aggregator,
+    finalizer,
+  )
 
 
-def build_fedprox(config, task: api.Task,
-                  client_ids=()) -> api.FederatedAlgorithm:
+def build_fedprox(
+  config, task: api.Task, client_ids=()
+) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedprox.
   prox_mu = DEFAULT_PROX_MU if config.prox_mu is None else config.prox_mu
   process = build_fedprox_process(
-      task.model_fn, input_spec=task.element_spec, prox_mu=prox_mu,
-      **learning_process.process_options(config),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(
-          learning_rate=config.server_lr))
+    task.model_fn,
+    input_spec=task.element_spec,
+    prox_mu=prox_mu,
+    **learning_process.process_options(config),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(
+      learning_rate=config.server_lr
+    ),
+  )
   return learning_process.LearningProcessAlgorithm("fedprox", process, task)

@@ -53,7 +53,8 @@ are trained, not evaluated.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Optional
 
 from tff_hetero import models as models_lib
@@ -71,37 +72,54 @@ class HeteroFL(api.FederatedAlgorithm):
 
   name = "heterofl"
 
-  def __init__(self, task: api.Task, tier_rates: Mapping[str, Optional[float]],
-               *, client_lr: float, client_momentum: float = 0.0,
-               server_lr: float = 1.0, prox_mu: float = 0.0):
+  def __init__(
+    self,
+    task: api.Task,
+    tier_rates: Mapping[str, Optional[float]],
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    server_lr: float = 1.0,
+    prox_mu: float = 0.0,
+  ):
     self.tier_rates = dict(tier_rates)
-    rates = sorted({r for r in self.tier_rates.values() if r is not None} |
-                   {1.0})
-    fallback = [round(k * FALLBACK_STEP, 2)
-                for k in range(1, int(round(1 / FALLBACK_STEP)))
-                if round(k * FALLBACK_STEP, 2) < rates[0]]
-    self.pool = pools_lib.uniform_pool(task.width_units, fallback + rates,
-                                       "ceil")
+    rates = sorted(
+      {r for r in self.tier_rates.values() if r is not None} | {1.0}
+    )
+    fallback = [
+      round(k * FALLBACK_STEP, 2)
+      for k in range(1, int(round(1 / FALLBACK_STEP)))
+      if round(k * FALLBACK_STEP, 2) < rates[0]
+    ]
+    self.pool = pools_lib.uniform_pool(
+      task.width_units, fallback + rates, "ceil"
+    )
     # One level per distinct sub-model (the largest rate giving it).
     members = {}
     for member in self.pool.members:
       members[member.widths] = member
     self.catalog = width_rounds.LevelCatalog(
-        task, [(m.level, m.widths) for m in members.values()])
+      task, [(m.level, m.widths) for m in members.values()]
+    )
     self.rounds = width_rounds.HeterogeneousRounds(
-        self.catalog, client_lr=client_lr, client_momentum=client_momentum,
-        prox_mu=prox_mu, server_lr=server_lr)
+      self.catalog,
+      client_lr=client_lr,
+      client_momentum=client_momentum,
+      prox_mu=prox_mu,
+      server_lr=server_lr,
+    )
     by_widths = {level.widths: level for level in self.catalog.levels}
-    self._level_of_rate = {m.ratio: by_widths[m.widths]
-                           for m in self.pool.members}
+    self._level_of_rate = {
+      m.ratio: by_widths[m.widths] for m in self.pool.members
+    }
     self._evaluated = tuple(self._level_of_rate[r] for r in rates)
 
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
-        model=self.catalog.initial_weights(self.catalog.outer))
+      model=self.catalog.initial_weights(self.catalog.outer)
+    )
 
-  def level_of(self, client: api.ClientRound
-               ) -> Optional[width_rounds.Level]:
+  def level_of(self, client: api.ClientRound) -> Optional[width_rounds.Level]:
     """The client's tier level, or the largest that fits this round."""
     rate = self.tier_rates.get(client.tier, 1.0)
     level = None if rate is None else self._level_of_rate[float(rate)]
@@ -111,8 +129,12 @@ class HeteroFL(api.FederatedAlgorithm):
     fitting = [lv for lv in self.catalog.levels if lv.params <= capacity]
     return max(fitting, key=lambda lv: lv.params) if fitting else None
 
-  def next(self, state: width_rounds.WidthState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self,
+    state: width_rounds.WidthState,
+    round_num: int,
+    clients: Sequence[api.ClientRound],
+  ) -> api.RoundOutput:
     del round_num
     by_level = collections.OrderedDict()
     for client in clients:
@@ -120,27 +142,35 @@ class HeteroFL(api.FederatedAlgorithm):
       if level is not None:
         by_level.setdefault(level.index, []).append(client)
     levels = self.catalog.levels
-    groups = [width_rounds.Group(levels[i], levels[i], tuple(members))
-              for i, members in sorted(by_level.items())]
+    groups = [
+      width_rounds.Group(levels[i], levels[i], tuple(members))
+      for i, members in sorted(by_level.items())
+    ]
     result = self.rounds.run(state.model, groups)
     metrics = result.metrics
-    metrics["idle_clients"] = float(len(clients) - sum(
-        len(m) for m in by_level.values()))
-    return api.RoundOutput(state=width_rounds.WidthState(model=result.model),
-                           metrics=metrics, traffic=result.traffic)
+    metrics["idle_clients"] = float(
+      len(clients) - sum(len(m) for m in by_level.values())
+    )
+    return api.RoundOutput(
+      state=width_rounds.WidthState(model=result.model),
+      metrics=metrics,
+      traffic=result.traffic,
+    )
 
   def model_weights(self, state: width_rounds.WidthState):
     return state.model
 
   def report_extras(self):
     return collections.OrderedDict(
-        tier_rates=self.tier_rates,
-        level_params={lv.name: lv.params for lv in self.catalog.levels})
+      tier_rates=self.tier_rates,
+      level_params={lv.name: lv.params for lv in self.catalog.levels},
+    )
 
   def evaluation_models(self, state: width_rounds.WidthState, data=None):
     return collections.OrderedDict(
-        (level.name, self.rounds.evaluation_model(state.model, level, data))
-        for level in reversed(self._evaluated))
+      (level.name, self.rounds.evaluation_model(state.model, level, data))
+      for level in reversed(self._evaluated)
+    )
 
 
 RATE_STEP = 0.01
@@ -153,12 +183,14 @@ def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
   cache = {} if cache is None else cache
   if widths not in cache:
     cache[widths] = models_lib.count_params(
-        task.width_model_fn(widths)).trainable
+      task.width_model_fn(widths)
+    ).trainable
   return cache[widths]
 
 
-def largest_fitting_rate(task: api.Task, capacity_params: Optional[int],
-                         cache=None) -> Optional[float]:
+def largest_fitting_rate(
+  task: api.Task, capacity_params: Optional[int], cache=None
+) -> Optional[float]:
   """The largest rate k x 0.01 whose sub-model fits; None if none does.
 
   Sizes grow with the rate, so a binary search over k = 1..100 suffices.
@@ -180,34 +212,40 @@ def largest_fitting_rate(task: api.Task, capacity_params: Optional[int],
   return round(lo * RATE_STEP, 2)
 
 
-def tier_rates_from_config(config, task: api.Task
-                           ) -> dict[str, Optional[float]]:
+def tier_rates_from_config(
+  config, task: api.Task
+) -> dict[str, Optional[float]]:
   """HeteroFL's rate per tier of `--tiers` (module docstring)."""
   tiers = task_devices.resolve_tiers(config, task)
   cache = {}
   if not config.heterofl_rates:
-    return {t.name: largest_fitting_rate(task, t.capacity_params, cache)
-            for t in tiers}
+    return {
+      t.name: largest_fitting_rate(task, t.capacity_params, cache)
+      for t in tiers
+    }
   rates = parse_number_list("--heterofl_rates", config.heterofl_rates)
   if len(rates) != len(tiers):
     raise UsageError(
-        "--heterofl_rates",
-        f"needs one rate per tier of --tiers={config.tiers}, got"
-        f" {len(rates)}")
+      "--heterofl_rates",
+      f"needs one rate per tier of --tiers={config.tiers}, got {len(rates)}",
+    )
   if not all(0 < r <= 1 for r in rates):
-    raise UsageError("--heterofl_rates",
-                     f"rates must lie in (0, 1], got {config.heterofl_rates}")
+    raise UsageError(
+      "--heterofl_rates",
+      f"rates must lie in (0, 1], got {config.heterofl_rates}",
+    )
   for tier, rate in zip(tiers, rates):
     if tier.capacity_params is None:
       continue
     params = sub_model_params(task, rate, cache)
     if params > tier.capacity_params:
       raise UsageError(
-          "--heterofl_rates",
-          f"rate {rate:g} of tier {tier.name} needs {params:,} parameters,"
-          f" above its capacity {tier.capacity_params:,} (--tier_capacities);"
-          f" the largest that fits is"
-          f" {largest_fitting_rate(task, tier.capacity_params, cache)}")
+        "--heterofl_rates",
+        f"rate {rate:g} of tier {tier.name} needs {params:,} parameters,"
+        f" above its capacity {tier.capacity_params:,} (--tier_capacities);"
+        f" the largest that fits is"
+        f" {largest_fitting_rate(task, tier.capacity_params, cache)}",
+      )
   return {t.name: r for t, r in zip(tiers, rates)}
 
 
@@ -215,7 +253,10 @@ def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
   del client_ids  # The server assigns widths by tier only.
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
-  return HeteroFL(task, tier_rates_from_config(config, task),
-                  client_lr=config.client_lr,
-                  client_momentum=config.client_momentum,
-                  server_lr=config.server_lr)
+  return HeteroFL(
+    task,
+    tier_rates_from_config(config, task),
+    client_lr=config.client_lr,
+    client_momentum=config.client_momentum,
+    server_lr=config.server_lr,
+  )

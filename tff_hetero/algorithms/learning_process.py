@@ -18,8 +18,8 @@ clients; the division is checked to be exact.
 from __future__ import annotations
 
 import collections
-import math
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import attrs
@@ -31,14 +31,15 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
-from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms import static_batch_norm
 
 
 def check_optimizer(name: str, optimizer) -> None:
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
-    raise TypeError(f"{name} must be a tff.learning.optimizers.Optimizer"
-                    f" (e.g. build_sgdm(0.1)), got {type(optimizer).__name__}")
+    raise TypeError(
+      f"{name} must be a tff.learning.optimizers.Optimizer"
+      f" (e.g. build_sgdm(0.1)), got {type(optimizer).__name__}"
+    )
 
 
 def weighted_model_aggregator(model_aggregator, client_weighting):
@@ -49,8 +50,10 @@ def weighted_model_aggregator(model_aggregator, client_weighting):
   `ClientWeighting.UNIFORM`; TFF's `as_weighted_aggregator` wraps it.
   """
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
-    raise TypeError("client_weighting must be a tff.learning.ClientWeighting"
-                    f" (NUM_EXAMPLES or UNIFORM), got {client_weighting!r}")
+    raise TypeError(
+      "client_weighting must be a tff.learning.ClientWeighting"
+      f" (NUM_EXAMPLES or UNIFORM), got {client_weighting!r}"
+    )
   if model_aggregator is None:
     return tff.aggregators.MeanFactory()
   if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
@@ -58,12 +61,15 @@ def weighted_model_aggregator(model_aggregator, client_weighting):
   if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
     if client_weighting is not tff.learning.ClientWeighting.UNIFORM:
       raise TypeError(
-          f"model_aggregator {type(model_aggregator).__name__} is unweighted:"
-          " it needs client_weighting=tff.learning.ClientWeighting.UNIFORM,"
-          f" got {client_weighting}")
+        f"model_aggregator {type(model_aggregator).__name__} is unweighted:"
+        " it needs client_weighting=tff.learning.ClientWeighting.UNIFORM,"
+        f" got {client_weighting}"
+      )
     return tff.aggregators.as_weighted_aggregator(model_aggregator)
-  raise TypeError("model_aggregator must be a tff.aggregators factory, got"
-                  f" {type(model_aggregator).__name__}")
+  raise TypeError(
+    "model_aggregator must be a tff.aggregators factory, got"
+    f" {type(model_aggregator).__name__}"
+  )
 
 
 @attrs.frozen
@@ -73,18 +79,22 @@ class MeasuredParts:
   metrics_aggregator: Any
 
 
-def measured_parts(tff_model_fn, model_aggregator=None,
-                   client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES
-                   ) -> MeasuredParts:
+def measured_parts(
+  tff_model_fn,
+  model_aggregator=None,
+  client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+) -> MeasuredParts:
   """Distributor, aggregator and metrics aggregator that measure traffic,
   around `model_aggregator` (`weighted_model_aggregator`)."""
   weights_type = tff.learning.models.weights_type_from_model(tff_model_fn)
   return MeasuredParts(
-      model_distributor=tff_measure.build_measured_broadcast_process(
-          weights_type),
-      model_aggregator=tff_measure.MeasuredUploadFactory(
-          weighted_model_aggregator(model_aggregator, client_weighting)),
-      metrics_aggregator=tff_measure.measured_metrics_aggregator(),
+    model_distributor=tff_measure.build_measured_broadcast_process(
+      weights_type
+    ),
+    model_aggregator=tff_measure.MeasuredUploadFactory(
+      weighted_model_aggregator(model_aggregator, client_weighting)
+    ),
+    metrics_aggregator=tff_measure.measured_metrics_aggregator(),
   )
 
 
@@ -99,7 +109,8 @@ def tensor_spec(value) -> tf.TensorSpec:
 def type_of(structure) -> tff.Type:
   """The TFF type of a structure of arrays and specs (None dims stay None)."""
   return tff.types.tensorflow_to_type(
-      tf.nest.map_structure(tensor_spec, structure))
+    tf.nest.map_structure(tensor_spec, structure)
+  )
 
 
 def client_sgd(learning_rate: float, momentum: float = 0.0):
@@ -109,14 +120,16 @@ def client_sgd(learning_rate: float, momentum: float = 0.0):
   work initialises it per call), as in FedAvg and AdaptiveFL.
   """
   return tff.learning.optimizers.build_sgdm(
-      learning_rate=learning_rate, momentum=float(momentum) or None)
+    learning_rate=learning_rate, momentum=float(momentum) or None
+  )
 
 
 # `--client_optimizer`: name -> (learning rate, momentum) -> TFF optimizer.
 CLIENT_OPTIMIZERS = collections.OrderedDict(
-    sgd=client_sgd,
-    adam=lambda learning_rate, momentum=0.0: (
-        tff.learning.optimizers.build_adam(learning_rate=learning_rate)),
+  sgd=client_sgd,
+  adam=lambda learning_rate, momentum=0.0: tff.learning.optimizers.build_adam(
+    learning_rate=learning_rate
+  ),
 )
 
 
@@ -132,15 +145,18 @@ def process_options(config) -> dict[str, Any]:
   aggregator with its client weighting (`--aggregator`, `--clip_norm`,
   `--noise_multiplier`, the cohort size `--clients_per_round`)."""
   aggregator, weighting = model_aggregators.build_model_aggregator(
-      config.aggregator, clip_norm=config.clip_norm,
-      noise_multiplier=config.noise_multiplier,
-      clients_per_round=config.clients_per_round)
+    config.aggregator,
+    clip_norm=config.clip_norm,
+    noise_multiplier=config.noise_multiplier,
+    clients_per_round=config.clients_per_round,
+  )
   return dict(
-      client_optimizer_fn=client_optimizer(config.client_optimizer,
-                                           config.client_lr,
-                                           config.client_momentum),
-      model_aggregator=aggregator,
-      client_weighting=weighting)
+    client_optimizer_fn=client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
+    ),
+    model_aggregator=aggregator,
+    client_weighting=weighting,
+  )
 
 
 def per_client_bytes(total: int, num_clients: int, what: str) -> int:
@@ -149,27 +165,34 @@ def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   share, remainder = divmod(int(total), int(num_clients))
   if remainder:
     raise ValueError(
-        f"{what}: {total} bytes over {num_clients} clients is not a dense,"
-        " equal-size payload")
+      f"{what}: {total} bytes over {num_clients} clients is not a dense,"
+      " equal-size payload"
+    )
   return share
 
 
 class LearningProcessAlgorithm(api.FederatedAlgorithm):
   """Adapts a measured TFF `LearningProcess` to the program."""
 
-  def __init__(self, name: str, process: tff.learning.templates.LearningProcess,
-               task: api.Task):
+  def __init__(
+    self,
+    name: str,
+    process: tff.learning.templates.LearningProcess,
+    task: api.Task,
+  ):
     self.name = name
     self.process = process
     self._task = task
-    self._static_bn = static_batch_norm.StaticBatchNorm(task.model_fn,
-                                                        task.element_spec)
+    self._static_bn = static_batch_norm.StaticBatchNorm(
+      task.model_fn, task.element_spec
+    )
 
   def initialize(self):
     return self.process.initialize()
 
-  def next(self, state, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self, state, round_num: int, clients: Sequence[api.ClientRound]
+  ) -> api.RoundOutput:
     del round_num  # The process is stateless across rounds but for `state`.
     output = self.process.next(state, [c.dataset for c in clients])
     metrics = output.metrics
@@ -179,11 +202,13 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     n = len(clients)
     if int(down["clients"]) != n or int(up["clients"]) != n:
       raise RuntimeError(
-          f"{self.name}: {n} clients sampled but the computation measured"
-          f" {int(down['clients'])} downloads and {int(up['clients'])} uploads")
+        f"{self.name}: {n} clients sampled but the computation measured"
+        f" {int(down['clients'])} downloads and {int(up['clients'])} uploads"
+      )
     bytes_down = per_client_bytes(down["bytes_down"], n, "download")
     bytes_up = per_client_bytes(
-        int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
+      int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload"
+    )
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
     loss = float(train["metrics"]["loss"])
@@ -194,19 +219,22 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
       loss = math.nan
     flops_per_example = self._task.training_flops_per_example
     traffic = tuple(
-        ClientTraffic(
-            client_id=c.client_id,
-            bytes_down=bytes_down,
-            bytes_up=bytes_up,
-            flops=c.num_examples * flops_per_example,
-            examples=c.num_examples,
-        ) for c in clients)
+      ClientTraffic(
+        client_id=c.client_id,
+        bytes_down=bytes_down,
+        bytes_up=bytes_up,
+        flops=c.num_examples * flops_per_example,
+        examples=c.num_examples,
+      )
+      for c in clients
+    )
     round_metrics = collections.OrderedDict(
-        loss=loss,
-        train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+      loss=loss,
+      train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
     )
     return api.RoundOutput(
-        state=output.state, metrics=round_metrics, traffic=traffic)
+      state=output.state, metrics=round_metrics, traffic=traffic
+    )
 
   def model_weights(self, state):
     return self.process.get_model_weights(state)
@@ -219,5 +247,8 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     (and the saved model) from the clients' training data, as the width
     algorithms do (`static_batch_norm`).
     """
-    return collections.OrderedDict(global_model=api.EvaluationModel(
-        self._static_bn.calibrate(self.model_weights(state), data)))
+    return collections.OrderedDict(
+      global_model=api.EvaluationModel(
+        self._static_bn.calibrate(self.model_weights(state), data)
+      )
+    )

@@ -28,23 +28,34 @@ def default_metrics_fn() -> list[tf.keras.metrics.Metric]:
   return [tf.keras.metrics.SparseCategoricalAccuracy()]
 
 
-def variable_model_fn(keras_model_fn: Callable[[], tf.keras.Model],
-                      input_spec: Any, loss_fn=None, metrics_fn=None):
+def variable_model_fn(
+  keras_model_fn: Callable[[], tf.keras.Model],
+  input_spec: Any,
+  loss_fn=None,
+  metrics_fn=None,
+):
   """A no-arg function building the `tff.learning.models.VariableModel` of
   `keras_model_fn()` (TFF's `from_keras_model`), with `loss_fn()` (default
   `default_loss_fn`) and `metrics_fn()` (default `default_metrics_fn`)."""
   if not callable(keras_model_fn):
-    raise TypeError("model_fn must be a no-arg callable returning a"
-                    f" tf.keras.Model, got {type(keras_model_fn).__name__}")
+    raise TypeError(
+      "model_fn must be a no-arg callable returning a"
+      f" tf.keras.Model, got {type(keras_model_fn).__name__}"
+    )
   if input_spec is None:
-    raise TypeError("input_spec is required: the spec of one batch of client"
-                    " data, e.g. OrderedDict(x=TensorSpec, y=TensorSpec)")
+    raise TypeError(
+      "input_spec is required: the spec of one batch of client"
+      " data, e.g. OrderedDict(x=TensorSpec, y=TensorSpec)"
+    )
   loss_fn = loss_fn or default_loss_fn
   metrics_fn = metrics_fn or default_metrics_fn
 
   def model_fn():
     return tff.learning.models.from_keras_model(
-        keras_model_fn(), loss=loss_fn(), input_spec=input_spec,
-        metrics=metrics_fn())
+      keras_model_fn(),
+      loss=loss_fn(),
+      input_spec=input_spec,
+      metrics=metrics_fn(),
+    )
 
   return model_fn

@@ -41,18 +41,29 @@ class AlgorithmEntry:
   aggregators: tuple[str, ...] = ("mean",)
 
 
-ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = collections.OrderedDict()
+ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = (
+  collections.OrderedDict()
+)
 
 
-def register(name: str, builder: Callable, paper: str,
-             client_optimizers: tuple[str, ...] = ("sgd",),
-             settings: tuple[str, ...] = (),
-             aggregators: tuple[str, ...] = ("mean",)) -> None:
+def register(
+  name: str,
+  builder: Callable,
+  paper: str,
+  client_optimizers: tuple[str, ...] = ("sgd",),
+  settings: tuple[str, ...] = (),
+  aggregators: tuple[str, ...] = ("mean",),
+) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
-  ALGORITHMS[name] = AlgorithmEntry(name, builder, paper,
-                                    tuple(client_optimizers),
-                                    frozenset(settings), tuple(aggregators))
+  ALGORITHMS[name] = AlgorithmEntry(
+    name,
+    builder,
+    paper,
+    tuple(client_optimizers),
+    frozenset(settings),
+    tuple(aggregators),
+  )
 
 
 def foreign_settings(name: str) -> frozenset[str]:
@@ -66,33 +77,83 @@ _SGD_OR_ADAM = ("sgd", "adam")
 # Aggregators of `tff_hetero.aggregators.model_aggregators`; the others use
 # their own (masked sums, FedGKT's features) and accept only `mean`.
 _TFF_AGGREGATORS = tuple(model_aggregators.MODEL_AGGREGATORS)
-register("fedavg", fedavg.build_fedavg, "McMahan et al. 2017", _SGD_OR_ADAM,
-         aggregators=_TFF_AGGREGATORS)
-register("fedprox", fedprox.build_fedprox, "Li et al. 2020", _SGD_OR_ADAM,
-         aggregators=_TFF_AGGREGATORS)
-register("fedadam", fedadam.build_fedadam, "Reddi et al. 2021",
-         aggregators=_TFF_AGGREGATORS)
+register(
+  "fedavg",
+  fedavg.build_fedavg,
+  "McMahan et al. 2017",
+  _SGD_OR_ADAM,
+  aggregators=_TFF_AGGREGATORS,
+)
+register(
+  "fedprox",
+  fedprox.build_fedprox,
+  "Li et al. 2020",
+  _SGD_OR_ADAM,
+  aggregators=_TFF_AGGREGATORS,
+)
+register(
+  "fedadam",
+  fedadam.build_fedadam,
+  "Reddi et al. 2021",
+  aggregators=_TFF_AGGREGATORS,
+)
 register("adaptivefl", adaptivefl.build_adaptivefl, "Jia et al. 2024")
 register("heterofl", heterofl.build_heterofl, "Diao et al. 2021")
-register("all_large", all_large.build_all_large,
-         "McMahan et al. 2017, as AdaptiveFL's All-Large baseline")
-register("decoupled", decoupled.build_decoupled,
-         "AdaptiveFL's Decoupled baseline (Jia et al. 2024)")
+register(
+  "all_large",
+  all_large.build_all_large,
+  "McMahan et al. 2017, as AdaptiveFL's All-Large baseline",
+)
+register(
+  "decoupled",
+  decoupled.build_decoupled,
+  "AdaptiveFL's Decoupled baseline (Jia et al. 2024)",
+)
 _SPARSITY = ("sparsity",)
-_READJUST = ("readjust_every", "readjust_end_round", "readjust_delta_epochs",
-             "readjust_begin_epoch", "readjust_end_epoch", "prune_alpha")
-register("fedsgc", fedsgc.build_fedsgc,
-         "Gradient-Congruity Guided Federated Sparse Training", _SGD_OR_ADAM,
-         _SPARSITY + _READJUST + ("congruity_lambda", "sgc_memory"))
-register("feddst", feddst.build_feddst, "Bibikar et al. 2022", _SGD_OR_ADAM,
-         _SPARSITY + _READJUST)
-register("prunefl", prunefl.build_prunefl,
-         "Jiang et al. 2022 (PruneFL), as FedSGC's baseline", _SGD_OR_ADAM,
-         _SPARSITY + ("prunefl_readjust_every", "prunefl_initial_rounds",
-                      "prunefl_initial_readjust_every"))
-register("grasp", grasp.build_grasp,
-         "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline",
-         _SGD_OR_ADAM, _SPARSITY)
+_READJUST = (
+  "readjust_every",
+  "readjust_end_round",
+  "readjust_delta_epochs",
+  "readjust_begin_epoch",
+  "readjust_end_epoch",
+  "prune_alpha",
+)
+register(
+  "fedsgc",
+  fedsgc.build_fedsgc,
+  "Gradient-Congruity Guided Federated Sparse Training",
+  _SGD_OR_ADAM,
+  _SPARSITY + _READJUST + ("congruity_lambda", "sgc_memory"),
+)
+register(
+  "feddst",
+  feddst.build_feddst,
+  "Bibikar et al. 2022",
+  _SGD_OR_ADAM,
+  _SPARSITY + _READJUST,
+)
+register(
+  "prunefl",
+  prunefl.build_prunefl,
+  "Jiang et al. 2022 (PruneFL), as FedSGC's baseline",
+  _SGD_OR_ADAM,
+  _SPARSITY
+  + (
+    "prunefl_readjust_every",
+    "prunefl_initial_rounds",
+    "prunefl_initial_readjust_every",
+  ),
+)
+register(
+  "grasp",
+  grasp.build_grasp,
+  "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline",
+  _SGD_OR_ADAM,
+  _SPARSITY,
+)
 register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")
-register("split_learning", split_learning.build_split_learning,
-         "Gupta & Raskar 2018, FedGKT's communication baseline")
+register(
+  "split_learning",
+  split_learning.build_split_learning,
+  "Gupta & Raskar 2018, FedGKT's communication baseline",
+)

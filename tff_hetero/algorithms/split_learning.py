@@ -49,10 +49,11 @@ batches <x, y>:
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -86,8 +87,10 @@ def _assign(variables, values) -> None:
 
 
 def _weights_of(model: tf.keras.Model) -> ModelState:
-  return ModelState([np.asarray(v) for v in model.trainable_weights],
-                    [np.asarray(v) for v in model.non_trainable_weights])
+  return ModelState(
+    [np.asarray(v) for v in model.trainable_weights],
+    [np.asarray(v) for v in model.non_trainable_weights],
+  )
 
 
 def _optimizer_initial(optimizer, weights) -> Any:
@@ -103,15 +106,19 @@ def _optimizer_initial(optimizer, weights) -> Any:
 def build_turn(extractor_fn, server_fn, client_optimizer, server_optimizer):
   """One client's turn (module docstring) as a `tf.function`."""
   extractor, server = extractor_fn(), server_fn()
-  specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                for v in extractor.trainable_variables)
+  specs = tuple(
+    tf.TensorSpec(v.shape, v.dtype) for v in extractor.trainable_variables
+  )
 
   @tf.function
-  def turn(extractor_weights: ModelState, server_weights: ModelState,
-           server_optimizer_state, data):
+  def turn(
+    extractor_weights: ModelState,
+    server_weights: ModelState,
+    server_optimizer_state,
+    data,
+  ):
     _assign(extractor.trainable_variables, extractor_weights.trainable)
-    _assign(extractor.non_trainable_variables,
-            extractor_weights.non_trainable)
+    _assign(extractor.non_trainable_variables, extractor_weights.non_trainable)
     _assign(server.trainable_variables, server_weights.trainable)
     _assign(server.non_trainable_variables, server_weights.non_trainable)
     client_vars = extractor.trainable_variables
@@ -127,46 +134,63 @@ def build_turn(extractor_fn, server_fn, client_optimizer, server_optimizer):
       with tf.GradientTape() as server_tape:
         server_tape.watch(received)
         logits = server(received, training=True)
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-            labels, logits, from_logits=True))
+        loss = tf.reduce_mean(
+          tf.keras.losses.sparse_categorical_crossentropy(
+            labels, logits, from_logits=True
+          )
+        )
       gradients = server_tape.gradient(loss, list(server_vars) + [received])
       server_state, updated = server_optimizer.next(
-          server_state, tuple(server_vars), tuple(gradients[:-1]))
+        server_state, tuple(server_vars), tuple(gradients[:-1])
+      )
       _assign(server_vars, updated)
       # Down: the gradient with respect to the activations.
       returned = gradients[-1]
       client_gradients = client_tape.gradient(
-          activations, client_vars, output_gradients=returned)
+        activations, client_vars, output_gradients=returned
+      )
       client_state, updated = client_optimizer.next(
-          client_state, tuple(client_vars), tuple(client_gradients))
+        client_state, tuple(client_vars), tuple(client_gradients)
+      )
       _assign(client_vars, updated)
       n = tf.cast(tf.shape(labels)[0], tf.float32)
-      correct = tf.reduce_sum(tf.cast(tf.equal(
-          tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
-                                      tf.float32))
+      correct = tf.reduce_sum(
+        tf.cast(
+          tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
+          tf.float32,
+        )
+      )
       sums = collections.OrderedDict(
-          loss=sums["loss"] + loss * n, correct=sums["correct"] + correct,
-          examples=sums["examples"] + n,
-          bytes_up=sums["bytes_up"] + payload.tf_dense_nbytes(
-              [received, labels]),
-          bytes_down=sums["bytes_down"] + payload.tf_dense_nbytes(
-              [returned]))
+        loss=sums["loss"] + loss * n,
+        correct=sums["correct"] + correct,
+        examples=sums["examples"] + n,
+        bytes_up=sums["bytes_up"] + payload.tf_dense_nbytes([received, labels]),
+        bytes_down=sums["bytes_down"] + payload.tf_dense_nbytes([returned]),
+      )
       return client_state, server_state, sums
 
     zero = collections.OrderedDict(
-        loss=tf.constant(0.0), correct=tf.constant(0.0),
-        examples=tf.constant(0.0), bytes_up=tf.constant(0, tf.int64),
-        bytes_down=tf.constant(0, tf.int64))
+      loss=tf.constant(0.0),
+      correct=tf.constant(0.0),
+      examples=tf.constant(0.0),
+      bytes_up=tf.constant(0, tf.int64),
+      bytes_down=tf.constant(0, tf.int64),
+    )
     _, server_optimizer_state, sums = data.reduce(
-        (client_optimizer.initialize(specs), server_optimizer_state, zero),
-        step)
-    return (ModelState([tf.identity(v) for v in client_vars],
-                       [tf.identity(v) for v in
-                        extractor.non_trainable_variables]),
-            ModelState([tf.identity(v) for v in server_vars],
-                       [tf.identity(v) for v in
-                        server.non_trainable_variables]),
-            server_optimizer_state, sums)
+      (client_optimizer.initialize(specs), server_optimizer_state, zero), step
+    )
+    return (
+      ModelState(
+        [tf.identity(v) for v in client_vars],
+        [tf.identity(v) for v in extractor.non_trainable_variables],
+      ),
+      ModelState(
+        [tf.identity(v) for v in server_vars],
+        [tf.identity(v) for v in server.non_trainable_variables],
+      ),
+      server_optimizer_state,
+      sums,
+    )
 
   return turn
 
@@ -176,49 +200,67 @@ class SplitLearning(api.FederatedAlgorithm):
 
   name = "split_learning"
 
-  def __init__(self, task: api.Task, server_model: str, *, client_lr: float,
-               client_momentum: float = 0.0, seed: int = 0):
+  def __init__(
+    self,
+    task: api.Task,
+    server_model: str,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    seed: int = 0,
+  ):
     if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(f"the server model must be one of "
-                       f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-                       f" {server_model!r}")
+      raise ValueError(
+        f"the server model must be one of "
+        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
+        f" {server_model!r}"
+      )
     self.task = task
     self.seed = int(seed)
     self.split_layer = models_lib.split_layer(task.model_name)
     shape, classes = task.input_shape, task.num_classes
-    self.server_fn = lambda: models_lib.build_model(server_model, shape,
-                                                    classes, seed=self.seed)
-    self.extractor_fn = lambda: gkt_models.extractor(task.model_fn(),
-                                                     self.split_layer)
+    self.server_fn = lambda: models_lib.build_model(
+      server_model, shape, classes, seed=self.seed
+    )
+    self.extractor_fn = lambda: gkt_models.extractor(
+      task.model_fn(), self.split_layer
+    )
     self.composed_fn = lambda: gkt_models.extractor_and_server(
-        task.model_fn(), self.server_fn(), self.split_layer)
+      task.model_fn(), self.server_fn(), self.split_layer
+    )
     extractor, server = self.extractor_fn(), self.server_fn()
     if tuple(extractor.output.shape[1:]) != tuple(server.input.shape[1:]):
       raise models_lib.ModelError(
-          f"the edge model {task.model_name!r} sends activations of shape"
-          f" {tuple(extractor.output.shape[1:])} but the server model"
-          f" {server_model!r} takes {tuple(server.input.shape[1:])}")
+        f"the edge model {task.model_name!r} sends activations of shape"
+        f" {tuple(extractor.output.shape[1:])} but the server model"
+        f" {server_model!r} takes {tuple(server.input.shape[1:])}"
+      )
     self._extractor_initial = _weights_of(extractor)
     self._server_initial = _weights_of(server)
-    self._extractor_training = models_lib.training_flops_per_example(
-        extractor)
+    self._extractor_training = models_lib.training_flops_per_example(extractor)
     self.full_model_name = gkt_models.FULL_MODEL_OF_SERVER[server_model]
     self.profile = collections.OrderedDict(
-        edge_model=task.model_name, split_layer=self.split_layer,
-        extractor_params=models_lib.count_params(extractor).trainable,
-        extractor_flops=models_lib.count_flops(extractor),
-        server_model=server_model,
-        server_params=models_lib.count_params(server).trainable,
-        full_model=self.full_model_name)
-    self._client_optimizer = learning_process.client_sgd(client_lr,
-                                                         client_momentum)
-    self._server_optimizer = learning_process.client_sgd(client_lr,
-                                                         client_momentum)
+      edge_model=task.model_name,
+      split_layer=self.split_layer,
+      extractor_params=models_lib.count_params(extractor).trainable,
+      extractor_flops=models_lib.count_flops(extractor),
+      server_model=server_model,
+      server_params=models_lib.count_params(server).trainable,
+      full_model=self.full_model_name,
+    )
+    self._client_optimizer = learning_process.client_sgd(
+      client_lr, client_momentum
+    )
+    self._server_optimizer = learning_process.client_sgd(
+      client_lr, client_momentum
+    )
     self._server_optimizer_initial = _optimizer_initial(
-        self._server_optimizer, self._server_initial.trainable)
+      self._server_optimizer, self._server_initial.trainable
+    )
     self._element_spec = collections.OrderedDict(
-        x=tf.TensorSpec([None, *shape], tf.float32),
-        y=tf.TensorSpec([None], tf.int32))
+      x=tf.TensorSpec([None, *shape], tf.float32),
+      y=tf.TensorSpec([None], tf.int32),
+    )
 
   @functools.cached_property
   def turn(self):
@@ -228,22 +270,32 @@ class SplitLearning(api.FederatedAlgorithm):
     optimizer_type = learning_process.type_of(self._server_optimizer_initial)
     data_type = tff.SequenceType(learning_process.type_of(self._element_spec))
 
-    @tff.tensorflow.computation(extractor_type, server_type, optimizer_type,
-                                data_type)
+    @tff.tensorflow.computation(
+      extractor_type, server_type, optimizer_type, data_type
+    )
     def turn(extractor, server, optimizer_state, data):
-      step = build_turn(self.extractor_fn, self.server_fn,
-                        self._client_optimizer, self._server_optimizer)
-      return step(ModelState(*extractor), ModelState(*server),
-                  optimizer_state, data)
+      step = build_turn(
+        self.extractor_fn,
+        self.server_fn,
+        self._client_optimizer,
+        self._server_optimizer,
+      )
+      return step(
+        ModelState(*extractor), ModelState(*server), optimizer_state, data
+      )
 
     return turn
 
   def initialize(self) -> SplitState:
-    return SplitState(self._extractor_initial, self._server_initial,
-                      self._server_optimizer_initial)
+    return SplitState(
+      self._extractor_initial,
+      self._server_initial,
+      self._server_optimizer_initial,
+    )
 
-  def next(self, state: SplitState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self, state: SplitState, round_num: int, clients: Sequence[api.ClientRound]
+  ) -> api.RoundOutput:
     del round_num
     extractor = ModelState(*state.extractor)
     server = ModelState(*state.server)
@@ -252,67 +304,91 @@ class SplitLearning(api.FederatedAlgorithm):
     for client in clients:
       weights_bytes = payload.dense_nbytes(list(extractor))
       extractor, server, optimizer_state, sums = self.turn(
-          extractor, server, optimizer_state, client.dataset)
+        extractor, server, optimizer_state, client.dataset
+      )
       extractor, server = ModelState(*extractor), ModelState(*server)
       sums = {k: float(v) for k, v in sums.items()}
       totals.update(sums)
-      traffic.append(ClientTraffic(
+      traffic.append(
+        ClientTraffic(
           client_id=client.client_id,
           bytes_down=weights_bytes + int(sums["bytes_down"]),
-          bytes_up=int(sums["bytes_up"]) + payload.dense_nbytes(
-              list(extractor)),
+          bytes_up=int(sums["bytes_up"])
+          + payload.dense_nbytes(list(extractor)),
           flops=int(sums["examples"]) * self._extractor_training,
-          examples=int(sums["examples"])))
+          examples=int(sums["examples"]),
+        )
+      )
     examples = totals["examples"]
     expected = sum(c.num_examples for c in clients)
     metrics = collections.OrderedDict(
-        loss=(totals["loss"] / examples if examples == expected and examples
-              else math.nan),
-        train_accuracy=(totals["correct"] / examples if examples
-                        else math.nan),
-        activation_bytes=totals["bytes_up"],
-        gradient_bytes=totals["bytes_down"])
+      loss=(
+        totals["loss"] / examples
+        if examples == expected and examples
+        else math.nan
+      ),
+      train_accuracy=(totals["correct"] / examples if examples else math.nan),
+      activation_bytes=totals["bytes_up"],
+      gradient_bytes=totals["bytes_down"],
+    )
     return api.RoundOutput(
-        state=SplitState(
-            ModelState(*[[np.asarray(w) for w in part] for part in extractor]),
-            ModelState(*[[np.asarray(w) for w in part] for part in server]),
-            tf.nest.map_structure(np.asarray, optimizer_state)),
-        metrics=metrics, traffic=tuple(traffic))
+      state=SplitState(
+        ModelState(*[[np.asarray(w) for w in part] for part in extractor]),
+        ModelState(*[[np.asarray(w) for w in part] for part in server]),
+        tf.nest.map_structure(np.asarray, optimizer_state),
+      ),
+      metrics=metrics,
+      traffic=tuple(traffic),
+    )
 
   def model_weights(self, state: SplitState):
     """The full model's weights: the extractor's, then the server's."""
     extractor, server = ModelState(*state.extractor), ModelState(*state.server)
     return tff.learning.models.ModelWeights(
-        trainable=list(extractor.trainable) + list(server.trainable),
-        non_trainable=(list(extractor.non_trainable) +
-                       list(server.non_trainable)))
+      trainable=list(extractor.trainable) + list(server.trainable),
+      non_trainable=(
+        list(extractor.non_trainable) + list(server.non_trainable)
+      ),
+    )
 
   def evaluation_models(self, state: SplitState, data=None):
     del data
-    return collections.OrderedDict(full_model=api.EvaluationModel(
-        self.model_weights(state), model_fn=self.composed_fn))
+    return collections.OrderedDict(
+      full_model=api.EvaluationModel(
+        self.model_weights(state), model_fn=self.composed_fn
+      )
+    )
 
   def report_extras(self) -> collections.OrderedDict:
     return collections.OrderedDict(split_learning_models=self.profile)
 
 
-def build_split_learning(config, task: api.Task,
-                         client_ids=()) -> SplitLearning:
+def build_split_learning(
+  config, task: api.Task, client_ids=()
+) -> SplitLearning:
   """Registry builder: `--algorithm=split_learning`."""
   del client_ids
   spec = models_lib.MODELS.get(config.model)
   if spec is None or not spec.split_layer:
     edges = sorted(n for n, s in models_lib.MODELS.items() if s.split_layer)
-    raise UsageError("--model", f"split_learning cuts an edge model (a model"
-                     f" with a split point); accepted: {', '.join(edges)}")
+    raise UsageError(
+      "--model",
+      f"split_learning cuts an edge model (a model"
+      f" with a split point); accepted: {', '.join(edges)}",
+    )
   if config.gkt_server_model not in gkt_models.SERVER_MODELS:
-    raise UsageError("--gkt_server_model",
-                     f"unknown value {config.gkt_server_model!r}; accepted: "
-                     f"{', '.join(gkt_models.SERVER_MODELS)}")
+    raise UsageError(
+      "--gkt_server_model",
+      f"unknown value {config.gkt_server_model!r}; accepted: "
+      f"{', '.join(gkt_models.SERVER_MODELS)}",
+    )
   try:
-    return SplitLearning(task, config.gkt_server_model,
-                         client_lr=config.client_lr,
-                         client_momentum=config.client_momentum,
-                         seed=config.seed)
+    return SplitLearning(
+      task,
+      config.gkt_server_model,
+      client_lr=config.client_lr,
+      client_momentum=config.client_momentum,
+      seed=config.seed,
+    )
   except models_lib.ModelError as e:
     raise UsageError("--gkt_server_model", str(e)) from None

@@ -39,8 +39,8 @@ a model without batch normalisation it returns None.
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Callable
+import functools
 from typing import Optional
 
 import numpy as np
@@ -50,15 +50,20 @@ import tensorflow_federated as tff
 
 def batch_norm_layers(model: tf.keras.Model) -> list[tf.keras.layers.Layer]:
   """The model's BatchNormalization layers, in forward order."""
-  return [layer for layer in model.layers
-          if isinstance(layer, tf.keras.layers.BatchNormalization)]
+  return [
+    layer
+    for layer in model.layers
+    if isinstance(layer, tf.keras.layers.BatchNormalization)
+  ]
 
 
 def _moving_indices(model: tf.keras.Model, layers) -> list[tuple[int, int]]:
   """(index of moving_mean, index of moving_variance) in non_trainable weights."""
   positions = {id(v): i for i, v in enumerate(model.non_trainable_weights)}
-  return [(positions[id(layer.moving_mean)], positions[id(layer.moving_variance)])
-          for layer in layers]
+  return [
+    (positions[id(layer.moving_mean)], positions[id(layer.moving_variance)])
+    for layer in layers
+  ]
 
 
 def build_client_statistics_fn(model: tf.keras.Model):
@@ -68,12 +73,16 @@ def build_client_statistics_fn(model: tf.keras.Model):
 
   @tf.function
   def client_statistics(weights, dataset):
-    tf.nest.map_structure(lambda v, t: v.assign(t),
-                          tff.learning.models.ModelWeights.from_model(model),
-                          weights, check_types=False)
+    tf.nest.map_structure(
+      lambda v, t: v.assign(t),
+      tff.learning.models.ModelWeights.from_model(model),
+      weights,
+      check_types=False,
+    )
     # Tuples, not lists: tf.data would stack a list into one tensor.
-    zeros = tuple(tf.zeros([layer.input.shape[-1]], tf.float32)
-                  for layer in layers)
+    zeros = tuple(
+      tf.zeros([layer.input.shape[-1]], tf.float32) for layer in layers
+    )
 
     def accumulate(state, batch):
       count, mean_sums, var_sums = state
@@ -93,9 +102,11 @@ def build_client_statistics_fn(model: tf.keras.Model):
       return count + n, tuple(new_means), tuple(new_vars)
 
     count, mean_sums, var_sums = dataset.reduce(
-        (tf.constant(0.0), zeros, zeros), accumulate)
-    return collections.OrderedDict(count=count, mean_sums=list(mean_sums),
-                                   var_sums=list(var_sums))
+      (tf.constant(0.0), zeros, zeros), accumulate
+    )
+    return collections.OrderedDict(
+      count=count, mean_sums=list(mean_sums), var_sums=list(var_sums)
+    )
 
   return client_statistics
 
@@ -104,17 +115,19 @@ def set_statistics(weights, sums, indices):
   """`weights` with moving means/variances set from summed statistics."""
   non_trainable = list(weights.non_trainable)
   count = tf.maximum(sums["count"], 1.0)
-  for (mean_i, var_i), mean_sum, var_sum in zip(indices, sums["mean_sums"],
-                                                 sums["var_sums"]):
+  for (mean_i, var_i), mean_sum, var_sum in zip(
+    indices, sums["mean_sums"], sums["var_sums"]
+  ):
     non_trainable[mean_i] = mean_sum / count
     non_trainable[var_i] = var_sum / count
   return tff.learning.models.ModelWeights(
-      trainable=list(weights.trainable), non_trainable=non_trainable)
+    trainable=list(weights.trainable), non_trainable=non_trainable
+  )
 
 
 def build_statistics_query(
-    keras_model_fn: Callable[[], tf.keras.Model],
-    element_spec) -> Optional[tff.Computation]:
+  keras_model_fn: Callable[[], tf.keras.Model], element_spec
+) -> Optional[tff.Computation]:
   """The sBN federated computation (module docstring), None without BN."""
   with tf.Graph().as_default():
     probe_model = keras_model_fn()
@@ -123,9 +136,11 @@ def build_statistics_query(
       return None
     indices = _moving_indices(probe_model, layers)
     weights_type = tff.types.tensorflow_to_type(
-        tf.nest.map_structure(
-            lambda v: tf.TensorSpec(v.shape, v.dtype),
-            tff.learning.models.ModelWeights.from_model(probe_model)))
+      tf.nest.map_structure(
+        lambda v: tf.TensorSpec(v.shape, v.dtype),
+        tff.learning.models.ModelWeights.from_model(probe_model),
+      )
+    )
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
 
   @tff.tensorflow.computation(weights_type, data_type)
@@ -133,16 +148,22 @@ def build_statistics_query(
     model = keras_model_fn()
     return build_client_statistics_fn(model)(weights, dataset)
 
-  @tff.tensorflow.computation(weights_type,
-                              client_statistics.type_signature.result)
+  @tff.tensorflow.computation(
+    weights_type, client_statistics.type_signature.result
+  )
   def apply_statistics(weights, sums):
     return set_statistics(weights, sums, indices)
 
-  @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                             tff.FederatedType(data_type, tff.CLIENTS))
+  @tff.federated_computation(
+    tff.FederatedType(weights_type, tff.SERVER),
+    tff.FederatedType(data_type, tff.CLIENTS),
+  )
   def statistics_query(weights, client_data):
-    sums = tff.federated_sum(tff.federated_map(
-        client_statistics, (tff.federated_broadcast(weights), client_data)))
+    sums = tff.federated_sum(
+      tff.federated_map(
+        client_statistics, (tff.federated_broadcast(weights), client_data)
+      )
+    )
     return tff.federated_map(apply_statistics, (weights, sums))
 
   return statistics_query
@@ -157,8 +178,9 @@ class StaticBatchNorm:
   or when no client data is given.
   """
 
-  def __init__(self, keras_model_fn: Callable[[], tf.keras.Model],
-               element_spec):
+  def __init__(
+    self, keras_model_fn: Callable[[], tf.keras.Model], element_spec
+  ):
     self._keras_model_fn = keras_model_fn
     self._element_spec = element_spec
 
@@ -171,5 +193,6 @@ class StaticBatchNorm:
       return weights
     calibrated = self._query(weights, data.client_datasets())
     return tff.learning.models.ModelWeights(
-        trainable=[np.asarray(w) for w in calibrated.trainable],
-        non_trainable=[np.asarray(w) for w in calibrated.non_trainable])
+      trainable=[np.asarray(w) for w in calibrated.trainable],
+      non_trainable=[np.asarray(w) for w in calibrated.non_trainable],
+    )

@@ -17,8 +17,9 @@ from tff_hetero import models as models_lib
 from tff_hetero.algorithms import api
 
 
-def resolve_tiers(settings: Any,
-                  task: api.Task) -> tuple[devices_lib.TierSpec, ...]:
+def resolve_tiers(
+  settings: Any, task: api.Task
+) -> tuple[devices_lib.TierSpec, ...]:
   """The device tiers of the settings, capacities resolved on the task's model.
 
   `settings` has the `ExperimentConfig` fields `tiers`, `tier_proportions`,
@@ -26,19 +27,25 @@ def resolve_tiers(settings: Any,
   empty means the default).
   """
   tiers = devices_lib.parse_tiers(
-      settings.tiers, settings.tier_proportions,
-      capacities=settings.tier_capacities or None,
-      availability=settings.tier_availability or None,
-      fluctuation=settings.tier_fluctuation or None)
+    settings.tiers,
+    settings.tier_proportions,
+    capacities=settings.tier_capacities or None,
+    availability=settings.tier_availability or None,
+    fluctuation=settings.tier_fluctuation or None,
+  )
   model = task.model_fn()
   return devices_lib.resolve_capacities(
-      tiers, models_lib.count_params(model).trainable,
-      models_lib.count_flops(model))
+    tiers,
+    models_lib.count_params(model).trainable,
+    models_lib.count_flops(model),
+  )
 
 
-def build_population(settings: Any, client_ids,
-                     task: api.Task) -> devices_lib.DevicePopulation:
+def build_population(
+  settings: Any, client_ids, task: api.Task
+) -> devices_lib.DevicePopulation:
   """The device population of the settings (`resolve_tiers`), seeded by
   `settings.seed`."""
-  return devices_lib.assign_tiers(client_ids, resolve_tiers(settings, task),
-                                  seed=settings.seed)
+  return devices_lib.assign_tiers(
+    client_ids, resolve_tiers(settings, task), seed=settings.seed
+  )

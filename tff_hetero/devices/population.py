@@ -37,12 +37,13 @@ return); the program hands each sampled client its own capacity only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Sequence
+from fractions import Fraction
 import hashlib
 import math
 import numbers
 import types
-from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import NamedTuple
 
 import attrs
@@ -93,7 +94,8 @@ def _check_seed(seed: object) -> int:
 def _check_round(round_num: object) -> int:
   if not _is_int(round_num) or round_num < 0:
     raise DeviceError(
-        f"round_num must be a non-negative integer, got {round_num!r}")
+      f"round_num must be a non-negative integer, got {round_num!r}"
+    )
   return int(round_num)
 
 
@@ -106,7 +108,8 @@ def tier_sizes(num_clients: int, tiers: Sequence[TierSpec]) -> tuple[int, ...]:
   """Clients per tier by largest-remainder rounding (module docstring)."""
   if not _is_int(num_clients) or num_clients < 0:
     raise DeviceError(
-        f"num_clients must be a non-negative integer, got {num_clients!r}")
+      f"num_clients must be a non-negative integer, got {num_clients!r}"
+    )
   if not tiers:
     raise DeviceError("at least one tier is needed")
   # Exact rationals: "0.4:0.3:0.3" must split 10 clients 4/3/3, not 3/3/4.
@@ -114,7 +117,9 @@ def tier_sizes(num_clients: int, tiers: Sequence[TierSpec]) -> tuple[int, ...]:
   quotas = [num_clients * s / sum(shares) for s in shares]
   sizes = [math.floor(q) for q in quotas]
   leftover = num_clients - sum(sizes)
-  by_remainder = sorted(range(len(tiers)), key=lambda i: (-(quotas[i] - sizes[i]), i))
+  by_remainder = sorted(
+    range(len(tiers)), key=lambda i: (-(quotas[i] - sizes[i]), i)
+  )
   for i in by_remainder[:leftover]:
     sizes[i] += 1
   return tuple(sizes)
@@ -129,12 +134,15 @@ def _check_tiers(tiers: Sequence[TierSpec]) -> tuple[TierSpec, ...]:
     if not isinstance(tier, TierSpec):
       raise DeviceError(f"tiers must be TierSpec values, got {tier!r}")
     if names.count(tier.name) > 1:
-      raise DeviceError(f"tier {tier.name!r} appears twice; names must be unique")
+      raise DeviceError(
+        f"tier {tier.name!r} appears twice; names must be unique"
+      )
     if not tier.is_resolved:
       raise DeviceError(
-          f"tier {tier.name!r} has capacity fraction {tier.capacity_fraction} "
-          f"but no absolute capacity; call resolve_capacities(tiers, "
-          f"full_params, full_flops) first")
+        f"tier {tier.name!r} has capacity fraction {tier.capacity_fraction} "
+        f"but no absolute capacity; call resolve_capacities(tiers, "
+        f"full_params, full_flops) first"
+      )
   return tiers
 
 
@@ -154,7 +162,8 @@ class DevicePopulation:
   seed: int
   tiers: tuple[TierSpec, ...]
   profiles: Mapping[str, DeviceProfile] = attrs.field(
-      converter=lambda m: types.MappingProxyType(dict(m)), hash=False)
+    converter=lambda m: types.MappingProxyType(dict(m)), hash=False
+  )
 
   @property
   def client_ids(self) -> tuple[str, ...]:
@@ -167,8 +176,9 @@ class DevicePopulation:
       return self.profiles[client_id]
     except (KeyError, TypeError):
       raise DeviceError(
-          f"unknown client id {client_id!r}: not in this device population "
-          f"of {len(self.profiles)} clients") from None
+        f"unknown client id {client_id!r}: not in this device population "
+        f"of {len(self.profiles)} clients"
+      ) from None
 
   def tier_of(self, client_id: str) -> str:
     """The client's tier name."""
@@ -185,13 +195,16 @@ class DevicePopulation:
     """The sorted client ids of one tier."""
     if tier not in {t.name for t in self.tiers}:
       raise DeviceError(
-          f"unknown tier {tier!r}; tiers: {', '.join(t.name for t in self.tiers)}")
+        f"unknown tier {tier!r}; tiers: {', '.join(t.name for t in self.tiers)}"
+      )
     return tuple(sorted(c for c, p in self.profiles.items() if p.tier == tier))
 
-  def _rng(self, stream: int, client_id: str,
-           round_num: int) -> np.random.Generator:
+  def _rng(
+    self, stream: int, client_id: str, round_num: int
+  ) -> np.random.Generator:
     return np.random.default_rng(
-        [self.seed, stream, *_client_key(client_id), round_num])
+      [self.seed, stream, *_client_key(client_id), round_num]
+    )
 
   def capacity_at_round(self, client_id: str, round_num: int) -> Capacity:
     """The client's capacity in this round (nominal x log-normal fluctuation)."""
@@ -208,8 +221,9 @@ class DevicePopulation:
         return None
       return max(1, math.floor(nominal * multiplier + 0.5))
 
-    return Capacity(scaled(profile.capacity_params),
-                    scaled(profile.capacity_flops))
+    return Capacity(
+      scaled(profile.capacity_params), scaled(profile.capacity_flops)
+    )
 
   def is_available(self, client_id: str, round_num: int) -> bool:
     """Whether the client's device is available in this round."""
@@ -225,8 +239,9 @@ class DevicePopulation:
     return tuple(c for c in self.client_ids if self.is_available(c, round_num))
 
 
-def assign_tiers(client_ids: Sequence[str], tiers: Sequence[TierSpec],
-                 seed: int) -> DevicePopulation:
+def assign_tiers(
+  client_ids: Sequence[str], tiers: Sequence[TierSpec], seed: int
+) -> DevicePopulation:
   """Assigns every client a tier (exact proportions, seeded permutation).
 
   Args:
@@ -242,7 +257,9 @@ def assign_tiers(client_ids: Sequence[str], tiers: Sequence[TierSpec],
   seed = _check_seed(seed)
   tiers = _check_tiers(tiers)
   if isinstance(client_ids, str):
-    raise DeviceError(f"client_ids must be a sequence of ids, got {client_ids!r}")
+    raise DeviceError(
+      f"client_ids must be a sequence of ids, got {client_ids!r}"
+    )
   ids = list(client_ids)
   if not ids:
     raise DeviceError("client_ids is empty; a device population needs clients")
@@ -260,8 +277,11 @@ def assign_tiers(client_ids: Sequence[str], tiers: Sequence[TierSpec],
   for client_id, slot in zip(ids, order):
     tier = tiers[int(labels[slot])]
     profiles[client_id] = DeviceProfile(
-        client_id=client_id, tier=tier.name,
-        capacity_params=tier.capacity_params,
-        capacity_flops=tier.capacity_flops,
-        availability=tier.availability, fluctuation=tier.fluctuation)
+      client_id=client_id,
+      tier=tier.name,
+      capacity_params=tier.capacity_params,
+      capacity_flops=tier.capacity_flops,
+      availability=tier.availability,
+      fluctuation=tier.fluctuation,
+    )
   return DevicePopulation(seed=seed, tiers=tiers, profiles=profiles)

@@ -39,11 +39,13 @@ absolute parameter and MAC budgets once it is. A parameter count sets
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 import math
 import numbers
 import re
 import types
-from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -58,14 +60,18 @@ FLUCTUATION_FLAG = "--tier_fluctuation"
 DEFAULT_TIERS = "weak,medium,strong"
 DEFAULT_PROPORTIONS = "4:3:3"
 DEFAULT_CAPACITY_FRACTIONS: Mapping[str, float] = types.MappingProxyType(
-    {"weak": 0.25, "medium": 0.5, "strong": 1.0})
+  {"weak": 0.25, "medium": 0.5, "strong": 1.0}
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _is_number(value: object) -> bool:
-  return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-          and math.isfinite(value))
+  return (
+    isinstance(value, numbers.Real)
+    and not isinstance(value, bool)
+    and math.isfinite(value)
+  )
 
 
 def _is_count(value: object) -> bool:
@@ -78,8 +84,9 @@ def _check(predicate: Callable[[object], bool], accepted: str):
   def validator(instance, attribute, value):
     if not predicate(value):
       raise DeviceError(
-          f"tier {getattr(instance, 'name', '?')!r}: {attribute.name} must be "
-          f"{accepted}, got {value!r}")
+        f"tier {getattr(instance, 'name', '?')!r}: {attribute.name} must be "
+        f"{accepted}, got {value!r}"
+      )
 
   return validator
 
@@ -129,26 +136,40 @@ class TierSpec:
   """
 
   name: str = attrs.field(
-      validator=_check(_valid_name, "a non-empty name of letters, digits, "
-                       "'_' or '-'"))
+    validator=_check(
+      _valid_name, "a non-empty name of letters, digits, '_' or '-'"
+    )
+  )
   proportion: float = attrs.field(
-      validator=_check(_positive, "a positive finite number"))
+    validator=_check(_positive, "a positive finite number")
+  )
   capacity_params: int | None = attrs.field(
-      default=None, validator=_check(_budget_or_none, "a positive integer or None"))
+    default=None,
+    validator=_check(_budget_or_none, "a positive integer or None"),
+  )
   capacity_flops: int | None = attrs.field(
-      default=None, validator=_check(_budget_or_none, "a positive integer or None"))
+    default=None,
+    validator=_check(_budget_or_none, "a positive integer or None"),
+  )
   availability: float = attrs.field(
-      default=1.0, validator=_check(_probability, "a number in (0, 1]"))
+    default=1.0, validator=_check(_probability, "a number in (0, 1]")
+  )
   fluctuation: float = attrs.field(
-      default=0.0, validator=_check(_non_negative, "a finite number >= 0"))
+    default=0.0, validator=_check(_non_negative, "a finite number >= 0")
+  )
   capacity_fraction: float | None = attrs.field(
-      default=None, validator=_check(_fraction_or_none, "a number in (0, 1] or None"))
+    default=None,
+    validator=_check(_fraction_or_none, "a number in (0, 1] or None"),
+  )
 
   @property
   def is_resolved(self) -> bool:
     """False while a capacity fraction awaits `resolve_capacities`."""
-    return (self.capacity_fraction is None or self.capacity_params is not None
-            or self.capacity_flops is not None)
+    return (
+      self.capacity_fraction is None
+      or self.capacity_params is not None
+      or self.capacity_flops is not None
+    )
 
 
 def _split(flag: str, text: object, sep: str, example: str) -> list[str]:
@@ -163,35 +184,46 @@ def _parse_names(tiers: str) -> list[str]:
   for name in names:
     if not name:
       raise DeviceError(
-          f"{TIERS_FLAG}: empty tier name in {tiers!r}; give comma-separated "
-          f"names, e.g. {TIERS_FLAG}={DEFAULT_TIERS}")
+        f"{TIERS_FLAG}: empty tier name in {tiers!r}; give comma-separated "
+        f"names, e.g. {TIERS_FLAG}={DEFAULT_TIERS}"
+      )
     if not _NAME.match(name):
       raise DeviceError(
-          f"{TIERS_FLAG}: tier name {name!r} in {tiers!r} is not valid; give "
-          f"comma-separated names of letters, digits, '_' or '-', e.g. "
-          f"{TIERS_FLAG}={DEFAULT_TIERS}")
+        f"{TIERS_FLAG}: tier name {name!r} in {tiers!r} is not valid; give "
+        f"comma-separated names of letters, digits, '_' or '-', e.g. "
+        f"{TIERS_FLAG}={DEFAULT_TIERS}"
+      )
     if name in seen:
       raise DeviceError(
-          f"{TIERS_FLAG}: tier {name!r} is listed twice in {tiers!r}; tier "
-          f"names must be unique")
+        f"{TIERS_FLAG}: tier {name!r} is listed twice in {tiers!r}; tier "
+        f"names must be unique"
+      )
     seen.add(name)
   return names
 
 
-def _parse_values(flag: str, text: str, names: Sequence[str],
-                  accept: Callable[[float], bool], accepted: str, example: str,
-                  broadcast: bool) -> list[float]:
+def _parse_values(
+  flag: str,
+  text: str,
+  names: Sequence[str],
+  accept: Callable[[float], bool],
+  accepted: str,
+  example: str,
+  broadcast: bool,
+) -> list[float]:
   """One number per tier from `a:b:c` (or one for all tiers if `broadcast`)."""
-  how = ("one value for all tiers or one per tier" if broadcast
-         else "one per tier")
+  how = (
+    "one value for all tiers or one per tier" if broadcast else "one per tier"
+  )
   parts = _split(flag, text, ":", example)
   if broadcast and len(parts) == 1:
     parts = parts * len(names)
   if len(parts) != len(names):
     raise DeviceError(
-        f"{flag}: got {len(parts)} value(s) {text!r} for {len(names)} tiers "
-        f"({','.join(names)}); give {how}, each {accepted}, e.g. "
-        f"{flag}={example}")
+      f"{flag}: got {len(parts)} value(s) {text!r} for {len(names)} tiers "
+      f"({','.join(names)}); give {how}, each {accepted}, e.g. "
+      f"{flag}={example}"
+    )
   values = []
   for part in parts:
     try:
@@ -200,8 +232,9 @@ def _parse_values(flag: str, text: str, names: Sequence[str],
       value = math.nan
     if not math.isfinite(value) or not accept(value):
       raise DeviceError(
-          f"{flag}: {part!r} in {text!r} is not {accepted}; give {how}, "
-          f"e.g. {flag}={example}")
+        f"{flag}: {part!r} in {text!r} is not {accepted}; give {how}, "
+        f"e.g. {flag}={example}"
+      )
     values.append(value)
   return values
 
@@ -209,20 +242,25 @@ def _parse_values(flag: str, text: str, names: Sequence[str],
 def _default_fractions(names: Sequence[str]) -> list[float]:
   for name in names:
     if name not in DEFAULT_CAPACITY_FRACTIONS:
-      defaults = ", ".join(f"{k}={v}" for k, v in DEFAULT_CAPACITY_FRACTIONS.items())
+      defaults = ", ".join(
+        f"{k}={v}" for k, v in DEFAULT_CAPACITY_FRACTIONS.items()
+      )
       raise DeviceError(
-          f"{CAPACITIES_FLAG}: no default capacity for tier {name!r} "
-          f"(defaults: {defaults}); give one fraction of the full model per "
-          f"tier, e.g. {CAPACITIES_FLAG}=0.25:0.5:1.0")
+        f"{CAPACITIES_FLAG}: no default capacity for tier {name!r} "
+        f"(defaults: {defaults}); give one fraction of the full model per "
+        f"tier, e.g. {CAPACITIES_FLAG}=0.25:0.5:1.0"
+      )
   return [DEFAULT_CAPACITY_FRACTIONS[name] for name in names]
 
 
-def parse_tiers(tiers: str = DEFAULT_TIERS,
-                proportions: str = DEFAULT_PROPORTIONS,
-                *,
-                capacities: str | None = None,
-                availability: str | None = None,
-                fluctuation: str | None = None) -> tuple[TierSpec, ...]:
+def parse_tiers(
+  tiers: str = DEFAULT_TIERS,
+  proportions: str = DEFAULT_PROPORTIONS,
+  *,
+  capacities: str | None = None,
+  availability: str | None = None,
+  fluctuation: str | None = None,
+) -> tuple[TierSpec, ...]:
   """Tier specs from the command-line strings (module docstring).
 
   Args:
@@ -243,31 +281,68 @@ def parse_tiers(tiers: str = DEFAULT_TIERS,
     DeviceError: a one-line message naming the flag at fault.
   """
   names = _parse_names(tiers)
-  shares = _parse_values(PROPORTIONS_FLAG, proportions, names,
-                         lambda v: v > 0, "a positive number", "4:3:3",
-                         broadcast=False)
+  shares = _parse_values(
+    PROPORTIONS_FLAG,
+    proportions,
+    names,
+    lambda v: v > 0,
+    "a positive number",
+    "4:3:3",
+    broadcast=False,
+  )
   if capacities is None:
     fractions = _default_fractions(names)
   else:
     fractions = _parse_values(
-        CAPACITIES_FLAG, capacities, names,
-        lambda v: 0 < v <= 1 or (v > 1 and v == int(v)),
-        "a fraction in (0, 1] or a whole number of parameters > 1",
-        "0.25:0.5:1.0", broadcast=False)
+      CAPACITIES_FLAG,
+      capacities,
+      names,
+      lambda v: 0 < v <= 1 or (v > 1 and v == int(v)),
+      "a fraction in (0, 1] or a whole number of parameters > 1",
+      "0.25:0.5:1.0",
+      broadcast=False,
+    )
   budgets = [int(f) if f > 1 else None for f in fractions]
   fractions = [None if f > 1 else f for f in fractions]
-  available = ([1.0] * len(names) if availability is None else _parse_values(
-      AVAILABILITY_FLAG, availability, names, lambda v: 0 < v <= 1,
-      "a probability in (0, 1]", "0.9", broadcast=True))
-  spread = ([0.0] * len(names) if fluctuation is None else _parse_values(
-      FLUCTUATION_FLAG, fluctuation, names, lambda v: v >= 0,
-      "a relative standard deviation >= 0", "0.1", broadcast=True))
+  available = (
+    [1.0] * len(names)
+    if availability is None
+    else _parse_values(
+      AVAILABILITY_FLAG,
+      availability,
+      names,
+      lambda v: 0 < v <= 1,
+      "a probability in (0, 1]",
+      "0.9",
+      broadcast=True,
+    )
+  )
+  spread = (
+    [0.0] * len(names)
+    if fluctuation is None
+    else _parse_values(
+      FLUCTUATION_FLAG,
+      fluctuation,
+      names,
+      lambda v: v >= 0,
+      "a relative standard deviation >= 0",
+      "0.1",
+      broadcast=True,
+    )
+  )
   return tuple(
-      TierSpec(name=name, proportion=share, availability=avail,
-               fluctuation=spr, capacity_fraction=fraction,
-               capacity_params=budget)
-      for name, share, fraction, budget, avail, spr in zip(
-          names, shares, fractions, budgets, available, spread))
+    TierSpec(
+      name=name,
+      proportion=share,
+      availability=avail,
+      fluctuation=spr,
+      capacity_fraction=fraction,
+      capacity_params=budget,
+    )
+    for name, share, fraction, budget, avail, spr in zip(
+      names, shares, fractions, budgets, available, spread
+    )
+  )
 
 
 def _budget(fraction: float, full: int | None) -> int | None:
@@ -276,8 +351,9 @@ def _budget(fraction: float, full: int | None) -> int | None:
   return max(1, math.floor(fraction * full + 0.5))
 
 
-def resolve_capacities(tiers: Sequence[TierSpec], full_params: int | None,
-                       full_flops: int | None) -> tuple[TierSpec, ...]:
+def resolve_capacities(
+  tiers: Sequence[TierSpec], full_params: int | None, full_flops: int | None
+) -> tuple[TierSpec, ...]:
   """Turns capacity fractions into absolute budgets of the full model.
 
   A tier with `capacity_fraction` f gets `capacity_params = round(f x
@@ -294,10 +370,16 @@ def resolve_capacities(tiers: Sequence[TierSpec], full_params: int | None,
   """
   for label, full in (("full_params", full_params), ("full_flops", full_flops)):
     if full is not None and not (_is_count(full) and full >= 1):
-      raise DeviceError(f"{label} must be a positive integer or None, got {full!r}")
+      raise DeviceError(
+        f"{label} must be a positive integer or None, got {full!r}"
+      )
   return tuple(
-      tier if tier.capacity_fraction is None else attrs.evolve(
-          tier,
-          capacity_params=_budget(tier.capacity_fraction, full_params),
-          capacity_flops=_budget(tier.capacity_fraction, full_flops))
-      for tier in tiers)
+    tier
+    if tier.capacity_fraction is None
+    else attrs.evolve(
+      tier,
+      capacity_params=_budget(tier.capacity_fraction, full_params),
+      capacity_flops=_budget(tier.capacity_fraction, full_flops),
+    )
+    for tier in tiers
+  )

@@ -15,9 +15,9 @@ units, and `counting.py` for the counting conventions.
 """
 
 from tff_hetero.errors import ModelError
+from tff_hetero.models.counting import TRAINING_MACS_MULTIPLIER
 from tff_hetero.models.counting import LayerCost
 from tff_hetero.models.counting import ParamCount
-from tff_hetero.models.counting import TRAINING_MACS_MULTIPLIER
 from tff_hetero.models.counting import count_flops
 from tff_hetero.models.counting import count_params
 from tff_hetero.models.counting import layer_costs
@@ -35,23 +35,23 @@ from tff_hetero.models.width import full_widths
 from tff_hetero.models.width import widths_for
 
 __all__ = [
-    "LayerCost",
-    "MODELS",
-    "ModelError",
-    "ModelSpec",
-    "ParamCount",
-    "TRAINING_MACS_MULTIPLIER",
-    "WidthUnit",
-    "build_model",
-    "check_widths",
-    "contains",
-    "count_flops",
-    "count_params",
-    "full_widths",
-    "layer_costs",
-    "model_names",
-    "split_layer",
-    "training_flops_per_example",
-    "width_units",
-    "widths_for",
+  "LayerCost",
+  "MODELS",
+  "ModelError",
+  "ModelSpec",
+  "ParamCount",
+  "TRAINING_MACS_MULTIPLIER",
+  "WidthUnit",
+  "build_model",
+  "check_widths",
+  "contains",
+  "count_flops",
+  "count_params",
+  "full_widths",
+  "layer_costs",
+  "model_names",
+  "split_layer",
+  "training_flops_per_example",
+  "width_units",
+  "widths_for",
 ]

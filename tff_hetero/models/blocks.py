@@ -25,7 +25,8 @@ weights and costs 0 MACs (`counting.py` has a rule for it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -41,17 +42,20 @@ BN_EPSILON = 1e-5
 
 
 def numbered_units(
-    *groups: tuple[str, int, Sequence[str]]) -> tuple[WidthUnit, ...]:
+  *groups: tuple[str, int, Sequence[str]],
+) -> tuple[WidthUnit, ...]:
   """`WidthUnit`s numbered from 1 from `(name, full_width, layers)` triples."""
   return tuple(
-      WidthUnit(index, name, int(full_width), tuple(layers))
-      for index, (name, full_width, layers) in enumerate(groups, start=1))
+    WidthUnit(index, name, int(full_width), tuple(layers))
+    for index, (name, full_width, layers) in enumerate(groups, start=1)
+  )
 
 
 def batch_norm(name: str) -> tf.keras.layers.Layer:
   """Batch normalisation with PyTorch's defaults (module docstring)."""
   return tf.keras.layers.BatchNormalization(
-      momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
+    momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+  )
 
 
 class ChannelShortcut(tf.keras.layers.Layer):
@@ -65,10 +69,10 @@ class ChannelShortcut(tf.keras.layers.Layer):
   def call(self, inputs: tf.Tensor) -> tf.Tensor:
     x = inputs
     if self.stride != 1:
-      x = x[:, ::self.stride, ::self.stride, :]
+      x = x[:, :: self.stride, :: self.stride, :]
     have = x.shape[-1]
     if have > self.channels:
-      return x[..., :self.channels]
+      return x[..., : self.channels]
     if have < self.channels:
       return tf.pad(x, [[0, 0], [0, 0], [0, 0], [0, self.channels - have]])
     return tf.identity(x)

@@ -67,8 +67,12 @@ def stage_units(blocks: int, planes: Sequence[int]) -> list[tuple]:
     mid, stream = [], []
     for b in range(1, blocks + 1):
       prefix = f"stage{s}_block{b}"
-      mid += [f"{prefix}_conv1", f"{prefix}_bn1", f"{prefix}_conv2",
-              f"{prefix}_bn2"]
+      mid += [
+        f"{prefix}_conv1",
+        f"{prefix}_bn1",
+        f"{prefix}_conv2",
+        f"{prefix}_bn2",
+      ]
       stream += [f"{prefix}_conv3", f"{prefix}_bn3"]
       if b == 1:
         stream += [f"{prefix}_shortcut", f"{prefix}_shortcut_bn"]
@@ -77,17 +81,26 @@ def stage_units(blocks: int, planes: Sequence[int]) -> list[tuple]:
   return groups
 
 
-def units(stem: int | None, blocks: int, planes: Sequence[int] = PLANES
-          ) -> tuple[width_lib.WidthUnit, ...]:
+def units(
+  stem: int | None, blocks: int, planes: Sequence[int] = PLANES
+) -> tuple[width_lib.WidthUnit, ...]:
   """The stem (unless None), then each stage's mid and stream units."""
   stem_unit = [("stem", stem, ("stem_conv", "stem_bn"))] if stem else []
   return numbered_units(*stem_unit, *stage_units(blocks, planes))
 
 
-def build(name: str, input_shape: tuple[int, ...], num_classes: int,
-          seed: int, model_units: Sequence[width_lib.WidthUnit], blocks: int,
-          widths: Sequence[int] | None, *, stem: bool = True,
-          input_name: str = "image") -> tf.keras.Model:
+def build(
+  name: str,
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  model_units: Sequence[width_lib.WidthUnit],
+  blocks: int,
+  widths: Sequence[int] | None,
+  *,
+  stem: bool = True,
+  input_name: str = "image",
+) -> tf.keras.Model:
   """[Stem +] stages of Bottleneck blocks + pool + dense logits.
 
   `widths` has one entry per unit of `model_units` (stem first if `stem`).
@@ -125,13 +138,17 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int,
       x = tf.keras.layers.ReLU(name=f"{p}_out")(x)
   x = tf.keras.layers.GlobalAveragePooling2D(name="pool")(x)
   logits = tf.keras.layers.Dense(
-      num_classes, kernel_initializer=seeds.glorot_uniform(),
-      bias_initializer="zeros", name="logits")(x)
+    num_classes,
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name="logits",
+  )(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def _units(name: str, input_shape: tuple[int, ...]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _units(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
   return units(STEM_WIDTH, DEPTHS[name])
 
@@ -152,8 +169,15 @@ def resnet(name: str) -> Factory:
     raise KeyError(name)
 
   def factory(input_shape, num_classes, seed, widths=None) -> tf.keras.Model:
-    return build(name, input_shape, num_classes, seed,
-                 _units(name, input_shape), DEPTHS[name], widths)
+    return build(
+      name,
+      input_shape,
+      num_classes,
+      seed,
+      _units(name, input_shape),
+      DEPTHS[name],
+      widths,
+    )
 
   factory.__name__ = name
   return factory

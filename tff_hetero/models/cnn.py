@@ -73,8 +73,8 @@ FedAvg paper's network nor the TensorFlow tutorial it cites.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -124,124 +124,170 @@ def _shape_text(shape: Sequence[int]) -> str:
   return "x".join(str(d) for d in shape)
 
 
-def check_image_input(model_name: str, input_shape: tuple[int, ...],
-                      plan: Sequence[Stage] = (), hint: str = "") -> None:
+def check_image_input(
+  model_name: str,
+  input_shape: tuple[int, ...],
+  plan: Sequence[Stage] = (),
+  hint: str = "",
+) -> None:
   """Raises ModelError unless `input_shape` is (H, W, C) and `plan` fits it."""
   if len(input_shape) != 3:
     raise ModelError(
-        f"model {model_name!r} takes images shaped (height, width, channels), "
-        f"got input_shape {tuple(input_shape)}")
+      f"model {model_name!r} takes images shaped (height, width, channels), "
+      f"got input_shape {tuple(input_shape)}"
+    )
   for side in input_shape[:2]:
     _, failing = _plan_out(side, plan)
     if failing:
       need = _min_side(plan)
       raise ModelError(
-          f"model {model_name!r} needs images of at least {need}x{need}, got "
-          f"{_shape_text(input_shape)} (layer {failing} has no room)"
-          + (f"; {hint}" if hint else ""))
+        f"model {model_name!r} needs images of at least {need}x{need}, got "
+        f"{_shape_text(input_shape)} (layer {failing} has no room)"
+        + (f"; {hint}" if hint else "")
+      )
 
 
-def _conv(filters: int, size: int, padding: str, seeds: SeedStream,
-          name: str) -> tf.keras.layers.Layer:
+def _conv(
+  filters: int, size: int, padding: str, seeds: SeedStream, name: str
+) -> tf.keras.layers.Layer:
   return tf.keras.layers.Conv2D(
-      filters, size, padding=padding, activation="relu",
-      kernel_initializer=seeds.glorot_uniform(), bias_initializer="zeros",
-      name=name)
+    filters,
+    size,
+    padding=padding,
+    activation="relu",
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name=name,
+  )
 
 
-def _dense(units: int, seeds: SeedStream, name: str,
-           activation: str | None = None) -> tf.keras.layers.Layer:
+def _dense(
+  units: int, seeds: SeedStream, name: str, activation: str | None = None
+) -> tf.keras.layers.Layer:
   return tf.keras.layers.Dense(
-      units, activation=activation, kernel_initializer=seeds.glorot_uniform(),
-      bias_initializer="zeros", name=name)
+    units,
+    activation=activation,
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name=name,
+  )
 
 
 _SMALL_INPUT_HINT = "for small images use small_cnn or mlp"
 
 _MNIST_CNN_PLAN = (
-    Stage("conv1", 5, 1, "valid"), Stage("pool1", 2, 2, "valid"),
-    Stage("conv2", 5, 1, "valid"), Stage("pool2", 2, 2, "valid"),
+  Stage("conv1", 5, 1, "valid"),
+  Stage("pool1", 2, 2, "valid"),
+  Stage("conv2", 5, 1, "valid"),
+  Stage("pool2", 2, 2, "valid"),
 )
 
 
-def _plain_units(*named_widths: tuple[str, int]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _plain_units(
+  *named_widths: tuple[str, int],
+) -> tuple[width_lib.WidthUnit, ...]:
   """One unit per layer (conv or hidden dense), named after the layer."""
   return numbered_units(*((name, w, (name,)) for name, w in named_widths))
 
 
-def _two_conv_mnist_units(name: str, plan: tuple[Stage, ...],
-                          input_shape: tuple[int, ...]) -> tuple[
-                              width_lib.WidthUnit, ...]:
+def _two_conv_mnist_units(
+  name: str, plan: tuple[Stage, ...], input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape, plan, _SMALL_INPUT_HINT)
   return _plain_units(("conv1", 10), ("conv2", 20), ("fc1", 50))
 
 
-def _two_conv_mnist_net(name: str, plan: tuple[Stage, ...],
-                        input_shape: tuple[int, ...], num_classes: int,
-                        seed: int,
-                        widths: Sequence[int] | None) -> tf.keras.Model:
+def _two_conv_mnist_net(
+  name: str,
+  plan: tuple[Stage, ...],
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None,
+) -> tf.keras.Model:
   """conv(10) -> pool -> conv(20) -> pool -> fc50 -> fc, shaped by `plan`."""
   units = _two_conv_mnist_units(name, plan, input_shape)
   conv1, conv2, fc1 = width_lib.check_widths(name, units, widths)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="image")
   x = inputs
-  for filters, conv, pool in ((conv1, plan[0], plan[1]),
-                              (conv2, plan[2], plan[3])):
+  for filters, conv, pool in (
+    (conv1, plan[0], plan[1]),
+    (conv2, plan[2], plan[3]),
+  ):
     x = _conv(filters, conv.window, conv.padding, seeds, conv.name)(x)
-    x = tf.keras.layers.MaxPooling2D(pool.window, pool.stride,
-                                     padding=pool.padding, name=pool.name)(x)
+    x = tf.keras.layers.MaxPooling2D(
+      pool.window, pool.stride, padding=pool.padding, name=pool.name
+    )(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
   x = _dense(fc1, seeds, "fc1", "relu")(x)
   logits = _dense(num_classes, seeds, "logits")(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def mnist_cnn_units(input_shape: tuple[int, ...],
-                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def mnist_cnn_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1 (10), conv2 (20), fc1 (50)."""
   del num_classes
   return _two_conv_mnist_units("mnist_cnn", _MNIST_CNN_PLAN, input_shape)
 
 
-def mnist_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
-              widths: Sequence[int] | None = None) -> tf.keras.Model:
+def mnist_cnn(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """The 21,840-parameter MNIST CNN (FedDST/FedSGC description); see module doc."""
-  return _two_conv_mnist_net("mnist_cnn", _MNIST_CNN_PLAN, input_shape,
-                             num_classes, seed, widths)
+  return _two_conv_mnist_net(
+    "mnist_cnn", _MNIST_CNN_PLAN, input_shape, num_classes, seed, widths
+  )
 
 
 _FEDDST_PLAN = (
-    Stage("conv1", 5, 1, "valid"), Stage("pool1", 3, 1, "valid"),
-    Stage("conv2", 5, 1, "valid"), Stage("pool2", 3, 1, "valid"),
+  Stage("conv1", 5, 1, "valid"),
+  Stage("pool1", 3, 1, "valid"),
+  Stage("conv2", 5, 1, "valid"),
+  Stage("pool2", 3, 1, "valid"),
 )
 
 
-def mnist_cnn_feddst_units(input_shape: tuple[int, ...],
-                           num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def mnist_cnn_feddst_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1 (10), conv2 (20), fc1 (50)."""
   del num_classes
   return _two_conv_mnist_units("mnist_cnn_feddst", _FEDDST_PLAN, input_shape)
 
 
-def mnist_cnn_feddst(input_shape: tuple[int, ...], num_classes: int, seed: int,
-                     widths: Sequence[int] | None = None) -> tf.keras.Model:
+def mnist_cnn_feddst(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """FedDST's reference `MNISTNet` (3x3 stride-1 pools, 261,840 parameters)."""
-  return _two_conv_mnist_net("mnist_cnn_feddst", _FEDDST_PLAN, input_shape,
-                             num_classes, seed, widths)
+  return _two_conv_mnist_net(
+    "mnist_cnn_feddst", _FEDDST_PLAN, input_shape, num_classes, seed, widths
+  )
 
 
-def cifar_cnn_units(input_shape: tuple[int, ...],
-                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def cifar_cnn_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1 (64), conv2 (64), fc1 (384), fc2 (192)."""
   del num_classes
   check_image_input("cifar_cnn", input_shape)
   return _plain_units(("conv1", 64), ("conv2", 64), ("fc1", 384), ("fc2", 192))
 
 
-def cifar_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
-              widths: Sequence[int] | None = None) -> tf.keras.Model:
+def cifar_cnn(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """FedAvg's CIFAR-10 CNN (TensorFlow tutorial, without LRN); see module doc."""
   units = cifar_cnn_units(input_shape, num_classes)
   conv1, conv2, fc1, fc2 = width_lib.check_widths("cifar_cnn", units, widths)
@@ -259,21 +305,28 @@ def cifar_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
 
 
 _SMALL_CNN_PLAN = (
-    Stage("conv1", 3, 1, "same"), Stage("pool1", 2, 2, "valid"),
-    Stage("conv2", 3, 1, "same"), Stage("pool2", 2, 2, "valid"),
+  Stage("conv1", 3, 1, "same"),
+  Stage("pool1", 2, 2, "valid"),
+  Stage("conv2", 3, 1, "same"),
+  Stage("pool2", 2, 2, "valid"),
 )
 
 
-def small_cnn_units(input_shape: tuple[int, ...],
-                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def small_cnn_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1 (16), conv2 (32)."""
   del num_classes
   check_image_input("small_cnn", input_shape, _SMALL_CNN_PLAN, "use mlp")
   return _plain_units(("conv1", 16), ("conv2", 32))
 
 
-def small_cnn(input_shape: tuple[int, ...], num_classes: int, seed: int,
-              widths: Sequence[int] | None = None) -> tf.keras.Model:
+def small_cnn(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """A small two-convolution CNN for 8x8 digits and test data; see module doc."""
   units = small_cnn_units(input_shape, num_classes)
   conv1, conv2 = width_lib.check_widths("small_cnn", units, widths)

@@ -62,9 +62,12 @@ Training (`training_flops_per_example`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -120,7 +123,8 @@ def count_params(model: tf.keras.Model) -> ParamCount:
   """Trainable, non-trainable and total parameters of a built model."""
   if not model.built:
     raise ModelError(
-        f"model {model.name!r} is not built; build it on an input shape first")
+      f"model {model.name!r} is not built; build it on an input shape first"
+    )
   trainable = _size(model.trainable_weights)
   non_trainable = _size(model.non_trainable_weights)
   return ParamCount(trainable, non_trainable, trainable + non_trainable)
@@ -135,7 +139,8 @@ def _shape_list(structure: Any) -> list[Shape]:
   if isinstance(structure, tf.TensorShape):
     return [tuple(structure.as_list())]
   if isinstance(structure, tuple) and all(
-      d is None or isinstance(d, int) for d in structure):
+    d is None or isinstance(d, int) for d in structure
+  ):
     return [structure]
   if isinstance(structure, Mapping):
     items = list(structure.values())
@@ -151,8 +156,9 @@ def _known(name: str, shape: Shape) -> tuple[int, ...]:
   dims = tuple(shape)
   if not dims or any(d is None for d in dims[1:]):
     raise ModelError(
-        f"layer {name!r} has shape {dims} with unknown dimensions; build the "
-        f"model with a fixed input shape to count its MACs")
+      f"layer {name!r} has shape {dims} with unknown dimensions; build the "
+      f"model with a fixed input shape to count its MACs"
+    )
   return (1,) + tuple(int(d) for d in dims[1:])
 
 
@@ -263,27 +269,46 @@ def _attention(layer: Any, name: str, ins: list, outs: list) -> _Cost:
   shapes = [config.get(k) for k in ("query_shape", "key_shape", "value_shape")]
   if any(s is None for s in shapes):
     raise ModelError(f"layer {name!r} (MultiHeadAttention) is not built")
-  query, key, value = (_known(name, tuple(tf.TensorShape(s).as_list()))
-                       for s in shapes)
+  query, key, value = (
+    _known(name, tuple(tf.TensorShape(s).as_list())) for s in shapes
+  )
   axes = config.get("attention_axes")
   if len(query) != 3 or (axes is not None and tuple(axes) not in ((1,), (-2,))):
     raise ModelError(
-        f"layer {name!r} (MultiHeadAttention): only rank-3 inputs attending "
-        f"over axis 1 can be counted, got query shape {query} and "
-        f"attention_axes {axes}")
+      f"layer {name!r} (MultiHeadAttention): only rank-3 inputs attending "
+      f"over axis 1 can be counted, got query shape {query} and "
+      f"attention_axes {axes}"
+    )
   heads, kd = int(config["num_heads"]), int(config["key_dim"])
   vd = int(config["value_dim"]) if config.get("value_dim") else kd
   t, d_q = query[1], query[2]
   s, d_k, d_v = key[1], key[2], value[2]
   out_shape = config.get("output_shape")
-  d_out = (math.prod(out_shape if isinstance(out_shape, (list, tuple))
-                     else [out_shape]) if out_shape else d_q)
+  d_out = (
+    math.prod(
+      out_shape if isinstance(out_shape, (list, tuple)) else [out_shape]
+    )
+    if out_shape
+    else d_q
+  )
   b = 1 if config["use_bias"] else 0
-  proj_params = (d_q * heads * kd + heads * kd * b + d_k * heads * kd
-                 + heads * kd * b + d_v * heads * vd + heads * vd * b
-                 + heads * vd * d_out + d_out * b)
-  macs = (t * d_q * heads * kd + s * d_k * heads * kd + s * d_v * heads * vd
-          + heads * t * s * (kd + vd) + t * heads * vd * d_out)
+  proj_params = (
+    d_q * heads * kd
+    + heads * kd * b
+    + d_k * heads * kd
+    + heads * kd * b
+    + d_v * heads * vd
+    + heads * vd * b
+    + heads * vd * d_out
+    + d_out * b
+  )
+  macs = (
+    t * d_q * heads * kd
+    + s * d_k * heads * kd
+    + s * d_v * heads * vd
+    + heads * t * s * (kd + vd)
+    + t * heads * vd * d_out
+  )
   return _Cost(macs, proj_params)
 
 
@@ -294,8 +319,9 @@ def _tf_op(layer: Any, name: str, ins: list, outs: list) -> _Cost:
   symbol = str(getattr(layer, "symbol", name))
   if any(word in symbol for word in _DENIED_OPS):
     raise ModelError(
-        f"layer {name!r} calls TensorFlow op {symbol!r} directly; its MACs "
-        f"cannot be counted: wrap it in a Keras layer with a counting rule")
+      f"layer {name!r} calls TensorFlow op {symbol!r} directly; its MACs "
+      f"cannot be counted: wrap it in a Keras layer with a counting rule"
+    )
   return _free(layer, name, ins, outs)
 
 
@@ -312,19 +338,57 @@ def _classes(*names: str) -> list[type]:
 
 
 _FREE_LAYERS = (
-    "InputLayer", "Activation", "ReLU", "LeakyReLU", "ELU", "ThresholdedReLU",
-    "Softmax", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D",
-    "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
-    "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D",
-    "GlobalAveragePooling1D", "GlobalAveragePooling2D",
-    "GlobalAveragePooling3D", "Flatten", "Reshape", "Permute", "RepeatVector",
-    "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D",
-    "GaussianNoise", "GaussianDropout", "AlphaDropout",
-    "ActivityRegularization", "Masking", "Add", "Subtract", "Multiply",
-    "Average", "Maximum", "Minimum", "Concatenate", "ZeroPadding1D",
-    "ZeroPadding2D", "ZeroPadding3D", "Cropping1D", "Cropping2D", "Cropping3D",
-    "UpSampling1D", "UpSampling2D", "UpSampling3D", "Lambda", "Identity",
-    "Rescaling",
+  "InputLayer",
+  "Activation",
+  "ReLU",
+  "LeakyReLU",
+  "ELU",
+  "ThresholdedReLU",
+  "Softmax",
+  "MaxPooling1D",
+  "MaxPooling2D",
+  "MaxPooling3D",
+  "AveragePooling1D",
+  "AveragePooling2D",
+  "AveragePooling3D",
+  "GlobalMaxPooling1D",
+  "GlobalMaxPooling2D",
+  "GlobalMaxPooling3D",
+  "GlobalAveragePooling1D",
+  "GlobalAveragePooling2D",
+  "GlobalAveragePooling3D",
+  "Flatten",
+  "Reshape",
+  "Permute",
+  "RepeatVector",
+  "Dropout",
+  "SpatialDropout1D",
+  "SpatialDropout2D",
+  "SpatialDropout3D",
+  "GaussianNoise",
+  "GaussianDropout",
+  "AlphaDropout",
+  "ActivityRegularization",
+  "Masking",
+  "Add",
+  "Subtract",
+  "Multiply",
+  "Average",
+  "Maximum",
+  "Minimum",
+  "Concatenate",
+  "ZeroPadding1D",
+  "ZeroPadding2D",
+  "ZeroPadding3D",
+  "Cropping1D",
+  "Cropping2D",
+  "Cropping3D",
+  "UpSampling1D",
+  "UpSampling2D",
+  "UpSampling3D",
+  "Lambda",
+  "Identity",
+  "Rescaling",
 )
 
 _RULES_BY_CLASS: dict[type, _Rule] = {}
@@ -333,24 +397,24 @@ for _cls in _classes(*_FREE_LAYERS):
 # This package's parameter-free layers (the rule checks they hold no weights).
 _RULES_BY_CLASS[ChannelShortcut] = _free
 for _names, _rule in (
-    (("Conv1D", "Conv2D", "Conv3D"), _conv),
-    (("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), _conv_transpose),
-    (("DepthwiseConv1D", "DepthwiseConv2D"), _depthwise),
-    (("SeparableConv1D", "SeparableConv2D"), _separable),
-    (("Dense",), _dense),
-    (("BatchNormalization", "SyncBatchNormalization"), _batch_norm),
-    (("LayerNormalization",), _layer_norm),
-    (("GroupNormalization",), _group_norm),
-    (("Embedding",), _embedding),
-    (("MultiHeadAttention",), _attention),
+  (("Conv1D", "Conv2D", "Conv3D"), _conv),
+  (("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), _conv_transpose),
+  (("DepthwiseConv1D", "DepthwiseConv2D"), _depthwise),
+  (("SeparableConv1D", "SeparableConv2D"), _separable),
+  (("Dense",), _dense),
+  (("BatchNormalization", "SyncBatchNormalization"), _batch_norm),
+  (("LayerNormalization",), _layer_norm),
+  (("GroupNormalization",), _group_norm),
+  (("Embedding",), _embedding),
+  (("MultiHeadAttention",), _attention),
 ):
   for _cls in _classes(*_names):
     _RULES_BY_CLASS[_cls] = _rule
 
 # Keras-internal classes, matched by exact class name.
 _RULES_BY_NAME: dict[str, _Rule] = {
-    "TFOpLambda": _tf_op,
-    "SlicingOpLambda": _tf_op,
+  "TFOpLambda": _tf_op,
+  "SlicingOpLambda": _tf_op,
 }
 
 # Wrappers (and their subclasses) costing what the layer they wrap costs
@@ -366,12 +430,14 @@ def _rule_for(layer: Any) -> _Rule:
     rule = _RULES_BY_CLASS.get(cls)
     if rule is not None:
       return rule
-  weighted = sorted(c.__name__ for c, rule in _RULES_BY_CLASS.items()
-                    if rule is not _free)
+  weighted = sorted(
+    c.__name__ for c, rule in _RULES_BY_CLASS.items() if rule is not _free
+  )
   raise ModelError(
-      f"cannot count layer {layer.name!r}: layer type {type(layer).__name__} "
-      f"has no counting rule (supported: {', '.join(weighted)}, and "
-      f"parameter-free activation, pooling, merge, reshape and dropout layers)")
+    f"cannot count layer {layer.name!r}: layer type {type(layer).__name__} "
+    f"has no counting rule (supported: {', '.join(weighted)}, and "
+    f"parameter-free activation, pooling, merge, reshape and dropout layers)"
+  )
 
 
 # --------------------------------------------------------------------------
@@ -382,16 +448,22 @@ def _graph_nodes(model: tf.keras.Model) -> list[Any]:
   """The nodes of a functional/Sequential model, inputs first."""
   if not model.built or not getattr(model, "_is_graph_network", False):
     raise ModelError(
-        f"cannot count model {model.name!r} ({type(model).__name__}) layer by "
-        f"layer: only functional or Sequential models built on a known input "
-        f"shape are supported")
+      f"cannot count model {model.name!r} ({type(model).__name__}) layer by "
+      f"layer: only functional or Sequential models built on a known input "
+      f"shape are supported"
+    )
   by_depth = model._nodes_by_depth  # pylint: disable=protected-access
-  return [node for depth in sorted(by_depth, reverse=True)
-          for node in by_depth[depth]]
+  return [
+    node for depth in sorted(by_depth, reverse=True) for node in by_depth[depth]
+  ]
 
 
-def _walk(model: tf.keras.Model, prefix: str, calls: dict[int, int],
-          rows: list[LayerCost]) -> None:
+def _walk(
+  model: tf.keras.Model,
+  prefix: str,
+  calls: dict[int, int],
+  rows: list[LayerCost],
+) -> None:
   for node in _graph_nodes(model):
     layer = node.layer
     if isinstance(layer, tf.keras.layers.InputLayer):
@@ -413,17 +485,20 @@ def _walk(model: tf.keras.Model, prefix: str, calls: dict[int, int],
     actual = target.count_params()
     if actual != cost.expected_params:
       raise ModelError(
-          f"layer {name!r} ({type(target).__name__}) has {actual} parameters "
-          f"but its counting rule accounts for {cost.expected_params}; give "
-          f"this layer type its own rule in tff_hetero/models/counting.py")
+        f"layer {name!r} ({type(target).__name__}) has {actual} parameters "
+        f"but its counting rule accounts for {cost.expected_params}; give "
+        f"this layer type its own rule in tff_hetero/models/counting.py"
+      )
     first = call == 1
-    rows.append(LayerCost(
+    rows.append(
+      LayerCost(
         name=name,
         kind=kind,
         params=_size(layer.trainable_weights) if first else 0,
         non_trainable=_size(layer.non_trainable_weights) if first else 0,
         macs=int(cost.macs),
-    ))
+      )
+    )
 
 
 def layer_costs(model: tf.keras.Model) -> list[LayerCost]:

@@ -81,32 +81,39 @@ FEATURE_CHANNELS = 16
 SPLIT_LAYER = "stem_relu"
 BASIC, BOTTLENECK = "basic", "bottleneck"
 # name -> (block family, blocks after the stem).
-EDGE_MODELS = {"fedgkt_edge_resnet4": (BASIC, 1),
-               "fedgkt_edge_resnet6": (BASIC, 2),
-               "fedgkt_edge_resnet8": (BASIC, 3),
-               "fedgkt_edge_resnet8_bottleneck": (BOTTLENECK, 2)}
+EDGE_MODELS = {
+  "fedgkt_edge_resnet4": (BASIC, 1),
+  "fedgkt_edge_resnet6": (BASIC, 2),
+  "fedgkt_edge_resnet8": (BASIC, 3),
+  "fedgkt_edge_resnet8_bottleneck": (BOTTLENECK, 2),
+}
 # name -> (block family, blocks per stage).
-SERVER_MODELS = {"fedgkt_server_resnet19": (BASIC, 3),
-                 "fedgkt_server_resnet55": (BASIC, 9),
-                 "fedgkt_server_resnet109": (BASIC, 18),
-                 "fedgkt_server_resnet55_bottleneck": (BOTTLENECK, 6),
-                 "fedgkt_server_resnet109_bottleneck": (BOTTLENECK, 12)}
+SERVER_MODELS = {
+  "fedgkt_server_resnet19": (BASIC, 3),
+  "fedgkt_server_resnet55": (BASIC, 9),
+  "fedgkt_server_resnet109": (BASIC, 18),
+  "fedgkt_server_resnet55_bottleneck": (BOTTLENECK, 6),
+  "fedgkt_server_resnet109_bottleneck": (BOTTLENECK, 12),
+}
 # The server model -> the model the edge extractor + server is.
 FULL_MODEL_OF_SERVER = {
-    "fedgkt_server_resnet19": "resnet20",
-    "fedgkt_server_resnet55": "resnet56",
-    "fedgkt_server_resnet109": "resnet110",
-    "fedgkt_server_resnet55_bottleneck": "resnet56_bottleneck",
-    "fedgkt_server_resnet109_bottleneck": "resnet110_bottleneck"}
+  "fedgkt_server_resnet19": "resnet20",
+  "fedgkt_server_resnet55": "resnet56",
+  "fedgkt_server_resnet109": "resnet110",
+  "fedgkt_server_resnet55_bottleneck": "resnet56_bottleneck",
+  "fedgkt_server_resnet109_bottleneck": "resnet110_bottleneck",
+}
 # The edge model -> the full models of its family it is compared with.
 COMPARED_FULL_MODELS = {
-    BASIC: ("resnet56", "resnet110"),
-    BOTTLENECK: ("resnet56_bottleneck", "resnet110_bottleneck")}
+  BASIC: ("resnet56", "resnet110"),
+  BOTTLENECK: ("resnet56_bottleneck", "resnet110_bottleneck"),
+}
 # Section 4.3 and the abstract: (edge, full) -> (parameter ratio, FLOP
 # ratio) as printed, and the edge model's parameters ("11K").
 PAPER_RATIOS = {
-    ("fedgkt_edge_resnet8_bottleneck", "resnet56_bottleneck"): (54, 9),
-    ("fedgkt_edge_resnet8_bottleneck", "resnet110_bottleneck"): (105, 17)}
+  ("fedgkt_edge_resnet8_bottleneck", "resnet56_bottleneck"): (54, 9),
+  ("fedgkt_edge_resnet8_bottleneck", "resnet110_bottleneck"): (105, 17),
+}
 PAPER_EDGE_PARAMS = {"fedgkt_edge_resnet8_bottleneck": 11_000}
 
 
@@ -121,25 +128,31 @@ def feature_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
   return (int(input_shape[0]), int(input_shape[1]), FEATURE_CHANNELS)
 
 
-def _edge_units(name: str, input_shape: tuple[int, ...]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _edge_units(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
   kind, blocks = EDGE_MODELS[name]
   if kind == BOTTLENECK:
     return bottleneck.units(FEATURE_CHANNELS, blocks, (FEATURE_CHANNELS,))
   return resnet._resnet_units(  # pylint: disable=protected-access
-      FEATURE_CHANNELS, (FEATURE_CHANNELS,), blocks, (False,))
+    FEATURE_CHANNELS, (FEATURE_CHANNELS,), blocks, (False,)
+  )
 
 
-def _server_units(name: str, input_shape: tuple[int, ...]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _server_units(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
   kind, blocks = SERVER_MODELS[name]
   if kind == BOTTLENECK:
     return bottleneck.units(None, blocks)
   return resnet._resnet_units(  # pylint: disable=protected-access
-      None, resnet.CIFAR_STAGE_WIDTHS, blocks,
-      (False,) * len(resnet.CIFAR_STAGE_WIDTHS))
+    None,
+    resnet.CIFAR_STAGE_WIDTHS,
+    blocks,
+    (False,) * len(resnet.CIFAR_STAGE_WIDTHS),
+  )
 
 
 def edge_units(name: str) -> UnitsFn:
@@ -171,11 +184,12 @@ def edge_model(name: str) -> Factory:
   def factory(input_shape, num_classes, seed, widths=None) -> tf.keras.Model:
     units = _edge_units(name, input_shape)
     if kind == BOTTLENECK:
-      return bottleneck.build(name, input_shape, num_classes, seed, units,
-                              blocks, widths)
+      return bottleneck.build(
+        name, input_shape, num_classes, seed, units, blocks, widths
+      )
     return resnet._resnet(  # pylint: disable=protected-access
-        name, input_shape, num_classes, seed, units, blocks, (False,),
-        widths)
+      name, input_shape, num_classes, seed, units, blocks, (False,), widths
+    )
 
   factory.__name__ = name
   return factory
@@ -193,13 +207,29 @@ def server_model(name: str) -> Factory:
   def factory(input_shape, num_classes, seed, widths=None) -> tf.keras.Model:
     units = _server_units(name, input_shape)
     if kind == BOTTLENECK:
-      return bottleneck.build(name, feature_shape(input_shape), num_classes,
-                              seed, units, blocks, widths, stem=False,
-                              input_name="features")
+      return bottleneck.build(
+        name,
+        feature_shape(input_shape),
+        num_classes,
+        seed,
+        units,
+        blocks,
+        widths,
+        stem=False,
+        input_name="features",
+      )
     return resnet._resnet(  # pylint: disable=protected-access
-        name, feature_shape(input_shape), num_classes, seed, units, blocks,
-        (False,) * len(resnet.CIFAR_STAGE_WIDTHS), widths, stem=False,
-        input_name="features")
+      name,
+      feature_shape(input_shape),
+      num_classes,
+      seed,
+      units,
+      blocks,
+      (False,) * len(resnet.CIFAR_STAGE_WIDTHS),
+      widths,
+      stem=False,
+      input_name="features",
+    )
 
   factory.__name__ = name
   return factory
@@ -209,30 +239,39 @@ def _split_output(edge: tf.keras.Model, split_layer: str) -> tf.Tensor:
   try:
     return edge.get_layer(split_layer).output
   except ValueError:
-    raise ModelError(f"model {edge.name!r} has no layer {split_layer!r} to"
-                     " split at") from None
+    raise ModelError(
+      f"model {edge.name!r} has no layer {split_layer!r} to split at"
+    ) from None
 
 
 def extractor(edge: tf.keras.Model, split_layer: str) -> tf.keras.Model:
   """image -> features H: `edge` up to `split_layer`, sharing its variables."""
-  return tf.keras.Model(edge.input, _split_output(edge, split_layer),
-                        name=f"{edge.name}_extractor")
+  return tf.keras.Model(
+    edge.input, _split_output(edge, split_layer), name=f"{edge.name}_extractor"
+  )
 
 
-def edge_with_features(edge: tf.keras.Model,
-                       split_layer: str) -> tf.keras.Model:
+def edge_with_features(
+  edge: tf.keras.Model, split_layer: str
+) -> tf.keras.Model:
   """image -> (features H, logits), sharing `edge`'s variables."""
-  return tf.keras.Model(edge.input,
-                        [_split_output(edge, split_layer), edge.output],
-                        name=f"{edge.name}_with_features")
+  return tf.keras.Model(
+    edge.input,
+    [_split_output(edge, split_layer), edge.output],
+    name=f"{edge.name}_with_features",
+  )
 
 
-def extractor_and_server(edge: tf.keras.Model, server: tf.keras.Model,
-                         split_layer: str) -> tf.keras.Model:
+def extractor_and_server(
+  edge: tf.keras.Model, server: tf.keras.Model, split_layer: str
+) -> tf.keras.Model:
   """image -> server logits: the edge extractor, then the server model.
 
   Its weights are the extractor's followed by the server model's.
   """
   image = tf.keras.Input(shape=edge.input.shape[1:], name="image")
-  return tf.keras.Model(image, server(extractor(edge, split_layer)(image)),
-                        name=f"{edge.name}_{server.name}")
+  return tf.keras.Model(
+    image,
+    server(extractor(edge, split_layer)(image)),
+    name=f"{edge.name}_{server.name}",
+  )

@@ -30,50 +30,75 @@ MLP_HIDDEN_UNITS = 64
 
 
 def _hidden_units(hidden: Sequence[int]) -> tuple[width_lib.WidthUnit, ...]:
-  return numbered_units(*((f"fc{i}", units, (f"fc{i}",))
-                          for i, units in enumerate(hidden, start=1)))
+  return numbered_units(
+    *((f"fc{i}", units, (f"fc{i}",)) for i, units in enumerate(hidden, start=1))
+  )
 
 
-def _dense_stack(name: str, input_shape: tuple[int, ...], hidden: Sequence[int],
-                 num_classes: int, seed: int,
-                 widths: Sequence[int] | None) -> tf.keras.Model:
+def _dense_stack(
+  name: str,
+  input_shape: tuple[int, ...],
+  hidden: Sequence[int],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None,
+) -> tf.keras.Model:
   hidden = width_lib.check_widths(name, _hidden_units(hidden), widths)
   seeds = SeedStream(seed)
   inputs = tf.keras.Input(shape=input_shape, name="features")
   x = tf.keras.layers.Flatten(name="flatten")(inputs)
   for i, units in enumerate(hidden, start=1):
     x = tf.keras.layers.Dense(
-        units, activation="relu", kernel_initializer=seeds.glorot_uniform(),
-        bias_initializer="zeros", name=f"fc{i}")(x)
+      units,
+      activation="relu",
+      kernel_initializer=seeds.glorot_uniform(),
+      bias_initializer="zeros",
+      name=f"fc{i}",
+    )(x)
   logits = tf.keras.layers.Dense(
-      num_classes, kernel_initializer=seeds.glorot_uniform(),
-      bias_initializer="zeros", name="logits")(x)
+    num_classes,
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name="logits",
+  )(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def mlp_units(input_shape: tuple[int, ...],
-              num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def mlp_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """fc1 (64)."""
   del input_shape, num_classes
   return _hidden_units((MLP_HIDDEN_UNITS,))
 
 
-def mlp(input_shape: tuple[int, ...], num_classes: int, seed: int,
-        widths: Sequence[int] | None = None) -> tf.keras.Model:
+def mlp(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """One hidden layer of 64 ReLU units; see module doc."""
-  return _dense_stack("mlp", input_shape, (MLP_HIDDEN_UNITS,), num_classes, seed,
-                      widths)
+  return _dense_stack(
+    "mlp", input_shape, (MLP_HIDDEN_UNITS,), num_classes, seed, widths
+  )
 
 
-def mnist_2nn_units(input_shape: tuple[int, ...],
-                    num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def mnist_2nn_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """fc1 (200), fc2 (200)."""
   del input_shape, num_classes
   return _hidden_units((200, 200))
 
 
-def mnist_2nn(input_shape: tuple[int, ...], num_classes: int, seed: int,
-              widths: Sequence[int] | None = None) -> tf.keras.Model:
+def mnist_2nn(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """FedAvg's 2NN: two hidden layers of 200 ReLU units; see module doc."""
-  return _dense_stack("mnist_2nn", input_shape, (200, 200), num_classes, seed,
-                      widths)
+  return _dense_stack(
+    "mnist_2nn", input_shape, (200, 200), num_classes, seed, widths
+  )

@@ -26,9 +26,11 @@ A new model is added by appending its `ModelSpec` to `_SPECS`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 import numbers
 import types
-from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import tensorflow as tf
@@ -43,8 +45,7 @@ from tff_hetero.models import vgg
 from tff_hetero.models import width as width_lib
 
 ModelFactory = Callable[..., tf.keras.Model]
-WidthUnitsFn = Callable[[tuple[int, ...], int],
-                        tuple[width_lib.WidthUnit, ...]]
+WidthUnitsFn = Callable[[tuple[int, ...], int], tuple[width_lib.WidthUnit, ...]]
 
 
 @attrs.frozen
@@ -80,208 +81,269 @@ class ModelSpec:
 
 
 _SPECS = (
-    ModelSpec(
-        name="mnist_cnn",
-        factory=cnn.mnist_cnn,
-        description=("conv5x5(10,valid)-pool2-conv5x5(20,valid)-pool2-fc50-fc; "
-                     "21,840 params on 28x28x1/10 classes; needs >= 16x16"),
-        paper="Bibikar et al. 2022 (FedDST), as used by FedSGC",
-        width_units=cnn.mnist_cnn_units,
-        default_start_indices=(2,),
+  ModelSpec(
+    name="mnist_cnn",
+    factory=cnn.mnist_cnn,
+    description=(
+      "conv5x5(10,valid)-pool2-conv5x5(20,valid)-pool2-fc50-fc; "
+      "21,840 params on 28x28x1/10 classes; needs >= 16x16"
     ),
-    ModelSpec(
-        name="mnist_cnn_feddst",
-        factory=cnn.mnist_cnn_feddst,
-        description=("FedDST reference MNISTNet: conv5x5(10)-pool3/1-conv5x5(20)"
-                     "-pool3/1-fc50-fc; 261,840 params on 28x28x1/10 classes"),
-        paper="Bibikar et al. 2022 (FedDST), code bibikar/feddst models.py",
-        width_units=cnn.mnist_cnn_feddst_units,
-        default_start_indices=(2, 1),
+    paper="Bibikar et al. 2022 (FedDST), as used by FedSGC",
+    width_units=cnn.mnist_cnn_units,
+    default_start_indices=(2,),
+  ),
+  ModelSpec(
+    name="mnist_cnn_feddst",
+    factory=cnn.mnist_cnn_feddst,
+    description=(
+      "FedDST reference MNISTNet: conv5x5(10)-pool3/1-conv5x5(20)"
+      "-pool3/1-fc50-fc; 261,840 params on 28x28x1/10 classes"
     ),
-    ModelSpec(
-        name="cifar_cnn",
-        factory=cnn.cifar_cnn,
-        description=("TF CIFAR-10 tutorial CNN without LRN: conv5x5(64)-pool3/2-"
-                     "conv5x5(64)-pool3/2-fc384-fc192-fc; 1,756,426 params on "
-                     "32x32x3/10 classes"),
-        paper="McMahan et al. 2017 (FedAvg), from the TensorFlow CIFAR-10 tutorial",
-        width_units=cnn.cifar_cnn_units,
-        default_start_indices=(2, 1),
-        images="cifar",
+    paper="Bibikar et al. 2022 (FedDST), code bibikar/feddst models.py",
+    width_units=cnn.mnist_cnn_feddst_units,
+    default_start_indices=(2, 1),
+  ),
+  ModelSpec(
+    name="cifar_cnn",
+    factory=cnn.cifar_cnn,
+    description=(
+      "TF CIFAR-10 tutorial CNN without LRN: conv5x5(64)-pool3/2-"
+      "conv5x5(64)-pool3/2-fc384-fc192-fc; 1,756,426 params on "
+      "32x32x3/10 classes"
     ),
-    ModelSpec(
-        name="small_cnn",
-        factory=cnn.small_cnn,
-        description=("conv3x3(16,same)-pool2-conv3x3(32,same)-pool2-fc; 6,090 "
-                     "params on 8x8x1/10 classes; for tiny images"),
-        paper="none (this project's test model)",
-        width_units=cnn.small_cnn_units,
-        default_start_indices=(1,),
+    paper="McMahan et al. 2017 (FedAvg), from the TensorFlow CIFAR-10 tutorial",
+    width_units=cnn.cifar_cnn_units,
+    default_start_indices=(2, 1),
+    images="cifar",
+  ),
+  ModelSpec(
+    name="small_cnn",
+    factory=cnn.small_cnn,
+    description=(
+      "conv3x3(16,same)-pool2-conv3x3(32,same)-pool2-fc; 6,090 "
+      "params on 8x8x1/10 classes; for tiny images"
     ),
+    paper="none (this project's test model)",
+    width_units=cnn.small_cnn_units,
+    default_start_indices=(1,),
+  ),
+  ModelSpec(
+    name="mlp",
+    factory=mlp.mlp,
+    description="flatten-fc64-fc; 4,810 params on 8x8x1/10 classes",
+    paper="none (this project's test model)",
+    width_units=mlp.mlp_units,
+    default_start_indices=(),
+  ),
+  ModelSpec(
+    name="mnist_2nn",
+    factory=mlp.mnist_2nn,
+    description="flatten-fc200-fc200-fc; 199,210 params on 28x28x1/10 classes",
+    paper="McMahan et al. 2017 (FedAvg), the 2NN",
+    width_units=mlp.mnist_2nn_units,
+    default_start_indices=(1,),
+  ),
+  *(
     ModelSpec(
-        name="mlp",
-        factory=mlp.mlp,
-        description="flatten-fc64-fc; 4,810 params on 8x8x1/10 classes",
-        paper="none (this project's test model)",
-        width_units=mlp.mlp_units,
-        default_start_indices=(),
-    ),
+      name=name,
+      factory=resnet.cifar_resnet(name),
+      description=(
+        f"CIFAR ResNet-{6 * n + 2}: conv3x3(16)-BN-ReLU, 3 stages x {n}"
+        f" BasicBlock(16/32/64), option-A shortcuts zero-padded at the end,"
+        f" GAP-fc; {params} params on 32x32x3/10 classes"
+      ),
+      paper="He et al. 2016 (ResNet), Section 4.2 (CIFAR-10)",
+      width_units=resnet.cifar_resnet_units(name),
+      default_start_indices=(3, 2, 1),
+      images="cifar",
+    )
+    for name, n, params in (
+      ("resnet8", 1, "75,290"),
+      ("resnet20", 3, "269,722"),
+      ("resnet32", 5, "464,154"),
+      ("resnet56", 9, "853,018"),
+      ("resnet110", 18, "1,727,962"),
+    )
+  ),
+  *(
     ModelSpec(
-        name="mnist_2nn",
-        factory=mlp.mnist_2nn,
-        description="flatten-fc200-fc200-fc; 199,210 params on 28x28x1/10 classes",
-        paper="McMahan et al. 2017 (FedAvg), the 2NN",
-        width_units=mlp.mnist_2nn_units,
-        default_start_indices=(1,),
+      name=name,
+      factory=fedgkt.edge_model(name),
+      description=(
+        f"FedGKT edge ResNet-{2 * blocks + 2}: conv3x3(16)-BN-ReLU (the"
+        f" feature extractor: H is its output, 16 channels at full"
+        f" resolution), {blocks} BasicBlock(16), GAP-fc; {params} params"
+        f" on 32x32x3/10 classes"
+      ),
+      paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
+      width_units=fedgkt.edge_units(name),
+      default_start_indices=(1,),
+      images="cifar",
+      split_layer=fedgkt.SPLIT_LAYER,
+    )
+    for name, blocks, params in (
+      ("fedgkt_edge_resnet4", 1, "5,306"),
+      ("fedgkt_edge_resnet6", 2, "9,978"),
+      ("fedgkt_edge_resnet8", 3, "14,650"),
+    )
+  ),
+  ModelSpec(
+    name="fedgkt_edge_resnet8_bottleneck",
+    factory=fedgkt.edge_model("fedgkt_edge_resnet8_bottleneck"),
+    description=(
+      "FedGKT edge ResNet-8 of the official code (FedML resnet8_56):"
+      " conv3x3(16)-BN-ReLU (the feature extractor), 2 Bottleneck(16,"
+      " x4), GAP-fc; 10,586 params on 32x32x3/10 classes"
     ),
-    *(ModelSpec(
-        name=name,
-        factory=resnet.cifar_resnet(name),
-        description=(
-            f"CIFAR ResNet-{6 * n + 2}: conv3x3(16)-BN-ReLU, 3 stages x {n}"
-            f" BasicBlock(16/32/64), option-A shortcuts zero-padded at the end,"
-            f" GAP-fc; {params} params on 32x32x3/10 classes"),
-        paper="He et al. 2016 (ResNet), Section 4.2 (CIFAR-10)",
-        width_units=resnet.cifar_resnet_units(name),
-        default_start_indices=(3, 2, 1),
-        images="cifar",
-    ) for name, n, params in (
-        ("resnet8", 1, "75,290"), ("resnet20", 3, "269,722"),
-        ("resnet32", 5, "464,154"), ("resnet56", 9, "853,018"),
-        ("resnet110", 18, "1,727,962"))),
-    *(ModelSpec(
-        name=name,
-        factory=fedgkt.edge_model(name),
-        description=(
-            f"FedGKT edge ResNet-{2 * blocks + 2}: conv3x3(16)-BN-ReLU (the"
-            f" feature extractor: H is its output, 16 channels at full"
-            f" resolution), {blocks} BasicBlock(16), GAP-fc; {params} params"
-            f" on 32x32x3/10 classes"),
-        paper="He et al. 2020 (FedGKT), Figure 1(b) and Table 5",
-        width_units=fedgkt.edge_units(name),
-        default_start_indices=(1,),
-        images="cifar",
-        split_layer=fedgkt.SPLIT_LAYER,
-    ) for name, blocks, params in (
-        ("fedgkt_edge_resnet4", 1, "5,306"),
-        ("fedgkt_edge_resnet6", 2, "9,978"),
-        ("fedgkt_edge_resnet8", 3, "14,650"))),
+    paper="He et al. 2020 (FedGKT), Section 4.3 (11K parameters)",
+    width_units=fedgkt.edge_units("fedgkt_edge_resnet8_bottleneck"),
+    default_start_indices=(2,),
+    images="cifar",
+    split_layer=fedgkt.SPLIT_LAYER,
+  ),
+  *(
     ModelSpec(
-        name="fedgkt_edge_resnet8_bottleneck",
-        factory=fedgkt.edge_model("fedgkt_edge_resnet8_bottleneck"),
-        description=(
-            "FedGKT edge ResNet-8 of the official code (FedML resnet8_56):"
-            " conv3x3(16)-BN-ReLU (the feature extractor), 2 Bottleneck(16,"
-            " x4), GAP-fc; 10,586 params on 32x32x3/10 classes"),
-        paper="He et al. 2020 (FedGKT), Section 4.3 (11K parameters)",
-        width_units=fedgkt.edge_units("fedgkt_edge_resnet8_bottleneck"),
-        default_start_indices=(2,),
-        images="cifar",
-        split_layer=fedgkt.SPLIT_LAYER,
-    ),
-    *(ModelSpec(
-        name=name,
-        factory=fedgkt.server_model(name),
-        description=(
-            f"FedGKT server ResNet-{6 * n + 1}: CIFAR ResNet-{6 * n + 2}"
-            f" without its stem conv, taking the edge's 16-channel features"
-            f" (H x W x 16 for H x W images), 3 stages x {n} BasicBlock"
-            f"(16/32/64), GAP-fc; {params} params for 10 classes"),
-        paper=("He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19:"
-               " this project's small variant)"),
-        width_units=fedgkt.server_units(name),
-        default_start_indices=(2, 1),
-        images="cifar",
-    ) for name, n, params in (
-        ("fedgkt_server_resnet19", 3, "269,258"),
-        ("fedgkt_server_resnet55", 9, "852,554"),
-        ("fedgkt_server_resnet109", 18, "1,727,498"))),
-    *(ModelSpec(
-        name=name,
-        factory=fedgkt.server_model(name),
-        description=(
-            f"FedGKT server ResNet-{9 * n + 1} of the official code"
-            f" (FedML resnet56_server): {full} without its stem conv, taking"
-            f" the edge's 16-channel features, 3 stages x {n}"
-            f" Bottleneck(16/32/64, x4), GAP-fc; {params} params for 10"
-            f" classes"),
-        paper="He et al. 2020 (FedGKT), official code (FedML)",
-        width_units=fedgkt.server_units(name),
-        default_start_indices=(4, 2, 1),
-        images="cifar",
-    ) for name, full, n, params in (
-        ("fedgkt_server_resnet55_bottleneck", "resnet56_bottleneck", 6,
-         "590,858"),
-        ("fedgkt_server_resnet109_bottleneck", "resnet110_bottleneck", 12,
-         "1,147,274"))),
-    *(ModelSpec(
-        name=name,
-        factory=bottleneck.resnet(name),
-        description=(
-            f"CIFAR ResNet-{9 * n + 2} of Bottleneck blocks (FedGKT's"
-            f" official code, FedML resnet{9 * n + 2}): conv3x3(16)-BN-ReLU,"
-            f" 3 stages x {n} Bottleneck(16/32/64, x4), 1x1 projection"
-            f" shortcuts, GAP-fc; {params} params on 32x32x3/10 classes"),
-        paper="He et al. 2020 (FedGKT), FedAvg's model in its official code",
-        width_units=bottleneck.resnet_units(name),
-        default_start_indices=(5, 3, 1),
-        images="cifar",
-    ) for name, n, params in (
-        ("resnet56_bottleneck", 6, "591,322"),
-        ("resnet110_bottleneck", 12, "1,147,738"))),
+      name=name,
+      factory=fedgkt.server_model(name),
+      description=(
+        f"FedGKT server ResNet-{6 * n + 1}: CIFAR ResNet-{6 * n + 2}"
+        f" without its stem conv, taking the edge's 16-channel features"
+        f" (H x W x 16 for H x W images), 3 stages x {n} BasicBlock"
+        f"(16/32/64), GAP-fc; {params} params for 10 classes"
+      ),
+      paper=(
+        "He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19:"
+        " this project's small variant)"
+      ),
+      width_units=fedgkt.server_units(name),
+      default_start_indices=(2, 1),
+      images="cifar",
+    )
+    for name, n, params in (
+      ("fedgkt_server_resnet19", 3, "269,258"),
+      ("fedgkt_server_resnet55", 9, "852,554"),
+      ("fedgkt_server_resnet109", 18, "1,727,498"),
+    )
+  ),
+  *(
     ModelSpec(
-        name="resnet18",
-        factory=resnet.resnet18,
-        description=("CIFAR ResNet-18 (kuangliu): conv3x3(64)-BN-ReLU, 4 stages"
-                     " x 2 BasicBlock(64/128/256/512), 1x1 projection shortcuts,"
-                     " GAP-fc; 11,173,962 params on 32x32x3/10 classes"),
-        paper=("He et al. 2016 (ResNet); CIFAR form of kuangliu/pytorch-cifar,"
-               " as used by AdaptiveFL (whose code has 96 channels in stage 1)"),
-        width_units=resnet.resnet18_units,
-        default_start_indices=(4, 3, 2),
-        images="cifar",
-    ),
+      name=name,
+      factory=fedgkt.server_model(name),
+      description=(
+        f"FedGKT server ResNet-{9 * n + 1} of the official code"
+        f" (FedML resnet56_server): {full} without its stem conv, taking"
+        f" the edge's 16-channel features, 3 stages x {n}"
+        f" Bottleneck(16/32/64, x4), GAP-fc; {params} params for 10"
+        f" classes"
+      ),
+      paper="He et al. 2020 (FedGKT), official code (FedML)",
+      width_units=fedgkt.server_units(name),
+      default_start_indices=(4, 2, 1),
+      images="cifar",
+    )
+    for name, full, n, params in (
+      (
+        "fedgkt_server_resnet55_bottleneck",
+        "resnet56_bottleneck",
+        6,
+        "590,858",
+      ),
+      (
+        "fedgkt_server_resnet109_bottleneck",
+        "resnet110_bottleneck",
+        12,
+        "1,147,274",
+      ),
+    )
+  ),
+  *(
     ModelSpec(
-        name="vgg11",
-        factory=vgg.vgg11,
-        description=("VGG-11-BN (cfg A, conv3x3 with bias-BN-ReLU), 5th pool"
-                     " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
-                     " 256-256), dropout 0.5; 28,149,514 params on 32x32x3/10"
-                     " classes"),
-        paper=("Simonyan & Zisserman 2015 (VGG), as AdaptiveFL's code"
-               " mastlab-T3S/AdaptiveFL models/vgg.py"),
-        width_units=vgg.vgg11_units,
-        default_start_indices=(6, 4, 2),
-        images="cifar",
+      name=name,
+      factory=bottleneck.resnet(name),
+      description=(
+        f"CIFAR ResNet-{9 * n + 2} of Bottleneck blocks (FedGKT's"
+        f" official code, FedML resnet{9 * n + 2}): conv3x3(16)-BN-ReLU,"
+        f" 3 stages x {n} Bottleneck(16/32/64, x4), 1x1 projection"
+        f" shortcuts, GAP-fc; {params} params on 32x32x3/10 classes"
+      ),
+      paper="He et al. 2020 (FedGKT), FedAvg's model in its official code",
+      width_units=bottleneck.resnet_units(name),
+      default_start_indices=(5, 3, 1),
+      images="cifar",
+    )
+    for name, n, params in (
+      ("resnet56_bottleneck", 6, "591,322"),
+      ("resnet110_bottleneck", 12, "1,147,738"),
+    )
+  ),
+  ModelSpec(
+    name="resnet18",
+    factory=resnet.resnet18,
+    description=(
+      "CIFAR ResNet-18 (kuangliu): conv3x3(64)-BN-ReLU, 4 stages"
+      " x 2 BasicBlock(64/128/256/512), 1x1 projection shortcuts,"
+      " GAP-fc; 11,173,962 params on 32x32x3/10 classes"
     ),
-    ModelSpec(
-        name="vgg16",
-        factory=vgg.vgg16,
-        description=("VGG-16-BN (cfg D, conv3x3 with bias-BN-ReLU), 5th pool"
-                     " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
-                     " 256-256), dropout 0.5; 33,646,666 params on 32x32x3/10"
-                     " classes (AdaptiveFL Table 1: 33.65M)"),
-        paper=("Simonyan & Zisserman 2015 (VGG), as AdaptiveFL (Jia et al."
-               " 2024) Table 1 and its code mastlab-T3S/AdaptiveFL models/vgg.py"),
-        width_units=vgg.vgg16_units,
-        default_start_indices=(8, 6, 4),
-        images="cifar",
+    paper=(
+      "He et al. 2016 (ResNet); CIFAR form of kuangliu/pytorch-cifar,"
+      " as used by AdaptiveFL (whose code has 96 channels in stage 1)"
     ),
-    ModelSpec(
-        name="vgg16_eighth",
-        factory=vgg.vgg16_eighth,
-        description=("vgg16 at 1/8 width (convs 8..64, fc 512-512 for 3-channel"
-                     " input, else 32-32); 234,946 params on 28x28x1/10"
-                     " classes; for fast offline runs"),
-        paper="none (this project's scaled-down AdaptiveFL VGG-16)",
-        width_units=vgg.vgg16_eighth_units,
-        default_start_indices=(8, 6, 4),
-        images="cifar",
+    width_units=resnet.resnet18_units,
+    default_start_indices=(4, 3, 2),
+    images="cifar",
+  ),
+  ModelSpec(
+    name="vgg11",
+    factory=vgg.vgg11,
+    description=(
+      "VGG-11-BN (cfg A, conv3x3 with bias-BN-ReLU), 5th pool"
+      " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
+      " 256-256), dropout 0.5; 28,149,514 params on 32x32x3/10"
+      " classes"
     ),
+    paper=(
+      "Simonyan & Zisserman 2015 (VGG), as AdaptiveFL's code"
+      " mastlab-T3S/AdaptiveFL models/vgg.py"
+    ),
+    width_units=vgg.vgg11_units,
+    default_start_indices=(6, 4, 2),
+    images="cifar",
+  ),
+  ModelSpec(
+    name="vgg16",
+    factory=vgg.vgg16,
+    description=(
+      "VGG-16-BN (cfg D, conv3x3 with bias-BN-ReLU), 5th pool"
+      " and fc 4096-4096 for 3-channel input (else 4 pools, fc"
+      " 256-256), dropout 0.5; 33,646,666 params on 32x32x3/10"
+      " classes (AdaptiveFL Table 1: 33.65M)"
+    ),
+    paper=(
+      "Simonyan & Zisserman 2015 (VGG), as AdaptiveFL (Jia et al."
+      " 2024) Table 1 and its code mastlab-T3S/AdaptiveFL models/vgg.py"
+    ),
+    width_units=vgg.vgg16_units,
+    default_start_indices=(8, 6, 4),
+    images="cifar",
+  ),
+  ModelSpec(
+    name="vgg16_eighth",
+    factory=vgg.vgg16_eighth,
+    description=(
+      "vgg16 at 1/8 width (convs 8..64, fc 512-512 for 3-channel"
+      " input, else 32-32); 234,946 params on 28x28x1/10"
+      " classes; for fast offline runs"
+    ),
+    paper="none (this project's scaled-down AdaptiveFL VGG-16)",
+    width_units=vgg.vgg16_eighth_units,
+    default_start_indices=(8, 6, 4),
+    images="cifar",
+  ),
 )
 
 MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
-    {spec.name: spec for spec in _SPECS})
+  {spec.name: spec for spec in _SPECS}
+)
 assert len(MODELS) == len(_SPECS), "duplicate model name in _SPECS"
 
 
@@ -304,8 +366,9 @@ def _check_input_shape(input_shape: object) -> tuple[int, ...]:
       dims = ()
   if not dims or not all(_is_int(d) and d >= 1 for d in dims):
     raise ModelError(
-        f"input_shape must be a non-empty sequence of positive integers "
-        f"(one example, no batch dimension), got {input_shape!r}")
+      f"input_shape must be a non-empty sequence of positive integers "
+      f"(one example, no batch dimension), got {input_shape!r}"
+    )
   return tuple(int(d) for d in dims)
 
 
@@ -314,7 +377,8 @@ def get_spec(name: str) -> ModelSpec:
   spec = MODELS.get(name) if isinstance(name, str) else None
   if spec is None:
     raise ModelError(
-        f"unknown model {name!r}; accepted: {', '.join(model_names())}")
+      f"unknown model {name!r}; accepted: {', '.join(model_names())}"
+    )
   return spec
 
 
@@ -328,21 +392,27 @@ def split_layer(name: str) -> str:
   spec = get_spec(name)
   if spec.split_layer is None:
     splittable = sorted(n for n, s in MODELS.items() if s.split_layer)
-    raise ModelError(f"model {name!r} has no split point; models with one:"
-                     f" {', '.join(splittable)}")
+    raise ModelError(
+      f"model {name!r} has no split point; models with one:"
+      f" {', '.join(splittable)}"
+    )
   return spec.split_layer
 
 
-def _check_shape_and_classes(input_shape: object,
-                             num_classes: object) -> tuple[tuple[int, ...], int]:
+def _check_shape_and_classes(
+  input_shape: object, num_classes: object
+) -> tuple[tuple[int, ...], int]:
   shape = _check_input_shape(input_shape)
   if not _is_int(num_classes) or num_classes < 2:
-    raise ModelError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    raise ModelError(
+      f"num_classes must be an integer >= 2, got {num_classes!r}"
+    )
   return shape, int(num_classes)
 
 
-def width_units(name: str, input_shape: Sequence[int],
-                num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def width_units(
+  name: str, input_shape: Sequence[int], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """The width units of model `name` on this input (see `width.py`).
 
   Raises:
@@ -354,9 +424,13 @@ def width_units(name: str, input_shape: Sequence[int],
   return spec.width_units(shape, classes)
 
 
-def build_model(name: str, input_shape: Sequence[int], num_classes: int,
-                seed: int,
-                widths: Sequence[int] | None = None) -> tf.keras.Model:
+def build_model(
+  name: str,
+  input_shape: Sequence[int],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """Builds registered model `name` (logits out, seeded initial weights).
 
   Args:
@@ -380,12 +454,12 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int,
   units = spec.width_units(shape, classes)
   if widths is not None:
     if isinstance(widths, (str, bytes)):
-      raise ModelError(
-          f"widths must be a sequence of integers, got {widths!r}")
+      raise ModelError(f"widths must be a sequence of integers, got {widths!r}")
     try:
       widths = tuple(int(w) if _is_int(w) else w for w in widths)
     except TypeError:
       raise ModelError(
-          f"widths must be a sequence of integers, got {widths!r}") from None
+        f"widths must be a sequence of integers, got {widths!r}"
+      ) from None
   checked = width_lib.check_widths(name, units, widths)
   return spec.factory(shape, classes, int(seed), checked)

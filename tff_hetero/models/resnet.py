@@ -101,12 +101,24 @@ RESNET18_STEM_WIDTH = 64
 RESNET18_BLOCKS_PER_STAGE = 2
 
 # name -> n (blocks per stage); depth = 6n + 2
-CIFAR_DEPTHS = {"resnet8": 1, "resnet20": 3, "resnet32": 5, "resnet56": 9,
-                "resnet110": 18}
+CIFAR_DEPTHS = {
+  "resnet8": 1,
+  "resnet20": 3,
+  "resnet32": 5,
+  "resnet56": 9,
+  "resnet110": 18,
+}
 
 
-def _conv(x: tf.Tensor, filters: int, size: int, stride: int,
-          seeds: SeedStream, name: str, pad_name: str) -> tf.Tensor:
+def _conv(
+  x: tf.Tensor,
+  filters: int,
+  size: int,
+  stride: int,
+  seeds: SeedStream,
+  name: str,
+  pad_name: str,
+) -> tf.Tensor:
   """A bias-free convolution, padded as PyTorch's `padding=size // 2`."""
   if size > 1 and stride > 1:
     x = tf.keras.layers.ZeroPadding2D(size // 2, name=pad_name)(x)
@@ -114,45 +126,69 @@ def _conv(x: tf.Tensor, filters: int, size: int, stride: int,
   else:
     padding = "same"
   return tf.keras.layers.Conv2D(
-      filters, size, strides=stride, padding=padding, use_bias=False,
-      kernel_initializer=seeds.he_normal(), name=name)(x)
+    filters,
+    size,
+    strides=stride,
+    padding=padding,
+    use_bias=False,
+    kernel_initializer=seeds.he_normal(),
+    name=name,
+  )(x)
 
 
-def _stage_layers(stage: int, blocks: int,
-                  projection: bool) -> tuple[str, ...]:
+def _stage_layers(stage: int, blocks: int, projection: bool) -> tuple[str, ...]:
   names = []
   for b in range(1, blocks + 1):
     p = f"stage{stage}_block{b}"
     names += [f"{p}_conv1", f"{p}_bn1", f"{p}_conv2", f"{p}_bn2"]
     if b == 1:
-      names += ([f"{p}_shortcut", f"{p}_shortcut_bn"] if projection else
-                [f"{p}_shortcut"])
+      names += (
+        [f"{p}_shortcut", f"{p}_shortcut_bn"]
+        if projection
+        else [f"{p}_shortcut"]
+      )
   return tuple(names)
 
 
-def _resnet_units(stem: int | None, stages: Sequence[int], blocks: int,
-                  projections: Sequence[bool]) -> tuple[
-                      width_lib.WidthUnit, ...]:
+def _resnet_units(
+  stem: int | None,
+  stages: Sequence[int],
+  blocks: int,
+  projections: Sequence[bool],
+) -> tuple[width_lib.WidthUnit, ...]:
   """Width units: the stem (unless `stem` is None), then each stage."""
   stem_unit = (("stem", stem, ("stem_conv", "stem_bn")),) if stem else ()
   return numbered_units(
-      *stem_unit,
-      *((f"stage{s}", w, _stage_layers(s, blocks, proj))
-        for s, (w, proj) in enumerate(zip(stages, projections), start=1)))
+    *stem_unit,
+    *(
+      (f"stage{s}", w, _stage_layers(s, blocks, proj))
+      for s, (w, proj) in enumerate(zip(stages, projections), start=1)
+    ),
+  )
 
 
 def _projections(stem: int, stages: Sequence[int]) -> tuple[bool, ...]:
   """Per stage: whether its first block has a projection (ResNet-18 rule)."""
   ins = (stem,) + tuple(stages[:-1])
-  return tuple(s > 1 or c_in != c_out
-               for s, (c_in, c_out) in enumerate(zip(ins, stages), start=1))
+  return tuple(
+    s > 1 or c_in != c_out
+    for s, (c_in, c_out) in enumerate(zip(ins, stages), start=1)
+  )
 
 
-def _resnet(name: str, input_shape: tuple[int, ...], num_classes: int,
-            seed: int, units: Sequence[width_lib.WidthUnit], blocks: int,
-            projections: Sequence[bool],
-            widths: Sequence[int] | None, *, stem: bool = True,
-            input_name: str = "image") -> tf.keras.Model:
+def _resnet(
+  name: str,
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  units: Sequence[width_lib.WidthUnit],
+  blocks: int,
+  projections: Sequence[bool],
+  widths: Sequence[int] | None,
+  *,
+  stem: bool = True,
+  input_name: str = "image",
+) -> tf.keras.Model:
   """[Stem +] stages of BasicBlocks + global average pool + dense logits.
 
   Without `stem`, the input (e.g. FedGKT's edge feature maps) enters stage 1
@@ -168,8 +204,9 @@ def _resnet(name: str, input_shape: tuple[int, ...], num_classes: int,
     x = batch_norm("stem_bn")(x)
     x = tf.keras.layers.ReLU(name="stem_relu")(x)
     stage_widths = widths[1:]
-  for s, (width, projection) in enumerate(zip(stage_widths, projections),
-                                          start=1):
+  for s, (width, projection) in enumerate(
+    zip(stage_widths, projections), start=1
+  ):
     for b in range(1, blocks + 1):
       p = f"stage{s}_block{b}"
       stride = 2 if s > 1 and b == 1 else 1
@@ -189,30 +226,51 @@ def _resnet(name: str, input_shape: tuple[int, ...], num_classes: int,
       x = tf.keras.layers.ReLU(name=f"{p}_out")(x)
   x = tf.keras.layers.GlobalAveragePooling2D(name="pool")(x)
   logits = tf.keras.layers.Dense(
-      num_classes, kernel_initializer=seeds.glorot_uniform(),
-      bias_initializer="zeros", name="logits")(x)
+    num_classes,
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name="logits",
+  )(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def _cifar_units(name: str, input_shape: tuple[int, ...]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _cifar_units(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   check_image_input(name, input_shape)
-  return _resnet_units(CIFAR_STEM_WIDTH, CIFAR_STAGE_WIDTHS, CIFAR_DEPTHS[name],
-                       (False,) * len(CIFAR_STAGE_WIDTHS))
+  return _resnet_units(
+    CIFAR_STEM_WIDTH,
+    CIFAR_STAGE_WIDTHS,
+    CIFAR_DEPTHS[name],
+    (False,) * len(CIFAR_STAGE_WIDTHS),
+  )
 
 
-def _cifar_resnet(name: str, input_shape: tuple[int, ...], num_classes: int,
-                  seed: int, widths: Sequence[int] | None) -> tf.keras.Model:
-  return _resnet(name, input_shape, num_classes, seed,
-                 _cifar_units(name, input_shape), CIFAR_DEPTHS[name],
-                 (False,) * len(CIFAR_STAGE_WIDTHS), widths)
+def _cifar_resnet(
+  name: str,
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None,
+) -> tf.keras.Model:
+  return _resnet(
+    name,
+    input_shape,
+    num_classes,
+    seed,
+    _cifar_units(name, input_shape),
+    CIFAR_DEPTHS[name],
+    (False,) * len(CIFAR_STAGE_WIDTHS),
+    widths,
+  )
 
 
 def cifar_resnet_units(name: str) -> UnitsFn:
   """The `width_units` function of CIFAR ResNet `name`: stem, stage1..3."""
 
-  def units(input_shape: tuple[int, ...],
-            num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+  def units(
+    input_shape: tuple[int, ...], num_classes: int
+  ) -> tuple[width_lib.WidthUnit, ...]:
     del num_classes
     return _cifar_units(name, input_shape)
 
@@ -224,32 +282,54 @@ def cifar_resnet(name: str) -> Factory:
   if name not in CIFAR_DEPTHS:
     raise KeyError(name)
 
-  def factory(input_shape: tuple[int, ...], num_classes: int, seed: int,
-              widths: Sequence[int] | None = None) -> tf.keras.Model:
+  def factory(
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    seed: int,
+    widths: Sequence[int] | None = None,
+  ) -> tf.keras.Model:
     return _cifar_resnet(name, input_shape, num_classes, seed, widths)
 
   factory.__name__ = name
-  factory.__doc__ = (f"CIFAR {name[:6].capitalize()}-{name[6:]}"
-                     f" (He et al. 2016, n = {CIFAR_DEPTHS[name]}); see"
-                     f" module doc.")
+  factory.__doc__ = (
+    f"CIFAR {name[:6].capitalize()}-{name[6:]}"
+    f" (He et al. 2016, n = {CIFAR_DEPTHS[name]}); see"
+    f" module doc."
+  )
   return factory
 
 
 _RESNET18_PROJECTIONS = _projections(RESNET18_STEM_WIDTH, RESNET18_STAGE_WIDTHS)
 
 
-def resnet18_units(input_shape: tuple[int, ...],
-                   num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def resnet18_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """stem (64), stage1..stage4 (64, 128, 256, 512)."""
   del num_classes
   check_image_input("resnet18", input_shape)
-  return _resnet_units(RESNET18_STEM_WIDTH, RESNET18_STAGE_WIDTHS,
-                       RESNET18_BLOCKS_PER_STAGE, _RESNET18_PROJECTIONS)
+  return _resnet_units(
+    RESNET18_STEM_WIDTH,
+    RESNET18_STAGE_WIDTHS,
+    RESNET18_BLOCKS_PER_STAGE,
+    _RESNET18_PROJECTIONS,
+  )
 
 
-def resnet18(input_shape: tuple[int, ...], num_classes: int, seed: int,
-             widths: Sequence[int] | None = None) -> tf.keras.Model:
+def resnet18(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """CIFAR ResNet-18 (kuangliu/pytorch-cifar); see module doc."""
-  return _resnet("resnet18", input_shape, num_classes, seed,
-                 resnet18_units(input_shape, num_classes),
-                 RESNET18_BLOCKS_PER_STAGE, _RESNET18_PROJECTIONS, widths)
+  return _resnet(
+    "resnet18",
+    input_shape,
+    num_classes,
+    seed,
+    resnet18_units(input_shape, num_classes),
+    RESNET18_BLOCKS_PER_STAGE,
+    _RESNET18_PROJECTIONS,
+    widths,
+  )

@@ -91,8 +91,25 @@ from tff_hetero.models.seeding import SeedStream
 
 POOL = "M"
 CFG_A = (64, POOL, 128, POOL, 256, 256, POOL, 512, 512, POOL, 512, 512)
-CFG_D = (64, 64, POOL, 128, 128, POOL, 256, 256, 256, POOL, 512, 512, 512,
-         POOL, 512, 512, 512)
+CFG_D = (
+  64,
+  64,
+  POOL,
+  128,
+  128,
+  POOL,
+  256,
+  256,
+  256,
+  POOL,
+  512,
+  512,
+  512,
+  POOL,
+  512,
+  512,
+  512,
+)
 DROPOUT_RATE = 0.5
 
 
@@ -108,32 +125,34 @@ class PaperRow(NamedTuple):
 
 # AdaptiveFL (DAC 2024) Table 1, "Split settings for VGG16" (CIFAR-10).
 ADAPTIVEFL_VGG16_TABLE1 = (
-    PaperRow("L1", 1.00, None, 33.65, 333.22),
-    PaperRow("M1", 0.66, 8, 16.81, 272.17),
-    PaperRow("M2", 0.66, 6, 15.41, 239.95),
-    PaperRow("M3", 0.66, 4, 14.84, 203.41),
-    PaperRow("S1", 0.40, 8, 8.39, 239.00),
-    PaperRow("S2", 0.40, 6, 6.48, 191.31),
-    PaperRow("S3", 0.40, 4, 5.67, 139.07),
+  PaperRow("L1", 1.00, None, 33.65, 333.22),
+  PaperRow("M1", 0.66, 8, 16.81, 272.17),
+  PaperRow("M2", 0.66, 6, 15.41, 239.95),
+  PaperRow("M3", 0.66, 4, 14.84, 203.41),
+  PaperRow("S1", 0.40, 8, 8.39, 239.00),
+  PaperRow("S2", 0.40, 6, 6.48, 191.31),
+  PaperRow("S3", 0.40, 4, 5.67, 139.07),
 )
 
 
 class _Variant(NamedTuple):
   cfg: tuple[int | str, ...]
-  hidden_rgb: int    # D for 3-channel input
+  hidden_rgb: int  # D for 3-channel input
   hidden_other: int  # D otherwise
 
 
 _VARIANTS = {
-    "vgg11": _Variant(CFG_A, 4096, 256),
-    "vgg16": _Variant(CFG_D, 4096, 256),
-    "vgg16_eighth": _Variant(
-        tuple(c if c == POOL else c // 8 for c in CFG_D), 512, 32),
+  "vgg11": _Variant(CFG_A, 4096, 256),
+  "vgg16": _Variant(CFG_D, 4096, 256),
+  "vgg16_eighth": _Variant(
+    tuple(c if c == POOL else c // 8 for c in CFG_D), 512, 32
+  ),
 }
 
 
-def _layout(name: str, input_shape: tuple[int, ...]) -> tuple[
-    tuple[int | str, ...], int]:
+def _layout(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[tuple[int | str, ...], int]:
   """(configuration with the 5th pool if 3-channel, D); checks the shape."""
   variant = _VARIANTS[name]
   rgb = len(input_shape) == 3 and input_shape[-1] == 3
@@ -147,18 +166,28 @@ def _layout(name: str, input_shape: tuple[int, ...]) -> tuple[
   return cfg, variant.hidden_rgb if rgb else variant.hidden_other
 
 
-def _units(name: str, input_shape: tuple[int, ...]) -> tuple[
-    width_lib.WidthUnit, ...]:
+def _units(
+  name: str, input_shape: tuple[int, ...]
+) -> tuple[width_lib.WidthUnit, ...]:
   cfg, hidden = _layout(name, input_shape)
   convs = [c for c in cfg if c != POOL]
   return numbered_units(
-      *((f"conv{i}", c, (f"conv{i}", f"bn{i}"))
-        for i, c in enumerate(convs, start=1)),
-      ("fc1", hidden, ("fc1",)), ("fc2", hidden, ("fc2",)))
+    *(
+      (f"conv{i}", c, (f"conv{i}", f"bn{i}"))
+      for i, c in enumerate(convs, start=1)
+    ),
+    ("fc1", hidden, ("fc1",)),
+    ("fc2", hidden, ("fc2",)),
+  )
 
 
-def _vgg(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int,
-         widths: Sequence[int] | None) -> tf.keras.Model:
+def _vgg(
+  name: str,
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None,
+) -> tf.keras.Model:
   cfg, _ = _layout(name, input_shape)
   widths = width_lib.check_widths(name, _units(name, input_shape), widths)
   seeds = SeedStream(seed)
@@ -172,58 +201,85 @@ def _vgg(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int,
       continue
     conv += 1
     x = tf.keras.layers.Conv2D(
-        widths[conv - 1], 3, padding="same",
-        kernel_initializer=seeds.glorot_uniform(), bias_initializer="zeros",
-        name=f"conv{conv}")(x)
+      widths[conv - 1],
+      3,
+      padding="same",
+      kernel_initializer=seeds.glorot_uniform(),
+      bias_initializer="zeros",
+      name=f"conv{conv}",
+    )(x)
     x = batch_norm(f"bn{conv}")(x)
     x = tf.keras.layers.ReLU(name=f"relu{conv}")(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
   for i, units in enumerate(widths[conv:], start=1):
     x = tf.keras.layers.Dense(
-        units, activation="relu", kernel_initializer=seeds.glorot_uniform(),
-        bias_initializer="zeros", name=f"fc{i}")(x)
-    x = tf.keras.layers.Dropout(DROPOUT_RATE, seed=seeds.next_seed(),
-                                name=f"drop{i}")(x)
+      units,
+      activation="relu",
+      kernel_initializer=seeds.glorot_uniform(),
+      bias_initializer="zeros",
+      name=f"fc{i}",
+    )(x)
+    x = tf.keras.layers.Dropout(
+      DROPOUT_RATE, seed=seeds.next_seed(), name=f"drop{i}"
+    )(x)
   logits = tf.keras.layers.Dense(
-      num_classes, kernel_initializer=seeds.glorot_uniform(),
-      bias_initializer="zeros", name="logits")(x)
+    num_classes,
+    kernel_initializer=seeds.glorot_uniform(),
+    bias_initializer="zeros",
+    name="logits",
+  )(x)
   return tf.keras.Model(inputs, logits, name=name)
 
 
-def vgg11_units(input_shape: tuple[int, ...],
-                num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def vgg11_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1..conv8, fc1, fc2 (10 units)."""
   del num_classes
   return _units("vgg11", input_shape)
 
 
-def vgg11(input_shape: tuple[int, ...], num_classes: int, seed: int,
-          widths: Sequence[int] | None = None) -> tf.keras.Model:
+def vgg11(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """VGG-11 (configuration A) with batch norm; see module doc."""
   return _vgg("vgg11", input_shape, num_classes, seed, widths)
 
 
-def vgg16_units(input_shape: tuple[int, ...],
-                num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def vgg16_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1..conv13, fc1, fc2 (15 units)."""
   del num_classes
   return _units("vgg16", input_shape)
 
 
-def vgg16(input_shape: tuple[int, ...], num_classes: int, seed: int,
-          widths: Sequence[int] | None = None) -> tf.keras.Model:
+def vgg16(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """VGG-16 (configuration D) with batch norm, AdaptiveFL's; see module doc."""
   return _vgg("vgg16", input_shape, num_classes, seed, widths)
 
 
-def vgg16_eighth_units(input_shape: tuple[int, ...],
-                       num_classes: int) -> tuple[width_lib.WidthUnit, ...]:
+def vgg16_eighth_units(
+  input_shape: tuple[int, ...], num_classes: int
+) -> tuple[width_lib.WidthUnit, ...]:
   """conv1..conv13, fc1, fc2 at 1/8 width (15 units)."""
   del num_classes
   return _units("vgg16_eighth", input_shape)
 
 
-def vgg16_eighth(input_shape: tuple[int, ...], num_classes: int, seed: int,
-                 widths: Sequence[int] | None = None) -> tf.keras.Model:
+def vgg16_eighth(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+) -> tf.keras.Model:
   """VGG-16 at 1/8 width, for fast offline runs; see module doc."""
   return _vgg("vgg16_eighth", input_shape, num_classes, seed, widths)

@@ -26,8 +26,8 @@ model built without the argument, initial weights included.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+import math
 
 import attrs
 
@@ -62,7 +62,8 @@ def scaled_width(full_width: int, ratio: float, rounding: str) -> int:
   """`full_width * ratio` rounded down (AdaptiveFL) or up (HeteroFL), >= 1."""
   if rounding not in ROUNDINGS:
     raise ModelError(
-        f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}")
+      f"rounding must be one of {', '.join(ROUNDINGS)}, got {rounding!r}"
+    )
   if not (math.isfinite(ratio) and 0 < ratio <= 1):
     raise ModelError(f"width ratio must be in (0, 1], got {ratio!r}")
   # Guard against 0.66 * 100 = 66.00000000000001 rounding up to 67.
@@ -74,8 +75,12 @@ def scaled_width(full_width: int, ratio: float, rounding: str) -> int:
   return max(1, int(value))
 
 
-def widths_for(units: Sequence[WidthUnit], ratio: float, start_index: int = 0,
-               rounding: str = "floor") -> tuple[int, ...]:
+def widths_for(
+  units: Sequence[WidthUnit],
+  ratio: float,
+  start_index: int = 0,
+  rounding: str = "floor",
+) -> tuple[int, ...]:
   """AdaptiveFL's (r_w, I) pruning: units k <= I whole, units k > I scaled.
 
   With `start_index=0` every unit is scaled, which is HeteroFL's uniform
@@ -83,36 +88,46 @@ def widths_for(units: Sequence[WidthUnit], ratio: float, start_index: int = 0,
   """
   if not isinstance(start_index, int) or start_index < 0:
     raise ModelError(
-        f"start index I must be an integer >= 0, got {start_index!r}")
+      f"start index I must be an integer >= 0, got {start_index!r}"
+    )
   if start_index > len(units):
     raise ModelError(
-        f"start index I={start_index} exceeds the model's {len(units)} width"
-        f" units")
+      f"start index I={start_index} exceeds the model's {len(units)} width"
+      f" units"
+    )
   return tuple(
-      u.full_width if u.index <= start_index else
-      scaled_width(u.full_width, ratio, rounding) for u in units)
+    u.full_width
+    if u.index <= start_index
+    else scaled_width(u.full_width, ratio, rounding)
+    for u in units
+  )
 
 
-def check_widths(model_name: str, units: Sequence[WidthUnit],
-                 widths: Sequence[int] | None) -> tuple[int, ...]:
+def check_widths(
+  model_name: str, units: Sequence[WidthUnit], widths: Sequence[int] | None
+) -> tuple[int, ...]:
   """`widths` validated against `units` (None: the full widths)."""
   if widths is None:
     return full_widths(units)
   widths = tuple(widths)
   if len(widths) != len(units):
     raise ModelError(
-        f"model {model_name!r} has {len(units)} width units"
-        f" ({', '.join(u.name for u in units)}), got {len(widths)} widths")
+      f"model {model_name!r} has {len(units)} width units"
+      f" ({', '.join(u.name for u in units)}), got {len(widths)} widths"
+    )
   for unit, width in zip(units, widths):
-    if (not isinstance(width, int) or isinstance(width, bool) or
-        not 1 <= width <= unit.full_width):
+    if (
+      not isinstance(width, int)
+      or isinstance(width, bool)
+      or not 1 <= width <= unit.full_width
+    ):
       raise ModelError(
-          f"model {model_name!r}: width of {unit.name} must be an integer in"
-          f" 1..{unit.full_width}, got {width!r}")
+        f"model {model_name!r}: width of {unit.name} must be an integer in"
+        f" 1..{unit.full_width}, got {width!r}"
+      )
   return widths
 
 
 def contains(outer: Sequence[int], inner: Sequence[int]) -> bool:
   """Whether the sub-model of widths `inner` is part of the one of `outer`."""
-  return len(outer) == len(inner) and all(
-      i <= o for o, i in zip(outer, inner))
+  return len(outer) == len(inner) and all(i <= o for o, i in zip(outer, inner))

@@ -8,10 +8,10 @@ from tff_hetero.program.loop import run_experiment
 from tff_hetero.program.loop import validate_config
 
 __all__ = [
-    "DivergenceError",
-    "UsageError",
-    "ExperimentConfig",
-    "build_experiment",
-    "run_experiment",
-    "validate_config",
+  "DivergenceError",
+  "UsageError",
+  "ExperimentConfig",
+  "build_experiment",
+  "run_experiment",
+  "validate_config",
 ]

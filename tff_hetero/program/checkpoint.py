@@ -19,10 +19,11 @@ writes resumes from the previous complete checkpoint.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 import json
 import os
-from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -63,8 +64,11 @@ class CheckpointManager:
     # fails validation must leave nothing behind.
     if self._tff_manager is None:
       self._tff_manager = tff.program.FileProgramStateManager(
-          self._root_dir, prefix="program_state_", keep_total=self._keep_total,
-          keep_first=False)
+        self._root_dir,
+        prefix="program_state_",
+        keep_total=self._keep_total,
+        keep_first=False,
+      )
     return self._tff_manager
 
   @property
@@ -103,15 +107,15 @@ class CheckpointManager:
       os.remove(self._sidecar(version))
     run_to_completion(self._manager.save(leaves, version))
     sidecar = collections.OrderedDict(
-        round_num=version,
-        num_server_leaves=len(server_leaves),
-        client_leaf_counts=client_counts,
-        ledger_client_ids=list(state.ledger.client_ids),
-        ledger_columns=list(ledger_arrays.keys()),
-        rng_state=state.rng_state,
-        elapsed_s=state.elapsed_s,
-        history=list(state.history),
-        fingerprint=state.fingerprint,
+      round_num=version,
+      num_server_leaves=len(server_leaves),
+      client_leaf_counts=client_counts,
+      ledger_client_ids=list(state.ledger.client_ids),
+      ledger_columns=list(ledger_arrays.keys()),
+      rng_state=state.rng_state,
+      elapsed_s=state.elapsed_s,
+      history=list(state.history),
+      fingerprint=state.fingerprint,
     )
     _write_json_atomically(self._sidecar(version), sidecar)
     self._remove_orphan_sidecars()
@@ -120,12 +124,13 @@ class CheckpointManager:
     versions = set(run_to_completion(self._manager.get_versions()) or [])
     for name in os.listdir(self._root_dir):
       if name.startswith("program_state_") and name.endswith(".json"):
-        version = int(name[len("program_state_"):-len(".json")])
+        version = int(name[len("program_state_") : -len(".json")])
         if version not in versions:
           os.remove(os.path.join(self._root_dir, name))
 
-  def load_latest(self, server_template: Any,
-                  client_template: Any) -> Optional[ProgramState]:
+  def load_latest(
+    self, server_template: Any, client_template: Any
+  ) -> Optional[ProgramState]:
     """The newest complete checkpoint, or None when there is none."""
     version = self.latest_round()
     if version is None:
@@ -143,20 +148,22 @@ class CheckpointManager:
     client_states = collections.OrderedDict()
     for client_id, count in client_counts.items():
       client_states[client_id] = tree.unflatten_as(
-          client_template, leaves[position:position + count])
+        client_template, leaves[position : position + count]
+      )
       position += count
     ledger = CommLedger.from_arrays(
-        sidecar["ledger_client_ids"],
-        dict(zip(sidecar["ledger_columns"], leaves[position:])))
+      sidecar["ledger_client_ids"],
+      dict(zip(sidecar["ledger_columns"], leaves[position:])),
+    )
     return ProgramState(
-        round_num=version,
-        server_state=server_state,
-        client_states=client_states,
-        ledger=ledger,
-        rng_state=sidecar["rng_state"],
-        elapsed_s=float(sidecar["elapsed_s"]),
-        history=tuple(sidecar["history"]),
-        fingerprint=sidecar["fingerprint"],
+      round_num=version,
+      server_state=server_state,
+      client_states=client_states,
+      ledger=ledger,
+      rng_state=sidecar["rng_state"],
+      elapsed_s=float(sidecar["elapsed_s"]),
+      history=tuple(sidecar["history"]),
+      fingerprint=sidecar["fingerprint"],
     )
 
 

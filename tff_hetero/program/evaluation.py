@@ -30,8 +30,13 @@ class CentralEvaluator:
   weights and runs `evaluate`, returning `OrderedDict(accuracy=, loss=)`.
   """
 
-  def __init__(self, model_fn: Callable[[], tf.keras.Model], x: np.ndarray,
-               y: np.ndarray, batch_size: int = 500):
+  def __init__(
+    self,
+    model_fn: Callable[[], tf.keras.Model],
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int = 500,
+  ):
     self._default_fn = model_fn
     self._models = {}
     self._x = x
@@ -43,16 +48,18 @@ class CentralEvaluator:
     if model_fn not in self._models or _swapped_to_v1(self._models[model_fn]):
       model = model_fn()
       model.compile(
-          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+      )
       self._models[model_fn] = model
     return self._models[model_fn]
 
-  def __call__(self, model_weights,
-               model_fn: Optional[Callable[[], tf.keras.Model]] = None
-               ) -> collections.OrderedDict:
+  def __call__(
+    self, model_weights, model_fn: Optional[Callable[[], tf.keras.Model]] = None
+  ) -> collections.OrderedDict:
     model = self._model(model_fn)
     model_weights.assign_weights_to(model)
     loss, accuracy = model.evaluate(
-        self._x, self._y, batch_size=self._batch_size, verbose=0)
+      self._x, self._y, batch_size=self._batch_size, verbose=0
+    )
     return collections.OrderedDict(accuracy=float(accuracy), loss=float(loss))

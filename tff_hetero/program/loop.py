@@ -14,12 +14,12 @@ ends with the same weights and metrics as an uninterrupted run.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 import math
 import os
-import sys
 import time
-from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -48,31 +48,41 @@ MIB = outputs.MIB
 
 # Errors that mean "this input cannot run": the CLI prints them in one line
 # and exits with status 2.
-USER_ERRORS = (UsageError, data_lib.DataError, models_lib.ModelError,
-               devices_lib.DeviceError, runtime.WorkerUnavailableError)
+USER_ERRORS = (
+  UsageError,
+  data_lib.DataError,
+  models_lib.ModelError,
+  devices_lib.DeviceError,
+  runtime.WorkerUnavailableError,
+)
 
 
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
   config.validate(
-      algorithms=ALGORITHMS.keys(),
-      datasets=data_lib.DATASETS.keys(),
-      models=models_lib.MODELS.keys(),
-      partitions=data_lib.PARTITIONERS.keys(),
-      executors=runtime.available_executors(),
-      augmentations=data_lib.AUGMENTATIONS.keys(),
+    algorithms=ALGORITHMS.keys(),
+    datasets=data_lib.DATASETS.keys(),
+    models=models_lib.MODELS.keys(),
+    partitions=data_lib.PARTITIONERS.keys(),
+    executors=runtime.available_executors(),
+    augmentations=data_lib.AUGMENTATIONS.keys(),
   )
   accepted = ALGORITHMS[config.algorithm].client_optimizers
   if config.client_optimizer not in accepted:
     raise UsageError(
-        "--client_optimizer", f"{config.algorithm} accepts"
-        f" {', '.join(accepted)}, got {config.client_optimizer!r}")
-  model_aggregators.check_settings(config.aggregator, config.clip_norm,
-                                   config.noise_multiplier)
+      "--client_optimizer",
+      f"{config.algorithm} accepts"
+      f" {', '.join(accepted)}, got {config.client_optimizer!r}",
+    )
+  model_aggregators.check_settings(
+    config.aggregator, config.clip_norm, config.noise_multiplier
+  )
   accepted = ALGORITHMS[config.algorithm].aggregators
   if config.aggregator not in accepted:
     raise UsageError(
-        "--aggregator", f"{config.algorithm} accepts {', '.join(accepted)},"
-        f" got {config.aggregator!r}")
+      "--aggregator",
+      f"{config.algorithm} accepts {', '.join(accepted)},"
+      f" got {config.aggregator!r}",
+    )
   return config
 
 
@@ -92,69 +102,87 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   def model_fn():
-    return models_lib.build_model(config.model, splits.input_shape,
-                                  splits.num_classes, seed=config.seed)
+    return models_lib.build_model(
+      config.model, splits.input_shape, splits.num_classes, seed=config.seed
+    )
 
   def width_model_fn(widths):
-    return models_lib.build_model(config.model, splits.input_shape,
-                                  splits.num_classes, seed=config.seed,
-                                  widths=tuple(widths))
+    return models_lib.build_model(
+      config.model,
+      splits.input_shape,
+      splits.num_classes,
+      seed=config.seed,
+      widths=tuple(widths),
+    )
 
   probe = model_fn()
   element_spec = collections.OrderedDict(
-      x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
-      y=tf.TensorSpec([None], tf.int32))
+    x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
+    y=tf.TensorSpec([None], tf.int32),
+  )
   return api.Task(
-      model_name=config.model,
-      model_fn=model_fn,
-      input_shape=tuple(splits.input_shape),
-      num_classes=splits.num_classes,
-      element_spec=element_spec,
-      training_flops_per_example=models_lib.training_flops_per_example(probe),
-      width_model_fn=width_model_fn,
-      width_units=models_lib.width_units(config.model, splits.input_shape,
-                                         splits.num_classes),
+    model_name=config.model,
+    model_fn=model_fn,
+    input_shape=tuple(splits.input_shape),
+    num_classes=splits.num_classes,
+    element_spec=element_spec,
+    training_flops_per_example=models_lib.training_flops_per_example(probe),
+    width_model_fn=width_model_fn,
+    width_units=models_lib.width_units(
+      config.model, splits.input_shape, splits.num_classes
+    ),
   )
 
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
   """Loads data, partitions, builds population, task and algorithm."""
   config = validate_config(config)
-  splits = data_lib.load_dataset(config.dataset, data_dir=config.data_dir,
-                                 seed=config.seed)
+  splits = data_lib.load_dataset(
+    config.dataset, data_dir=config.data_dir, seed=config.seed
+  )
   federated_data = data_lib.build_federated_data(
-      splits,
-      num_clients=config.num_clients,
-      method=config.partition,
-      seed=config.seed,
-      alpha=config.alpha,
-      shards_per_client=config.shards_per_client,
-      min_samples_per_client=config.min_samples_per_client,
-      val_fraction=config.val_fraction,
+    splits,
+    num_clients=config.num_clients,
+    method=config.partition,
+    seed=config.seed,
+    alpha=config.alpha,
+    shards_per_client=config.shards_per_client,
+    min_samples_per_client=config.min_samples_per_client,
+    val_fraction=config.val_fraction,
   )
   task = build_task(config, splits)
   algorithm = ALGORITHMS[config.algorithm].builder(
-      config, task, federated_data.client_ids)
+    config, task, federated_data.client_ids
+  )
   population = task_devices.build_population(
-      config, federated_data.client_ids, task)
-  algorithm.attach(population, {
-      c: federated_data.num_train_examples(c)
-      for c in federated_data.client_ids})
-  return Experiment(config, splits, federated_data, population, task,
-                    algorithm)
+    config, federated_data.client_ids, task
+  )
+  algorithm.attach(
+    population,
+    {
+      c: federated_data.num_train_examples(c) for c in federated_data.client_ids
+    },
+  )
+  return Experiment(config, splits, federated_data, population, task, algorithm)
 
 
 def _all_finite(structure) -> bool:
-  return all(np.all(np.isfinite(np.asarray(leaf)))
-             for leaf in tree.flatten(structure)
-             if np.issubdtype(np.asarray(leaf).dtype, np.floating))
+  return all(
+    np.all(np.isfinite(np.asarray(leaf)))
+    for leaf in tree.flatten(structure)
+    if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+  )
 
 
 class ClientTrainingData(api.EvaluationData):
   """Every client's training data, one unshuffled epoch, for evaluation."""
 
-  def __init__(self, federated_data, batch_size: int,
-               client_states: Callable[[], Any] = dict):
+  def __init__(
+    self,
+    federated_data,
+    batch_size: int,
+    client_states: Callable[[], Any] = dict,
+  ):
     self._fed = federated_data
     self._batch_size = batch_size
     self._client_states = client_states
@@ -163,15 +191,21 @@ class ClientTrainingData(api.EvaluationData):
     return self._client_states()
 
   def client_datasets(self):
-    return [data_lib.make_client_dataset(
-        self._fed.client_train(client_id), batch_size=self._batch_size,
-        local_epochs=1, shuffle_seed=None)
-            for client_id in self._fed.client_ids]
+    return [
+      data_lib.make_client_dataset(
+        self._fed.client_train(client_id),
+        batch_size=self._batch_size,
+        local_epochs=1,
+        shuffle_seed=None,
+      )
+      for client_id in self._fed.client_ids
+    ]
 
 
-def _evaluate(evaluator: CentralEvaluator,
-              evaluated: "collections.OrderedDict[str, api.EvaluationModel]"
-              ) -> collections.OrderedDict:
+def _evaluate(
+  evaluator: CentralEvaluator,
+  evaluated: "collections.OrderedDict[str, api.EvaluationModel]",
+) -> collections.OrderedDict:
   """Test metrics of `evaluated` (`FederatedAlgorithm.evaluation_models`)."""
   row = collections.OrderedDict()
   accuracies = []
@@ -209,17 +243,18 @@ class RunResult:
 
 
 def run_experiment(
-    config: ExperimentConfig,
-    *,
-    on_round: Optional[Callable[[int, dict], None]] = None,
+  config: ExperimentConfig,
+  *,
+  on_round: Optional[Callable[[int, dict], None]] = None,
 ) -> RunResult:
   """Runs (or resumes) an experiment; see the module docstring."""
   experiment = build_experiment(config)
   config = experiment.config
   experiment_dir = config.experiment_dir
   checkpoints = checkpoint_lib.CheckpointManager(
-      os.path.join(experiment_dir, "checkpoints"),
-      keep_total=config.keep_checkpoints)
+    os.path.join(experiment_dir, "checkpoints"),
+    keep_total=config.keep_checkpoints,
+  )
   _check_output_dir(config, checkpoints)
   os.makedirs(experiment_dir, exist_ok=True)
 
@@ -229,8 +264,9 @@ def run_experiment(
   sampler = CohortSampler(config.seed)
   client_template = algorithm.initial_client_state()
 
-  with runtime.execution_context(config.executor, config.workers,
-                                 config.worker_timeout_s):
+  with runtime.execution_context(
+    config.executor, config.workers, config.worker_timeout_s
+  ):
     server_state = algorithm.initialize()
     client_states: dict[str, Any] = collections.OrderedDict()
     ledger = CommLedger()
@@ -240,13 +276,15 @@ def run_experiment(
     if config.resume:
       restored = checkpoints.load_latest(server_state, client_template)
       if not config.same_results_as(
-          restored.fingerprint,
-          ignore=registry.foreign_settings(config.algorithm)):
+        restored.fingerprint, ignore=registry.foreign_settings(config.algorithm)
+      ):
         raise UsageError(
-            "--resume", f"the checkpoint in {checkpoints.root_dir} was"
-            " written with different settings; use the same flags (only"
-            " --rounds, the executor flags and the checkpoint flags may"
-            " change)")
+          "--resume",
+          f"the checkpoint in {checkpoints.root_dir} was"
+          " written with different settings; use the same flags (only"
+          " --rounds, the executor flags and the checkpoint flags may"
+          " change)",
+        )
       server_state = restored.server_state
       client_states = collections.OrderedDict(restored.client_states)
       ledger = restored.ledger
@@ -255,53 +293,70 @@ def run_experiment(
       elapsed_s = restored.elapsed_s
       start_round = restored.round_num + 1
 
-    evaluator = CentralEvaluator(experiment.task.model_fn,
-                                 experiment.splits.test.x,
-                                 experiment.splits.test.y)
-    evaluation_data = ClientTrainingData(fed, config.batch_size,
-                                         lambda: client_states)
-    evaluated_first = None  # (round, weights) of the last evaluation's first model
+    evaluator = CentralEvaluator(
+      experiment.task.model_fn,
+      experiment.splits.test.x,
+      experiment.splits.test.y,
+    )
+    evaluation_data = ClientTrainingData(
+      fed, config.batch_size, lambda: client_states
+    )
+    evaluated_first = (
+      None  # (round, weights) of the last evaluation's first model
+    )
     releaser = outputs.MetricsReleaser(experiment_dir)
-    progress = ProgressBar(config.rounds, start_round - 1,
-                           enabled=config.progress)
+    progress = ProgressBar(
+      config.rounds, start_round - 1, enabled=config.progress
+    )
     last_checkpoint = start_round - 1
     try:
       for round_num in range(start_round, config.rounds + 1):
         round_start = time.monotonic()
         available = population.available_clients(round_num)
-        assignments = algorithm.plan_round(server_state, round_num, available,
-                                           config.clients_per_round, sampler)
+        assignments = algorithm.plan_round(
+          server_state, round_num, available, config.clients_per_round, sampler
+        )
         seeds = sampler.shuffle_seeds(len(assignments))
         clients = []
         for assignment, shuffle_seed in zip(assignments, seeds):
           client_id = assignment.client_id
           arrays = fed.client_train(client_id)
           state = client_states.get(client_id, client_template)
-          clients.append(api.ClientRound(
+          clients.append(
+            api.ClientRound(
               client_id=client_id,
               dataset=algorithm.client_dataset(
-                  arrays, batch_size=config.batch_size,
-                  local_epochs=config.local_epochs,
-                  shuffle_seed=shuffle_seed, augment=config.augment,
-                  state=state),
+                arrays,
+                batch_size=config.batch_size,
+                local_epochs=config.local_epochs,
+                shuffle_seed=shuffle_seed,
+                augment=config.augment,
+                state=state,
+              ),
               num_examples=len(arrays) * config.local_epochs,
               capacity=population.capacity_at_round(client_id, round_num),
               state=state,
               tier=population.tier_of(client_id),
               assignment=assignment.payload,
-          ))
+            )
+          )
         output = algorithm.next(server_state, round_num, clients)
         loss = float(output.metrics.get("loss", float("nan")))
         # A round where no client could train anything (e.g. every sampled
         # device too small for any sub-model) has no loss, and is no failure.
         trained = any(t.examples > 0 for t in output.traffic)
         if (trained and not math.isfinite(loss)) or not _all_finite(
-            algorithm.model_weights(output.state)):
-          where = (f"round {last_checkpoint} in {checkpoints.root_dir}"
-                   if last_checkpoint >= 1 else "none")
+          algorithm.model_weights(output.state)
+        ):
+          where = (
+            f"round {last_checkpoint} in {checkpoints.root_dir}"
+            if last_checkpoint >= 1
+            else "none"
+          )
           raise DivergenceError(
-              f"round {round_num}: training diverged (loss={loss}, non-finite"
-              f" loss or weights); last good checkpoint: {where}")
+            f"round {round_num}: training diverged (loss={loss}, non-finite"
+            f" loss or weights); last good checkpoint: {where}"
+          )
         server_state = output.state
         client_states.update(output.client_states)
         ledger = ledger.record(round_num, output.traffic)
@@ -309,11 +364,9 @@ def run_experiment(
         row = collections.OrderedDict(round=round_num)
         row.update(output.metrics)
         if round_num % config.eval_every == 0 or round_num == config.rounds:
-          evaluated = algorithm.evaluation_models(server_state,
-                                                  evaluation_data)
+          evaluated = algorithm.evaluation_models(server_state, evaluation_data)
           row.update(_evaluate(evaluator, evaluated))
-          evaluated_first = (round_num,
-                             next(iter(evaluated.values())).weights)
+          evaluated_first = (round_num, next(iter(evaluated.values())).weights)
         else:
           row["accuracy"] = float("nan")
           row["test_loss"] = float("nan")
@@ -321,23 +374,26 @@ def run_experiment(
         cumulative = ledger.totals()
         elapsed_s += time.monotonic() - round_start
         row.update(
-            clients=this_round.num_clients,
-            bytes_down=this_round.bytes_down,
-            bytes_up=this_round.bytes_up,
-            bytes_down_cumulative=cumulative.bytes_down,
-            bytes_up_cumulative=cumulative.bytes_up,
-            client_flops=this_round.flops,
-            wall_time_s=round(elapsed_s, 3),
+          clients=this_round.num_clients,
+          bytes_down=this_round.bytes_down,
+          bytes_up=this_round.bytes_up,
+          bytes_down_cumulative=cumulative.bytes_down,
+          bytes_up_cumulative=cumulative.bytes_up,
+          client_flops=this_round.flops,
+          wall_time_s=round(elapsed_s, 3),
         )
         history.append(dict(row))
         releaser.release(row, round_num)
-        progress.update(round_num, row.get("accuracy"),
-                        cumulative.bytes_up / MIB)
+        progress.update(
+          round_num, row.get("accuracy"), cumulative.bytes_up / MIB
+        )
         if on_round is not None:
           on_round(round_num, row)
-        if (round_num % config.checkpoint_every == 0 or
-            round_num == config.rounds):
-          checkpoints.save(checkpoint_lib.ProgramState(
+        if (
+          round_num % config.checkpoint_every == 0 or round_num == config.rounds
+        ):
+          checkpoints.save(
+            checkpoint_lib.ProgramState(
               round_num=round_num,
               server_state=server_state,
               client_states=client_states,
@@ -346,26 +402,35 @@ def run_experiment(
               elapsed_s=elapsed_s,
               history=tuple(history),
               fingerprint=config.fingerprint(),
-          ))
+            )
+          )
           last_checkpoint = round_num
     finally:
       progress.close()
     if evaluated_first is not None and evaluated_first[0] == config.rounds:
       final_weights = evaluated_first[1]
     else:  # Resumed after the last round: nothing was evaluated here.
-      final_weights = next(iter(algorithm.evaluation_models(
-          server_state, evaluation_data).values())).weights
-  save_model_weights(os.path.join(experiment_dir, outputs.FINAL_WEIGHTS),
-                     final_weights)
+      final_weights = next(
+        iter(
+          algorithm.evaluation_models(server_state, evaluation_data).values()
+        )
+      ).weights
+  save_model_weights(
+    os.path.join(experiment_dir, outputs.FINAL_WEIGHTS), final_weights
+  )
 
   report = _build_report(experiment, ledger, history, elapsed_s)
-  outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
-                       report)
+  outputs.write_report(
+    os.path.join(experiment_dir, outputs.REPORT_JSON), report
+  )
   report["plots"] = outputs.plot_history(
-      experiment_dir, history,
-      f"{config.algorithm} / {config.dataset} / {config.model}")
-  outputs.write_report(os.path.join(experiment_dir, outputs.REPORT_JSON),
-                       report)
+    experiment_dir,
+    history,
+    f"{config.algorithm} / {config.dataset} / {config.model}",
+  )
+  outputs.write_report(
+    os.path.join(experiment_dir, outputs.REPORT_JSON), report
+  )
   return RunResult(report, experiment_dir, final_weights)
 
 
@@ -381,19 +446,26 @@ def save_model_weights(path: str, model_weights) -> None:
   os.replace(temp, path)
 
 
-def _check_output_dir(config: ExperimentConfig,
-                      checkpoints: checkpoint_lib.CheckpointManager) -> None:
-  has_run = (os.path.isdir(checkpoints.root_dir) and
-             checkpoints.latest_round() is not None)
+def _check_output_dir(
+  config: ExperimentConfig, checkpoints: checkpoint_lib.CheckpointManager
+) -> None:
+  has_run = (
+    os.path.isdir(checkpoints.root_dir)
+    and checkpoints.latest_round() is not None
+  )
   if config.resume and not has_run:
     raise UsageError(
-        "--resume", f"no checkpoint to resume under {checkpoints.root_dir}")
-  if not config.resume and (has_run or os.path.exists(
-      os.path.join(config.experiment_dir, outputs.METRICS_CSV))):
+      "--resume", f"no checkpoint to resume under {checkpoints.root_dir}"
+    )
+  if not config.resume and (
+    has_run
+    or os.path.exists(os.path.join(config.experiment_dir, outputs.METRICS_CSV))
+  ):
     raise UsageError(
-        "--experiment_name",
-        f"{config.experiment_dir} already holds a run; pass --resume to"
-        " continue it or choose another --experiment_name")
+      "--experiment_name",
+      f"{config.experiment_dir} already holds a run; pass --resume to"
+      " continue it or choose another --experiment_name",
+    )
 
 
 def upload_budgets(config: ExperimentConfig, bytes_up_total: int) -> list:
@@ -410,48 +482,58 @@ def best_accuracy_by_upload(evaluated, budgets_mib) -> collections.OrderedDict:
   clients, measured) was within each budget; None if none was."""
   out = collections.OrderedDict()
   for budget in budgets_mib:
-    within = [r["accuracy"] for r in evaluated
-              if r["bytes_up_cumulative"] <= budget * MIB]
+    within = [
+      r["accuracy"]
+      for r in evaluated
+      if r["bytes_up_cumulative"] <= budget * MIB
+    ]
     out[f"{budget:g}"] = max(within) if within else None
   return out
 
 
-def _build_report(experiment: Experiment, ledger: CommLedger, history,
-                  elapsed_s: float) -> dict:
+def _build_report(
+  experiment: Experiment, ledger: CommLedger, history, elapsed_s: float
+) -> dict:
   config = experiment.config
   totals = ledger.totals()
   evaluated = [r for r in history if math.isfinite(r.get("accuracy", math.nan))]
   final = dict(evaluated[-1]) if evaluated else {}
   final_metrics = collections.OrderedDict(
-      (k, v) for k, v in final.items()
-      if (k.endswith("accuracy") or k.endswith("test_loss")) and
-      k != "train_accuracy")
+    (k, v)
+    for k, v in final.items()
+    if (k.endswith("accuracy") or k.endswith("test_loss"))
+    and k != "train_accuracy"
+  )
   if history:
     final_metrics["train_loss"] = history[-1].get("loss")
     final_metrics["train_accuracy"] = history[-1].get("train_accuracy")
   return collections.OrderedDict(
-      config=config.to_json_dict(),
-      algorithm=collections.OrderedDict(
-          name=config.algorithm, **experiment.algorithm.report_extras()),
-      partition=collections.OrderedDict(
-          method=config.partition,
-          num_clients=config.num_clients,
-          num_classes=experiment.splits.num_classes,
-          label_counts=experiment.federated_data.label_counts()),
-      devices=collections.OrderedDict(
-          tier_counts=experiment.population.tier_counts(),
-          tiers=[attrs.asdict(t) for t in experiment.population.tiers]),
-      final_metrics=final_metrics,
-      final_round=final.get("round"),
-      best_accuracy=max((r["accuracy"] for r in evaluated), default=None),
-      best_accuracy_by_upload_mib=best_accuracy_by_upload(
-          evaluated, upload_budgets(config, totals.bytes_up)),
-      bytes_up_total=totals.bytes_up,
-      bytes_down_total=totals.bytes_down,
-      client_flops_total=totals.flops,
-      examples_processed_total=totals.examples,
-      rounds_completed=len(history),
-      wall_time_s=round(elapsed_s, 3),
-      per_client=ledger.per_client_totals(),
-      history=history,
+    config=config.to_json_dict(),
+    algorithm=collections.OrderedDict(
+      name=config.algorithm, **experiment.algorithm.report_extras()
+    ),
+    partition=collections.OrderedDict(
+      method=config.partition,
+      num_clients=config.num_clients,
+      num_classes=experiment.splits.num_classes,
+      label_counts=experiment.federated_data.label_counts(),
+    ),
+    devices=collections.OrderedDict(
+      tier_counts=experiment.population.tier_counts(),
+      tiers=[attrs.asdict(t) for t in experiment.population.tiers],
+    ),
+    final_metrics=final_metrics,
+    final_round=final.get("round"),
+    best_accuracy=max((r["accuracy"] for r in evaluated), default=None),
+    best_accuracy_by_upload_mib=best_accuracy_by_upload(
+      evaluated, upload_budgets(config, totals.bytes_up)
+    ),
+    bytes_up_total=totals.bytes_up,
+    bytes_down_total=totals.bytes_down,
+    client_flops_total=totals.flops,
+    examples_processed_total=totals.examples,
+    rounds_completed=len(history),
+    wall_time_s=round(elapsed_s, 3),
+    per_client=ledger.per_client_totals(),
+    history=history,
   )

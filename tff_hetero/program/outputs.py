@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Mapping
+from collections.abc import Sequence
 import csv
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow_federated as tff
@@ -39,24 +40,29 @@ class MetricsReleaser:
 
   def __init__(self, experiment_dir: str):
     self._csv = tff.program.CSVFileReleaseManager(
-        os.path.join(experiment_dir, METRICS_CSV),
-        save_mode=tff.program.CSVSaveMode.WRITE, key_fieldname="round")
+      os.path.join(experiment_dir, METRICS_CSV),
+      save_mode=tff.program.CSVSaveMode.WRITE,
+      key_fieldname="round",
+    )
     self._tensorboard = tff.program.TensorBoardReleaseManager(
-        os.path.join(experiment_dir, TENSORBOARD_DIR))
+      os.path.join(experiment_dir, TENSORBOARD_DIR)
+    )
     self._log = tff.program.LoggingReleaseManager()
 
   def release(self, row: Mapping[str, Any], round_num: int) -> None:
     csv_row = collections.OrderedDict(
-        (k, "" if _missing(v) else v) for k, v in row.items() if k != "round")
+      (k, "" if _missing(v) else v) for k, v in row.items() if k != "round"
+    )
     scalars = collections.OrderedDict(
-        (k, v) for k, v in row.items()
-        if k != "round" and not _missing(v))
+      (k, v) for k, v in row.items() if k != "round" and not _missing(v)
+    )
 
     async def release_all():
       await asyncio.gather(
-          self._csv.release(csv_row, key=round_num),
-          self._tensorboard.release(scalars, key=round_num),
-          self._log.release(scalars, key=round_num))
+        self._csv.release(csv_row, key=round_num),
+        self._tensorboard.release(scalars, key=round_num),
+        self._log.release(scalars, key=round_num),
+      )
 
     run_to_completion(release_all())
 
@@ -81,14 +87,17 @@ def read_metrics(experiment_dir: str) -> list[dict[str, str]]:
 def load_final_weights(experiment_dir: str) -> dict[str, Any]:
   """A run's `final_model_weights.npz` as `{trainable_i: array, ...}`."""
   import numpy as np  # pylint: disable=g-import-not-at-top
+
   with np.load(os.path.join(experiment_dir, FINAL_WEIGHTS)) as f:
     return {k: f[k] for k in f.files}
 
 
-def plot_history(experiment_dir: str, history: Sequence[Mapping[str, Any]],
-                 title: str) -> list[str]:
+def plot_history(
+  experiment_dir: str, history: Sequence[Mapping[str, Any]], title: str
+) -> list[str]:
   """Accuracy against round and against cumulative upload; returns paths."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
@@ -97,9 +106,10 @@ def plot_history(experiment_dir: str, history: Sequence[Mapping[str, Any]],
   accuracy = [r["accuracy"] for r in evaluated]
   upload = [r["bytes_up_cumulative"] / MIB for r in evaluated]
   paths = []
-  for file_name, xs, xlabel in ((PLOT_ROUNDS, rounds, "round"),
-                                (PLOT_UPLOAD, upload,
-                                 "cumulative upload (MiB)")):
+  for file_name, xs, xlabel in (
+    (PLOT_ROUNDS, rounds, "round"),
+    (PLOT_UPLOAD, upload, "cumulative upload (MiB)"),
+  ):
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
     ax.plot(xs, accuracy, marker="o", markersize=3)
     ax.set_xlabel(xlabel)

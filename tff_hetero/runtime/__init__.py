@@ -13,8 +13,8 @@ Importing this package does not import TensorFlow Federated; the contexts do,
 when entered.
 """
 
-from tff_hetero.runtime.contexts import BoundedExecutorStub
 from tff_hetero.runtime.contexts import DEFAULT_WORKER_TIMEOUT_S
+from tff_hetero.runtime.contexts import BoundedExecutorStub
 from tff_hetero.runtime.contexts import ExecutionHandle
 from tff_hetero.runtime.contexts import available_executors
 from tff_hetero.runtime.contexts import check_workers
@@ -38,27 +38,27 @@ from tff_hetero.runtime.workers import stop_all_workers
 from tff_hetero.runtime.workers import worker_binary_path
 
 __all__ = [
-    'BoundedExecutorStub',
-    'DEFAULT_MAX_MESSAGE_MB',
-    'DEFAULT_WORKER_TIMEOUT_S',
-    'ExecutionHandle',
-    'PortInUseError',
-    'Terminated',
-    'WorkerProcess',
-    'WorkerStartError',
-    'WorkerUnavailableError',
-    'available_executors',
-    'check_workers',
-    'execution_context',
-    'find_free_port',
-    'handle_termination',
-    'live_workers',
-    'local_execution',
-    'parse_address',
-    'port_is_free',
-    'register_executor',
-    'remote_execution',
-    'run_to_completion',
-    'stop_all_workers',
-    'worker_binary_path',
+  "BoundedExecutorStub",
+  "DEFAULT_MAX_MESSAGE_MB",
+  "DEFAULT_WORKER_TIMEOUT_S",
+  "ExecutionHandle",
+  "PortInUseError",
+  "Terminated",
+  "WorkerProcess",
+  "WorkerStartError",
+  "WorkerUnavailableError",
+  "available_executors",
+  "check_workers",
+  "execution_context",
+  "find_free_port",
+  "handle_termination",
+  "live_workers",
+  "local_execution",
+  "parse_address",
+  "port_is_free",
+  "register_executor",
+  "remote_execution",
+  "run_to_completion",
+  "stop_all_workers",
+  "worker_binary_path",
 ]

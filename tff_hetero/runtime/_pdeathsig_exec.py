@@ -24,23 +24,25 @@ _PR_SET_PDEATHSIG = 1
 
 def main(argv):
   if len(argv) < 4:
-    sys.stderr.write('usage: _pdeathsig_exec.py PARENT_PID SIGNUM PROGRAM ...\n')
+    sys.stderr.write(
+      "usage: _pdeathsig_exec.py PARENT_PID SIGNUM PROGRAM ...\n"
+    )
     return 2
   parent_pid, signum, program = int(argv[1]), int(argv[2]), argv[3]
   libc = ctypes.CDLL(None, use_errno=True)
   if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
     errno = ctypes.get_errno()
-    sys.stderr.write(f'prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}\n')
+    sys.stderr.write(f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}\n")
     return 1
   if os.getppid() != parent_pid:
     return 1  # Orphaned already: nobody would ever stop the program.
   try:
     os.execv(program, argv[3:])
   except OSError as e:
-    sys.stderr.write(f'cannot execute {program}: {e.strerror}\n')
+    sys.stderr.write(f"cannot execute {program}: {e.strerror}\n")
     return 127
   return 1  # Unreachable.
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
   sys.exit(main(sys.argv))

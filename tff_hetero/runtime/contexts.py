@@ -72,6 +72,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 import concurrent.futures
 import contextlib
 import contextvars
@@ -80,9 +83,9 @@ import functools
 import os
 import threading
 import time
+from typing import Any
+from typing import Optional
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Optional
 
 from absl import logging
 import grpc
@@ -94,16 +97,16 @@ from tff_hetero.runtime.workers import WorkerProcess
 from tff_hetero.runtime.workers import WorkerUnavailableError
 
 __all__ = [
-    'BoundedExecutorStub',
-    'DEFAULT_WORKER_TIMEOUT_S',
-    'ExecutionHandle',
-    'available_executors',
-    'check_workers',
-    'execution_context',
-    'local_execution',
-    'parse_address',
-    'register_executor',
-    'remote_execution',
+  "BoundedExecutorStub",
+  "DEFAULT_WORKER_TIMEOUT_S",
+  "ExecutionHandle",
+  "available_executors",
+  "check_workers",
+  "execution_context",
+  "local_execution",
+  "parse_address",
+  "register_executor",
+  "remote_execution",
 ]
 
 DEFAULT_WORKER_TIMEOUT_S = 60.0
@@ -112,42 +115,42 @@ DEFAULT_WORKER_TIMEOUT_S = 60.0
 _MAX_STALE_RETRIES = 3
 _POLL_S = 0.1
 _PROBE_CHANNEL_OPTIONS = [
-    # A probe must open its own connection: with the global subchannel pool a
-    # new channel to the same target would reuse the call's connection and
-    # report READY even when the peer is frozen or gone.
-    ('grpc.use_local_subchannel_pool', 1),
-    ('grpc.initial_reconnect_backoff_ms', 200),
-    ('grpc.min_reconnect_backoff_ms', 200),
-    ('grpc.max_reconnect_backoff_ms', 1000),
+  # A probe must open its own connection: with the global subchannel pool a
+  # new channel to the same target would reuse the call's connection and
+  # report READY even when the peer is frozen or gone.
+  ("grpc.use_local_subchannel_pool", 1),
+  ("grpc.initial_reconnect_backoff_ms", 200),
+  ("grpc.min_reconnect_backoff_ms", 200),
+  ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 # Retry connecting to a worker that went away every <= 2 s (gRPC's default
 # back-off grows to 120 s), so a call waiting for it notices a comeback soon.
 _MAIN_CHANNEL_EXTRA_OPTIONS = [
-    ('grpc.initial_reconnect_backoff_ms', 500),
-    ('grpc.max_reconnect_backoff_ms', 2000),
+  ("grpc.initial_reconnect_backoff_ms", 500),
+  ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 
 def _one_line(text: object, limit: int = 240) -> str:
-  line = ' '.join(str(text).split())
-  return line if len(line) <= limit else line[: limit - 3] + '...'
+  line = " ".join(str(text).split())
+  return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def parse_address(address: str) -> tuple[str, int]:
   """Splits 'host:port' (or '[v6addr]:port') and validates the port."""
   text = str(address).strip()
-  host, sep, port_text = text.rpartition(':')
+  host, sep, port_text = text.rpartition(":")
   if not sep or not host or not port_text.isdigit():
-    raise ValueError(f'--workers: expected host:port, got {address!r}')
+    raise ValueError(f"--workers: expected host:port, got {address!r}")
   port = int(port_text)
   if not 0 < port < 65536:
-    raise ValueError(f'--workers: port out of range in {address!r}')
-  if host.startswith('['):
-    if not host.endswith(']'):
-      raise ValueError(f'--workers: expected host:port, got {address!r}')
-  elif ':' in host:
+    raise ValueError(f"--workers: port out of range in {address!r}")
+  if host.startswith("["):
+    if not host.endswith("]"):
+      raise ValueError(f"--workers: expected host:port, got {address!r}")
+  elif ":" in host:
     raise ValueError(
-        f'--workers: write IPv6 addresses as [addr]:port, got {address!r}'
+      f"--workers: write IPv6 addresses as [addr]:port, got {address!r}"
     )
   return host, port
 
@@ -161,7 +164,9 @@ class _Probe:
 
   def __init__(self, address: str):
     self.started = time.monotonic()
-    self._channel = grpc.insecure_channel(address, options=_PROBE_CHANNEL_OPTIONS)
+    self._channel = grpc.insecure_channel(
+      address, options=_PROBE_CHANNEL_OPTIONS
+    )
     self._future = grpc.channel_ready_future(self._channel)
 
   def succeeded(self) -> bool:
@@ -186,7 +191,7 @@ class _Probe:
 
 
 def check_workers(
-    addresses: Sequence[str], timeout_s: float, *, flag_name: str = '--workers'
+  addresses: Sequence[str], timeout_s: float, *, flag_name: str = "--workers"
 ) -> None:
   """Raises `WorkerUnavailableError` unless every address accepts a gRPC
   connection within `timeout_s` (all probed in parallel). One-line message:
@@ -204,10 +209,10 @@ def check_workers(
     for _, probe in probes:
       probe.close()
   if failed:
-    noun = 'worker' if len(failed) == 1 else 'workers'
+    noun = "worker" if len(failed) == 1 else "workers"
     raise WorkerUnavailableError(
-        f'{flag_name}: cannot reach TFF {noun} at {", ".join(failed)} within'
-        f' {timeout_s:g}s'
+      f"{flag_name}: cannot reach TFF {noun} at {', '.join(failed)} within"
+      f" {timeout_s:g}s"
     )
 
 
@@ -220,7 +225,9 @@ def _make_bounded_stub_class():
   from tensorflow_federated.proto.v0 import executor_pb2
   from tensorflow_federated.proto.v0 import executor_pb2_grpc
   from tensorflow_federated.python.core.impl.executors import executors_errors
-  from tensorflow_federated.python.core.impl.executors import remote_executor_stub
+  from tensorflow_federated.python.core.impl.executors import (
+    remote_executor_stub,
+  )
   # pylint: enable=g-import-not-at-top
 
   class _BoundedExecutorStub(remote_executor_stub.RemoteExecutorStub):
@@ -233,27 +240,29 @@ def _make_bounded_stub_class():
     """
 
     def __init__(
-        self,
-        address: str,
-        *,
-        worker_timeout_s: float,
-        max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-        probe_interval_s: Optional[float] = None,
+      self,
+      address: str,
+      *,
+      worker_timeout_s: float,
+      max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+      probe_interval_s: Optional[float] = None,
     ):
       parse_address(address)
       if worker_timeout_s <= 0:
-        raise ValueError(f'worker_timeout_s must be > 0, got {worker_timeout_s}')
+        raise ValueError(
+          f"worker_timeout_s must be > 0, got {worker_timeout_s}"
+        )
       self._address = address
       self._timeout_s = float(worker_timeout_s)
       self._probe_interval_s = (
-          min(5.0, max(0.5, self._timeout_s / 4))
-          if probe_interval_s is None
-          else float(probe_interval_s)
+        min(5.0, max(0.5, self._timeout_s / 4))
+        if probe_interval_s is None
+        else float(probe_interval_s)
       )
       self._channel = grpc.insecure_channel(
-          address,
-          options=workers_lib.grpc_channel_options(max_message_mb)
-          + _MAIN_CHANNEL_EXTRA_OPTIONS,
+        address,
+        options=workers_lib.grpc_channel_options(max_message_mb)
+        + _MAIN_CHANNEL_EXTRA_OPTIONS,
       )
       self._stub = executor_pb2_grpc.ExecutorGroupStub(self._channel)
       self._closed = threading.Event()
@@ -292,22 +301,22 @@ def _make_bounded_stub_class():
 
     def _unreachable(self) -> WorkerUnavailableError:
       return WorkerUnavailableError(
-          f'cannot reach TFF worker at {self._address} within'
-          f' {self._timeout_s:g}s'
+        f"cannot reach TFF worker at {self._address} within"
+        f" {self._timeout_s:g}s"
       )
 
     def _call(self, name: str, request):
       if self._closed.is_set():
         raise WorkerUnavailableError(
-            f'connection to TFF worker at {self._address} is closed'
-            ' (execution context exited)'
+          f"connection to TFF worker at {self._address} is closed"
+          " (execution context exited)"
         )
       method = getattr(self._stub, name)
       try:
         future = method.future(request, wait_for_ready=True)
       except ValueError as e:  # Channel closed concurrently.
         raise WorkerUnavailableError(
-            f'connection to TFF worker at {self._address} is closed: {e}'
+          f"connection to TFF worker at {self._address} is closed: {e}"
         ) from None
       last_alive = time.monotonic()
       next_probe = last_alive + self._probe_interval_s
@@ -327,8 +336,8 @@ def _make_bounded_stub_class():
             pass
           except grpc.FutureCancelledError:
             raise WorkerUnavailableError(
-                f'call {name} to TFF worker at {self._address} was cancelled'
-                ' (execution context exited)'
+              f"call {name} to TFF worker at {self._address} was cancelled"
+              " (execution context exited)"
             ) from None
           except grpc.RpcError as e:
             raise self._translate(name, e) from None
@@ -336,8 +345,8 @@ def _make_bounded_stub_class():
           if self._closed.is_set():
             future.cancel()
             raise WorkerUnavailableError(
-                f'call {name} to TFF worker at {self._address} abandoned: the'
-                ' execution context exited'
+              f"call {name} to TFF worker at {self._address} abandoned: the"
+              " execution context exited"
             )
           if any(p.succeeded() for p in probes):
             last_alive = now
@@ -351,7 +360,7 @@ def _make_bounded_stub_class():
           if now >= next_probe:
             next_probe = now + self._probe_interval_s
             if not probes or (
-                now - probes[-1].started >= 2 * self._probe_interval_s
+              now - probes[-1].started >= 2 * self._probe_interval_s
             ):
               probes.append(_Probe(self._address))
               if len(probes) > 2:
@@ -363,20 +372,20 @@ def _make_bounded_stub_class():
     def _translate(self, name: str, e: grpc.RpcError) -> Exception:
       code = e.code() if isinstance(e, grpc.Call) else None
       if code in (
-          grpc.StatusCode.UNAVAILABLE,
-          grpc.StatusCode.CANCELLED,
-          grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
       ):
         details = e.details() if isinstance(e, grpc.Call) else str(e)
         self._given_up = True
         return WorkerUnavailableError(
-            f'TFF worker at {self._address} became unavailable during {name}'
-            f' (worker_timeout_s={self._timeout_s:g}):'
-            f' {_one_line(details, 160)}'
+          f"TFF worker at {self._address} became unavailable during {name}"
+          f" (worker_timeout_s={self._timeout_s:g}):"
+          f" {_one_line(details, 160)}"
         )
       if (
-          code == grpc.StatusCode.FAILED_PRECONDITION
-          and self._stale_retries < _MAX_STALE_RETRIES
+        code == grpc.StatusCode.FAILED_PRECONDITION
+        and self._stale_retries < _MAX_STALE_RETRIES
       ):
         # "No executor found for ID": the worker was restarted since our
         # executor was created there. TFF's context drops the executor and
@@ -390,36 +399,36 @@ def _make_bounded_stub_class():
         return response_type()
       try:
         return getattr(self._stub, name)(
-            request, timeout=min(self._timeout_s, 2.0), wait_for_ready=False
+          request, timeout=min(self._timeout_s, 2.0), wait_for_ready=False
         )
       except Exception as e:  # pylint: disable=broad-except
-        logging.debug('Ignoring failed %s to %s: %s', name, self._address, e)
+        logging.debug("Ignoring failed %s to %s: %s", name, self._address, e)
         return response_type()
 
     def get_executor(self, request):
-      return self._call('GetExecutor', request)
+      return self._call("GetExecutor", request)
 
     def create_value(self, request):
-      return self._call('CreateValue', request)
+      return self._call("CreateValue", request)
 
     def create_struct(self, request):
-      return self._call('CreateStruct', request)
+      return self._call("CreateStruct", request)
 
     def create_call(self, request):
-      return self._call('CreateCall', request)
+      return self._call("CreateCall", request)
 
     def create_selection(self, request):
-      return self._call('CreateSelection', request)
+      return self._call("CreateSelection", request)
 
     def compute(self, request):
-      return self._call('Compute', request)
+      return self._call("Compute", request)
 
     def dispose(self, request):
-      return self._best_effort('Dispose', request, executor_pb2.DisposeResponse)
+      return self._best_effort("Dispose", request, executor_pb2.DisposeResponse)
 
     def dispose_executor(self, request):
       return self._best_effort(
-          'DisposeExecutor', request, executor_pb2.DisposeExecutorResponse
+        "DisposeExecutor", request, executor_pb2.DisposeExecutorResponse
       )
 
   return _BoundedExecutorStub
@@ -454,11 +463,11 @@ async def _in_rpc_thread(fn, *args):
   with _RPC_POOL_LOCK:
     if _RPC_POOL is None:
       _RPC_POOL = concurrent.futures.ThreadPoolExecutor(
-          max_workers=64, thread_name_prefix='tff-hetero-rpc'
+        max_workers=64, thread_name_prefix="tff-hetero-rpc"
       )
   context = contextvars.copy_context()
   return await asyncio.get_running_loop().run_in_executor(
-      _RPC_POOL, functools.partial(context.run, fn, *args)
+    _RPC_POOL, functools.partial(context.run, fn, *args)
   )
 
 
@@ -475,9 +484,11 @@ def _make_threaded_remote_executor_class():
   """
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.proto.v0 import executor_pb2
-  from tensorflow_federated.python.core.impl.executors import remote_executor
-  from tensorflow_federated.python.core.impl.executors import value_serialization
   from tensorflow_federated.python.common_libs import structure
+  from tensorflow_federated.python.core.impl.executors import remote_executor
+  from tensorflow_federated.python.core.impl.executors import (
+    value_serialization,
+  )
   from tensorflow_federated.python.core.impl.types import computation_types
   # pylint: enable=g-import-not-at-top
 
@@ -487,10 +498,10 @@ def _make_threaded_remote_executor_class():
     async def create_value(self, value, type_spec=None):
       self._check_has_executor_id()
       value_proto, type_spec = value_serialization.serialize_value(
-          value, type_spec
+        value, type_spec
       )
       request = executor_pb2.CreateValueRequest(
-          executor=self._executor_id, value=value_proto
+        executor=self._executor_id, value=value_proto
       )
       response = await _in_rpc_thread(self._stub.create_value, request)
       return remote_executor.RemoteValue(response.value_ref, type_spec, self)
@@ -498,13 +509,13 @@ def _make_threaded_remote_executor_class():
     async def create_call(self, comp, arg=None):
       self._check_has_executor_id()
       request = executor_pb2.CreateCallRequest(
-          executor=self._executor_id,
-          function_ref=comp.reference,
-          argument_ref=(arg.reference if arg is not None else None),
+        executor=self._executor_id,
+        function_ref=comp.reference,
+        argument_ref=(arg.reference if arg is not None else None),
       )
       response = await _in_rpc_thread(self._stub.create_call, request)
       return remote_executor.RemoteValue(
-          response.value_ref, comp.type_signature.result, self
+        response.value_ref, comp.type_signature.result, self
       )
 
     async def create_struct(self, elements):
@@ -514,38 +525,40 @@ def _make_threaded_remote_executor_class():
       type_elements = []
       for name, value in structure.iter_elements(elements):
         proto_elements.append(
-            executor_pb2.CreateStructRequest.Element(
-                name=(name if name else None), value_ref=value.reference
-            )
+          executor_pb2.CreateStructRequest.Element(
+            name=(name if name else None), value_ref=value.reference
+          )
         )
         type_elements.append(
-            (name, value.type_signature) if name else value.type_signature
+          (name, value.type_signature) if name else value.type_signature
         )
       request = executor_pb2.CreateStructRequest(
-          executor=self._executor_id, element=proto_elements
+        executor=self._executor_id, element=proto_elements
       )
       response = await _in_rpc_thread(self._stub.create_struct, request)
       return remote_executor.RemoteValue(
-          response.value_ref, computation_types.StructType(type_elements), self
+        response.value_ref, computation_types.StructType(type_elements), self
       )
 
     async def create_selection(self, source, index):
       self._check_has_executor_id()
       request = executor_pb2.CreateSelectionRequest(
-          executor=self._executor_id, source_ref=source.reference, index=index
+        executor=self._executor_id, source_ref=source.reference, index=index
       )
       response = await _in_rpc_thread(self._stub.create_selection, request)
       return remote_executor.RemoteValue(
-          response.value_ref, source.type_signature[index], self
+        response.value_ref, source.type_signature[index], self
       )
 
     async def _compute(self, value_ref, type_spec):
       self._check_has_executor_id()
       request = executor_pb2.ComputeRequest(
-          executor=self._executor_id, value_ref=value_ref
+        executor=self._executor_id, value_ref=value_ref
       )
       response = await _in_rpc_thread(self._stub.compute, request)
-      value, _ = value_serialization.deserialize_value(response.value, type_spec)
+      value, _ = value_serialization.deserialize_value(
+        response.value, type_spec
+      )
       return value
 
   return _ThreadedRemoteExecutor
@@ -555,19 +568,19 @@ class _RemoteStack:
   """One worker's stub, executor factory and the executors it created."""
 
   def __init__(
-      self,
-      address: str,
-      *,
-      worker_timeout_s: float,
-      default_num_clients: int,
-      max_message_mb: int,
+    self,
+    address: str,
+    *,
+    worker_timeout_s: float,
+    default_num_clients: int,
+    max_message_mb: int,
   ):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
 
     self.address = address
     self.stub = BoundedExecutorStub(
-        address, worker_timeout_s=worker_timeout_s, max_message_mb=max_message_mb
+      address, worker_timeout_s=worker_timeout_s, max_message_mb=max_message_mb
     )
     executor_class = _make_threaded_remote_executor_class()
     self._executors: list[weakref.ref] = []
@@ -607,30 +620,34 @@ class _RemoteStack:
 
 def _context_kwargs():
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import (
+    tensorflow_computation,
+  )  # pylint: disable=g-import-not-at-top
 
   return dict(
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result,
+    compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
   )
 
 
-def _build_context(stacks: Sequence[_RemoteStack], num_subrounds: Optional[int]):
+def _build_context(
+  stacks: Sequence[_RemoteStack], num_subrounds: Optional[int]
+):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if len(stacks) == 1 and num_subrounds in (None, 1):
     return tff.framework.SyncExecutionContext(
-        executor_fn=stacks[0].factory, **_context_kwargs()
+      executor_fn=stacks[0].factory, **_context_kwargs()
     )
   async_contexts = [
-      tff.framework.AsyncExecutionContext(
-          executor_fn=stack.factory, **_context_kwargs()
-      )
-      for stack in stacks
+    tff.framework.AsyncExecutionContext(
+      executor_fn=stack.factory, **_context_kwargs()
+    )
+    for stack in stacks
   ]
   return tff.backends.native.create_mergeable_comp_execution_context(
-      async_contexts, num_subrounds=num_subrounds
+    async_contexts, num_subrounds=num_subrounds
   )
 
 
@@ -653,7 +670,7 @@ class ExecutionHandle:
   context: Any
   workers: tuple[WorkerProcess, ...] = ()
   _stacks: tuple[_RemoteStack, ...] = dataclasses.field(
-      default=(), repr=False, compare=False
+    default=(), repr=False, compare=False
   )
 
   @property
@@ -679,38 +696,40 @@ def _sync_context_class():
 
 @contextlib.contextmanager
 def _run_on(
-    kind: str,
-    addresses: Sequence[str],
-    *,
-    worker_timeout_s: float,
-    default_num_clients: int,
-    max_message_mb: int,
-    num_subrounds: Optional[int],
-    workers: Sequence[WorkerProcess] = (),
-    dispose_on_exit: bool = True,
+  kind: str,
+  addresses: Sequence[str],
+  *,
+  worker_timeout_s: float,
+  default_num_clients: int,
+  max_message_mb: int,
+  num_subrounds: Optional[int],
+  workers: Sequence[WorkerProcess] = (),
+  dispose_on_exit: bool = True,
 ) -> Iterator[ExecutionHandle]:
   """Builds one stack per address, installs the context, closes on exit."""
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
 
   stacks: list[_RemoteStack] = []
   try:
     for address in addresses:
       stacks.append(
-          _RemoteStack(
-              address,
-              worker_timeout_s=worker_timeout_s,
-              default_num_clients=default_num_clients,
-              max_message_mb=max_message_mb,
-          )
+        _RemoteStack(
+          address,
+          worker_timeout_s=worker_timeout_s,
+          default_num_clients=default_num_clients,
+          max_message_mb=max_message_mb,
+        )
       )
     context = _build_context(stacks, num_subrounds)
     handle = ExecutionHandle(
-        kind=kind,
-        addresses=tuple(addresses),
-        worker_timeout_s=worker_timeout_s,
-        context=context,
-        workers=tuple(workers),
-        _stacks=tuple(stacks),
+      kind=kind,
+      addresses=tuple(addresses),
+      worker_timeout_s=worker_timeout_s,
+      context=context,
+      workers=tuple(workers),
+      _stacks=tuple(stacks),
     )
     with context_stack_impl.context_stack.install(context):
       yield handle
@@ -722,18 +741,18 @@ def _run_on(
 def _check_timeout(worker_timeout_s: float) -> float:
   worker_timeout_s = float(worker_timeout_s)
   if not worker_timeout_s > 0:
-    raise ValueError(f'worker_timeout_s must be > 0, got {worker_timeout_s}')
+    raise ValueError(f"worker_timeout_s must be > 0, got {worker_timeout_s}")
   return worker_timeout_s
 
 
 @contextlib.contextmanager
 def remote_execution(
-    addresses: Sequence[str],
-    *,
-    worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
-    default_num_clients: int = 0,
-    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-    num_subrounds: Optional[int] = None,
+  addresses: Sequence[str],
+  *,
+  worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+  default_num_clients: int = 0,
+  max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+  num_subrounds: Optional[int] = None,
 ) -> Iterator[ExecutionHandle]:
   """Runs TFF computations on already running TFF workers.
 
@@ -759,35 +778,35 @@ def remote_execution(
   worker_timeout_s = _check_timeout(worker_timeout_s)
   addresses = tuple(str(a).strip() for a in addresses)
   if not addresses:
-    raise ValueError('remote_execution needs at least one worker address')
+    raise ValueError("remote_execution needs at least one worker address")
   if len(set(addresses)) != len(addresses):
-    raise ValueError(f'--workers: duplicate addresses in {",".join(addresses)}')
+    raise ValueError(f"--workers: duplicate addresses in {','.join(addresses)}")
   check_workers(addresses, worker_timeout_s)
   with _run_on(
-      'remote',
-      addresses,
-      worker_timeout_s=worker_timeout_s,
-      default_num_clients=default_num_clients,
-      max_message_mb=max_message_mb,
-      num_subrounds=num_subrounds,
+    "remote",
+    addresses,
+    worker_timeout_s=worker_timeout_s,
+    default_num_clients=default_num_clients,
+    max_message_mb=max_message_mb,
+    num_subrounds=num_subrounds,
   ) as handle:
     yield handle
 
 
 def _start_local_worker(
-    *, start_timeout_s, max_message_mb, max_concurrent_computation_calls, log_dir
+  *, start_timeout_s, max_message_mb, max_concurrent_computation_calls, log_dir
 ) -> WorkerProcess:
   """Starts a worker on a free port; retries a port clash (see workers.py)."""
   attempts = 3
   for attempt in range(attempts):
     port = workers_lib.find_free_port()
     worker = WorkerProcess(
-        port,
-        max_message_mb=max_message_mb,
-        max_concurrent_computation_calls=max_concurrent_computation_calls,
-        log_path=(
-            os.path.join(log_dir, f'tff_worker_{port}.log') if log_dir else None
-        ),
+      port,
+      max_message_mb=max_message_mb,
+      max_concurrent_computation_calls=max_concurrent_computation_calls,
+      log_path=(
+        os.path.join(log_dir, f"tff_worker_{port}.log") if log_dir else None
+      ),
     )
     try:
       worker.start()
@@ -800,19 +819,19 @@ def _start_local_worker(
     except BaseException:
       worker.stop()
       raise
-  raise AssertionError('unreachable')
+  raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
 def local_execution(
-    *,
-    worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
-    default_num_clients: int = 0,
-    num_workers: int = 1,
-    start_timeout_s: float = 60.0,
-    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-    max_concurrent_computation_calls: int = -1,
-    log_dir: Optional[str] = None,
+  *,
+  worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+  default_num_clients: int = 0,
+  num_workers: int = 1,
+  start_timeout_s: float = 60.0,
+  max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+  max_concurrent_computation_calls: int = -1,
+  log_dir: Optional[str] = None,
 ) -> Iterator[ExecutionHandle]:
   """Runs TFF computations on worker processes we start and stop ourselves.
 
@@ -839,29 +858,29 @@ def local_execution(
   """
   worker_timeout_s = _check_timeout(worker_timeout_s)
   if num_workers < 1:
-    raise ValueError(f'num_workers must be >= 1, got {num_workers}')
+    raise ValueError(f"num_workers must be >= 1, got {num_workers}")
   if log_dir:
     os.makedirs(log_dir, exist_ok=True)
   started: list[WorkerProcess] = []
   try:
     for _ in range(num_workers):
       started.append(
-          _start_local_worker(
-              start_timeout_s=start_timeout_s,
-              max_message_mb=max_message_mb,
-              max_concurrent_computation_calls=max_concurrent_computation_calls,
-              log_dir=log_dir,
-          )
+        _start_local_worker(
+          start_timeout_s=start_timeout_s,
+          max_message_mb=max_message_mb,
+          max_concurrent_computation_calls=max_concurrent_computation_calls,
+          log_dir=log_dir,
+        )
       )
     with _run_on(
-        'local',
-        [w.address for w in started],
-        worker_timeout_s=worker_timeout_s,
-        default_num_clients=default_num_clients,
-        max_message_mb=max_message_mb,
-        num_subrounds=None,
-        workers=started,
-        dispose_on_exit=False,  # The workers are stopped right after.
+      "local",
+      [w.address for w in started],
+      worker_timeout_s=worker_timeout_s,
+      default_num_clients=default_num_clients,
+      max_message_mb=max_message_mb,
+      num_subrounds=None,
+      workers=started,
+      dispose_on_exit=False,  # The workers are stopped right after.
     ) as handle:
       yield handle
   finally:
@@ -891,16 +910,16 @@ def available_executors() -> tuple[str, ...]:
 def _local_factory(workers: Sequence[str], **kwargs):
   if workers:
     raise ValueError(
-        '--executor=local starts its own worker; --workers must be empty'
-        f' (got {",".join(workers)})'
+      "--executor=local starts its own worker; --workers must be empty"
+      f" (got {','.join(workers)})"
     )
   return local_execution(**kwargs)
 
 
 def _remote_factory(workers: Sequence[str], **kwargs):
   if not workers:
-    raise ValueError('--executor=remote needs --workers=host:port[,host:port]')
-  kwargs.pop('num_workers', None)
+    raise ValueError("--executor=remote needs --workers=host:port[,host:port]")
+  kwargs.pop("num_workers", None)
   return remote_execution(workers, **kwargs)
 
 
@@ -908,24 +927,24 @@ def _auto_factory(workers: Sequence[str], **kwargs):
   return (_remote_factory if workers else _local_factory)(workers, **kwargs)
 
 
-register_executor('local', _local_factory)
-register_executor('remote', _remote_factory)
-register_executor('auto', _auto_factory)
+register_executor("local", _local_factory)
+register_executor("remote", _remote_factory)
+register_executor("auto", _auto_factory)
 
 
 def _split_workers(workers) -> tuple[str, ...]:
   if workers is None:
     return ()
   if isinstance(workers, str):
-    workers = workers.split(',')
+    workers = workers.split(",")
   return tuple(w.strip() for w in workers if w and w.strip())
 
 
 def execution_context(
-    executor: str = 'auto',
-    workers: Sequence[str] | str | None = (),
-    worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
-    **kwargs,
+  executor: str = "auto",
+  workers: Sequence[str] | str | None = (),
+  worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+  **kwargs,
 ) -> contextlib.AbstractContextManager:
   """The context manager registered as `executor` ('local', 'remote', 'auto').
 
@@ -940,10 +959,10 @@ def execution_context(
     factory = _REGISTRY[executor]
   except KeyError:
     raise ValueError(
-        f'--executor: unknown executor {executor!r}; choose from'
-        f' {", ".join(available_executors())}'
+      f"--executor: unknown executor {executor!r}; choose from"
+      f" {', '.join(available_executors())}"
     ) from None
   heap.configure_process_heap()
   return factory(
-      _split_workers(workers), worker_timeout_s=worker_timeout_s, **kwargs
+    _split_workers(workers), worker_timeout_s=worker_timeout_s, **kwargs
   )

@@ -37,11 +37,11 @@ the C library is not glibc.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import ctypes
 import ctypes.util
 import functools
 import os
-from collections.abc import Mapping
 from typing import Optional
 
 MMAP_THRESHOLD_BYTES = 128 * 1024
@@ -63,8 +63,11 @@ def _glibc() -> Optional[ctypes.CDLL]:
     libc = ctypes.CDLL(name)
   except OSError:
     return None
-  return libc if hasattr(libc, "mallopt") and hasattr(
-      libc, "gnu_get_libc_version") else None
+  return (
+    libc
+    if hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version")
+    else None
+  )
 
 
 def configure_process_heap() -> bool:
@@ -75,15 +78,17 @@ def configure_process_heap() -> bool:
     return False
   done = True
   for variable, parameter, value in (
-      (ENVIRONMENT_VARIABLE, _M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
-      (ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, ARENA_MAX)):
+    (ENVIRONMENT_VARIABLE, _M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
+    (ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, ARENA_MAX),
+  ):
     if variable not in os.environ:
       done = bool(libc.mallopt(parameter, value)) and done
   return done
 
 
-def worker_environment(base: Optional[Mapping[str, str]] = None
-                       ) -> dict[str, str]:
+def worker_environment(
+  base: Optional[Mapping[str, str]] = None,
+) -> dict[str, str]:
   """`base` (default `os.environ`) with the threshold and the arena limit
   set for a child.
 

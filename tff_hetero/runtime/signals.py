@@ -19,15 +19,18 @@ asyncio tasks whose errors are logged after the one-line error.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from collections.abc import Iterator
+from collections.abc import Sequence
 import contextlib
 import signal
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
-__all__ = ['Terminated', 'handle_termination', 'run_to_completion']
+__all__ = ["Terminated", "handle_termination", "run_to_completion"]
 
-_T = TypeVar('_T')
+_T = TypeVar("_T")
 
 
 class Terminated(SystemExit):
@@ -45,7 +48,7 @@ class Terminated(SystemExit):
       return str(self.signum)
 
   def __str__(self):
-    return f'terminated by {self.signal_name}'
+    return f"terminated by {self.signal_name}"
 
 
 def _exception_for(signum: int) -> BaseException:
@@ -86,14 +89,15 @@ def run_to_completion(coro: Coroutine[Any, Any, _T]) -> _T:
 
 
 _DEFAULT_SIGNALS = tuple(
-    s for s in (getattr(signal, 'SIGTERM', None), getattr(signal, 'SIGHUP', None))
-    if s is not None
+  s
+  for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None))
+  if s is not None
 )
 
 
 @contextlib.contextmanager
 def handle_termination(
-    signals: Sequence[int] = _DEFAULT_SIGNALS,
+  signals: Sequence[int] = _DEFAULT_SIGNALS,
 ) -> Iterator[None]:
   """Within the block, `signals` raise `Terminated` in the main thread.
 
@@ -126,8 +130,11 @@ def handle_termination(
 
   previous = {}
   try:
-    interrupt = ((signal.SIGINT,) if signal.getsignal(signal.SIGINT) is
-                 signal.default_int_handler else ())  # Not if ignored.
+    interrupt = (
+      (signal.SIGINT,)
+      if signal.getsignal(signal.SIGINT) is signal.default_int_handler
+      else ()
+    )  # Not if ignored.
     for signum in (*signals, *interrupt):
       previous[signum] = signal.signal(signum, handler)
     yield

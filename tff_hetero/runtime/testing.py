@@ -18,29 +18,30 @@ Linux only (reads /proc). Processes of other users are skipped silently.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from collections.abc import Mapping
 import dataclasses
 import os
 import signal
 import time
-import uuid
-from collections.abc import Iterable, Mapping
 from typing import Optional
+import uuid
 
 __all__ = [
-    'TAG_VARIABLE',
-    'WorkerInfo',
-    'assert_all_gone',
-    'assert_no_workers_left',
-    'kill_pids',
-    'pid_alive',
-    'tagged_env',
-    'wait_until_gone',
-    'worker_pids_of',
-    'worker_processes',
+  "TAG_VARIABLE",
+  "WorkerInfo",
+  "assert_all_gone",
+  "assert_no_workers_left",
+  "kill_pids",
+  "pid_alive",
+  "tagged_env",
+  "wait_until_gone",
+  "worker_pids_of",
+  "worker_processes",
 ]
 
-TAG_VARIABLE = 'TFF_HETERO_TEST_RUN_TAG'
-_WORKER_NAME = 'worker_binary'
+TAG_VARIABLE = "TFF_HETERO_TEST_RUN_TAG"
+_WORKER_NAME = "worker_binary"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ class WorkerInfo:
 
 
 def tagged_env(
-    base: Optional[Mapping[str, str]] = None, tag: Optional[str] = None
+  base: Optional[Mapping[str, str]] = None, tag: Optional[str] = None
 ) -> tuple[str, dict[str, str]]:
   """Returns `(tag, env)`: a copy of `base` (default `os.environ`) with a
   unique `TFF_HETERO_TEST_RUN_TAG`, to start a run whose workers can be found
@@ -69,7 +70,7 @@ def tagged_env(
 
 def _read(path: str) -> Optional[bytes]:
   try:
-    with open(path, 'rb') as f:
+    with open(path, "rb") as f:
       return f.read()
   except OSError:  # Gone, or not ours to read.
     return None
@@ -77,42 +78,42 @@ def _read(path: str) -> Optional[bytes]:
 
 def _stat(pid: int) -> Optional[tuple[str, int, int]]:
   """(state, ppid, pgid) from /proc/PID/stat, or None."""
-  raw = _read(f'/proc/{pid}/stat')
+  raw = _read(f"/proc/{pid}/stat")
   if raw is None:
     return None
-  text = raw.decode('utf-8', 'replace')
+  text = raw.decode("utf-8", "replace")
   # The command name is in parentheses and may contain spaces: split after it.
-  fields = text[text.rfind(')') + 2 :].split()
+  fields = text[text.rfind(")") + 2 :].split()
   if len(fields) < 3:
     return None
   return fields[0], int(fields[1]), int(fields[2])
 
 
 def _tag_of(pid: int) -> Optional[str]:
-  raw = _read(f'/proc/{pid}/environ')
+  raw = _read(f"/proc/{pid}/environ")
   if not raw:
     return None
-  prefix = TAG_VARIABLE.encode() + b'='
-  for entry in raw.split(b'\0'):
+  prefix = TAG_VARIABLE.encode() + b"="
+  for entry in raw.split(b"\0"):
     if entry.startswith(prefix):
-      return entry[len(prefix) :].decode('utf-8', 'replace')
+      return entry[len(prefix) :].decode("utf-8", "replace")
   return None
 
 
 def _is_worker(pid: int) -> Optional[tuple[str, ...]]:
-  comm = _read(f'/proc/{pid}/comm')
+  comm = _read(f"/proc/{pid}/comm")
   if comm is None or comm.strip() != _WORKER_NAME.encode():
     return None
-  cmdline = _read(f'/proc/{pid}/cmdline') or b''
-  return tuple(a.decode('utf-8', 'replace') for a in cmdline.split(b'\0') if a)
+  cmdline = _read(f"/proc/{pid}/cmdline") or b""
+  return tuple(a.decode("utf-8", "replace") for a in cmdline.split(b"\0") if a)
 
 
 def worker_processes(
-    *,
-    tag: Optional[str] = None,
-    parent: Optional[int] = None,
-    pgid: Optional[int] = None,
-    include_zombies: bool = False,
+  *,
+  tag: Optional[str] = None,
+  parent: Optional[int] = None,
+  pgid: Optional[int] = None,
+  include_zombies: bool = False,
 ) -> list[WorkerInfo]:
   """Live `worker_binary` processes, optionally filtered.
 
@@ -125,7 +126,7 @@ def worker_processes(
     include_zombies: also list exited-but-unreaped ones (state 'Z').
   """
   found = []
-  for entry in os.listdir('/proc'):
+  for entry in os.listdir("/proc"):
     if not entry.isdigit():
       continue
     pid = int(entry)
@@ -136,7 +137,7 @@ def worker_processes(
     if stat is None:
       continue
     state, ppid, group = stat
-    if state in ('Z', 'X') and not include_zombies:
+    if state in ("Z", "X") and not include_zombies:
       continue
     if parent is not None and ppid != parent:
       continue
@@ -164,19 +165,19 @@ def pid_alive(pid: int) -> bool:
   stat = _stat(pid)
   if stat is None:
     return False
-  if stat[0] not in ('Z', 'X'):
+  if stat[0] not in ("Z", "X"):
     return True
   try:
-    tasks = os.listdir(f'/proc/{pid}/task')
+    tasks = os.listdir(f"/proc/{pid}/task")
   except OSError:
     return False
   for tid in tasks:
-    raw = _read(f'/proc/{pid}/task/{tid}/stat')
+    raw = _read(f"/proc/{pid}/task/{tid}/stat")
     if raw is None:
       continue
-    text = raw.decode('utf-8', 'replace')
-    state = text[text.rfind(')') + 2 :].split()[:1]
-    if state and state[0] not in ('Z', 'X'):
+    text = raw.decode("utf-8", "replace")
+    state = text[text.rfind(")") + 2 :].split()[:1]
+    if state and state[0] not in ("Z", "X"):
       return True
   return False
 
@@ -207,11 +208,11 @@ def kill_pids(pids: Iterable[int]) -> None:
 
 
 def assert_no_workers_left(
-    tag: Optional[str] = None,
-    *,
-    pids: Iterable[int] = (),
-    timeout_s: float = 5.0,
-    kill: bool = True,
+  tag: Optional[str] = None,
+  *,
+  pids: Iterable[int] = (),
+  timeout_s: float = 5.0,
+  kill: bool = True,
 ) -> None:
   """Fails unless every worker of the run is gone within `timeout_s`.
 
@@ -234,13 +235,13 @@ def assert_no_workers_left(
     if kill:
       kill_pids(leftovers)
     raise AssertionError(
-        f'TFF worker process(es) still alive {timeout_s:g}s after the run'
-        f' ended: {sorted(leftovers)}'
+      f"TFF worker process(es) still alive {timeout_s:g}s after the run"
+      f" ended: {sorted(leftovers)}"
     )
 
 
 def assert_all_gone(
-    pids: Iterable[int], timeout_s: float = 5.0, *, kill: bool = True
+  pids: Iterable[int], timeout_s: float = 5.0, *, kill: bool = True
 ) -> None:
   """Fails unless every pid in `pids` (e.g. from `worker_pids_of` while the
   run was alive) has exited within `timeout_s`; leftovers are SIGKILLed when

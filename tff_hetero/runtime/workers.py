@@ -48,6 +48,7 @@ answers (another server may have bound it in between); both raise
 from __future__ import annotations
 
 import atexit
+from collections.abc import Sequence
 import errno
 import os
 import queue
@@ -57,33 +58,33 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import IO, Optional, Union
+from typing import IO
+from typing import Optional
+from typing import Union
 
 import grpc
 
 from tff_hetero.runtime import heap
 
 __all__ = [
-    'DEFAULT_MAX_MESSAGE_MB',
-    'PortInUseError',
-    'WorkerProcess',
-    'WorkerStartError',
-    'WorkerUnavailableError',
-    'find_free_port',
-    'grpc_channel_options',
-    'listening_socket_count',
-    'live_workers',
-    'port_is_free',
-    'stop_all_workers',
-    'worker_binary_path',
+  "DEFAULT_MAX_MESSAGE_MB",
+  "PortInUseError",
+  "WorkerProcess",
+  "WorkerStartError",
+  "WorkerUnavailableError",
+  "find_free_port",
+  "grpc_channel_options",
+  "listening_socket_count",
+  "live_workers",
+  "port_is_free",
+  "stop_all_workers",
+  "worker_binary_path",
 ]
 
 # `worker_binary`'s own default (10000 MB) overflows a 32-bit int in its
 # server; 2000 MB is below 2**31 bytes whether MB means 10**6 or 2**20.
 DEFAULT_MAX_MESSAGE_MB = 2000
 _MAX_MESSAGE_MB_LIMIT = 2047
-
 
 
 class WorkerUnavailableError(RuntimeError):
@@ -102,16 +103,16 @@ def worker_binary_path() -> str:
   """Path of `worker_binary` shipped inside the installed TFF wheel."""
   import importlib.util  # pylint: disable=g-import-not-at-top
 
-  spec = importlib.util.find_spec('tensorflow_federated')
+  spec = importlib.util.find_spec("tensorflow_federated")
   if spec is None or not spec.submodule_search_locations:
-    raise WorkerStartError('tensorflow_federated is not installed')
+    raise WorkerStartError("tensorflow_federated is not installed")
   for location in spec.submodule_search_locations:
-    path = os.path.join(location, 'data', 'worker_binary')
+    path = os.path.join(location, "data", "worker_binary")
     if os.path.isfile(path):
       return path
   raise WorkerStartError(
-      'worker_binary not found under tensorflow_federated/data in '
-      + ', '.join(spec.submodule_search_locations)
+    "worker_binary not found under tensorflow_federated/data in "
+    + ", ".join(spec.submodule_search_locations)
   )
 
 
@@ -123,16 +124,16 @@ def grpc_channel_options(max_message_mb: int = DEFAULT_MAX_MESSAGE_MB):
   _check_max_message_mb(max_message_mb)
   size = int(max_message_mb) * 1024 * 1024
   return [
-      ('grpc.max_send_message_length', size),
-      ('grpc.max_receive_message_length', size),
+    ("grpc.max_send_message_length", size),
+    ("grpc.max_receive_message_length", size),
   ]
 
 
 def _check_max_message_mb(max_message_mb: int) -> None:
   if not 1 <= int(max_message_mb) <= _MAX_MESSAGE_MB_LIMIT:
     raise ValueError(
-        f'max_message_mb must be in [1, {_MAX_MESSAGE_MB_LIMIT}] (it is a'
-        f' 32-bit byte count in the worker), got {max_message_mb}'
+      f"max_message_mb must be in [1, {_MAX_MESSAGE_MB_LIMIT}] (it is a"
+      f" 32-bit byte count in the worker), got {max_message_mb}"
     )
 
 
@@ -146,10 +147,9 @@ def close_channel(channel: grpc.Channel, timeout_s: float = 1.0) -> None:
   their `channel_ready_future`) first; after `timeout_s` the channel is
   closed regardless.
   """
-  state = getattr(channel, '_connectivity_state', None)  # grpc's own.
+  state = getattr(channel, "_connectivity_state", None)  # grpc's own.
   deadline = time.monotonic() + timeout_s
-  while (getattr(state, 'polling', False)
-         and time.monotonic() < deadline):
+  while getattr(state, "polling", False) and time.monotonic() < deadline:
     time.sleep(0.01)
   channel.close()
 
@@ -174,9 +174,9 @@ def port_is_free(port: int) -> bool:
       sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
       if family == socket.AF_INET6:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(('::', port))
+        sock.bind(("::", port))
       else:
-        sock.bind(('0.0.0.0', port))
+        sock.bind(("0.0.0.0", port))
       return True
     except OSError as e:
       if e.errno == errno.EADDRINUSE:
@@ -186,7 +186,7 @@ def port_is_free(port: int) -> bool:
       raise
     finally:
       sock.close()
-  raise OSError(f'cannot test whether port {port} is free')
+  raise OSError(f"cannot test whether port {port} is free")
 
 
 def _listening_inodes(port: int) -> Optional[list[int]]:
@@ -194,7 +194,7 @@ def _listening_inodes(port: int) -> Optional[list[int]]:
   network namespace, from /proc/net/tcp{,6}; None if unavailable."""
   inodes = []
   found_table = False
-  for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
     try:
       with open(table) as f:
         lines = f.readlines()[1:]
@@ -203,8 +203,8 @@ def _listening_inodes(port: int) -> Optional[list[int]]:
     found_table = True
     for line in lines:
       fields = line.split()
-      if len(fields) > 9 and fields[3] == '0A':  # TCP_LISTEN
-        if int(fields[1].rsplit(':', 1)[1], 16) == port:
+      if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
+        if int(fields[1].rsplit(":", 1)[1], 16) == port:
           inodes.append(int(fields[9]))
   return inodes if found_table else None
 
@@ -222,14 +222,14 @@ def _listens_on(pid: int, port: int) -> Optional[bool]:
     return None
   if not inodes:
     return False
-  wanted = {f'socket:[{inode}]' for inode in inodes}
+  wanted = {f"socket:[{inode}]" for inode in inodes}
   try:
-    fds = os.listdir(f'/proc/{pid}/fd')
+    fds = os.listdir(f"/proc/{pid}/fd")
   except OSError:
     return None
   for fd in fds:
     try:
-      if os.readlink(f'/proc/{pid}/fd/{fd}') in wanted:
+      if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
         return True
     except OSError:
       continue
@@ -246,17 +246,17 @@ def find_free_port() -> int:
       family = socket.AF_INET
       sock = socket.socket(family, socket.SOCK_STREAM)
     with sock:
-      sock.bind(('::' if family == socket.AF_INET6 else '0.0.0.0', 0))
+      sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
       port = sock.getsockname()[1]
     if port_is_free(port):
       return port
-  raise WorkerStartError('could not find a free TCP port')
+  raise WorkerStartError("could not find a free TCP port")
 
 
 # ---------------------------------------------------------------------------
 # Spawning with PR_SET_PDEATHSIG from a thread that lives as long as we do.
 
-_PDEATHSIG_EXEC = os.path.join(os.path.dirname(__file__), '_pdeathsig_exec.py')
+_PDEATHSIG_EXEC = os.path.join(os.path.dirname(__file__), "_pdeathsig_exec.py")
 
 
 def _with_pdeathsig(args: Sequence[str]) -> list[str]:
@@ -269,13 +269,13 @@ def _with_pdeathsig(args: Sequence[str]) -> list[str]:
   `subprocess` uses `vfork()`, which runs no fork handlers.
   """
   return [
-      sys.executable,
-      '-I',
-      '-S',
-      _PDEATHSIG_EXEC,
-      str(os.getpid()),
-      str(int(signal.SIGTERM)),
-      *args,
+    sys.executable,
+    "-I",
+    "-S",
+    _PDEATHSIG_EXEC,
+    str(os.getpid()),
+    str(int(signal.SIGTERM)),
+    *args,
   ]
 
 
@@ -293,10 +293,10 @@ class _Spawner:
       if self._requests is None:
         self._requests = queue.Queue()
         threading.Thread(
-            target=self._serve,
-            args=(self._requests,),
-            name='tff-hetero-worker-spawner',
-            daemon=True,
+          target=self._serve,
+          args=(self._requests,),
+          name="tff-hetero-worker-spawner",
+          daemon=True,
         ).start()
       requests = self._requests
     done = queue.Queue(maxsize=1)
@@ -322,10 +322,10 @@ _SPAWNER = _Spawner()
 # Registry of live workers, stopped at interpreter exit.
 
 _LIVE_LOCK = threading.Lock()
-_LIVE: dict[int, 'WorkerProcess'] = {}
+_LIVE: dict[int, "WorkerProcess"] = {}
 
 
-def live_workers() -> list['WorkerProcess']:
+def live_workers() -> list["WorkerProcess"]:
   """Workers started by this process and not yet stopped."""
   with _LIVE_LOCK:
     return list(_LIVE.values())
@@ -346,16 +346,18 @@ atexit.register(stop_all_workers)
 def _tail(path: Optional[str], max_chars: int = 300) -> str:
   """Last non-empty line of a log file, shortened, for one-line errors."""
   if not path:
-    return ''
+    return ""
   try:
-    with open(path, 'rb') as f:
+    with open(path, "rb") as f:
       f.seek(0, os.SEEK_END)
       f.seek(max(0, f.tell() - 4096))
-      lines = [l.strip() for l in f.read().decode('utf-8', 'replace').splitlines()]
+      lines = [
+        l.strip() for l in f.read().decode("utf-8", "replace").splitlines()
+      ]
   except OSError:
-    return ''
+    return ""
   lines = [l for l in lines if l]
-  return lines[-1][-max_chars:] if lines else ''
+  return lines[-1][-max_chars:] if lines else ""
 
 
 class WorkerProcess:
@@ -379,18 +381,18 @@ class WorkerProcess:
   """
 
   def __init__(
-      self,
-      port: Optional[int] = None,
-      *,
-      max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-      max_concurrent_computation_calls: int = -1,
-      log_path: Optional[Union[str, os.PathLike]] = None,
-      ready_timeout_s: float = 60.0,
-      extra_args: Sequence[str] = (),
+    self,
+    port: Optional[int] = None,
+    *,
+    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+    max_concurrent_computation_calls: int = -1,
+    log_path: Optional[Union[str, os.PathLike]] = None,
+    ready_timeout_s: float = 60.0,
+    extra_args: Sequence[str] = (),
   ):
     _check_max_message_mb(max_message_mb)
     if port is not None and not 0 < int(port) < 65536:
-      raise ValueError(f'port must be in 1..65535, got {port}')
+      raise ValueError(f"port must be in 1..65535, got {port}")
     self._requested_port = None if port is None else int(port)
     self._port: Optional[int] = self._requested_port
     self._max_message_mb = int(max_message_mb)
@@ -416,8 +418,8 @@ class WorkerProcess:
   def address(self) -> str:
     """'127.0.0.1:PORT': where this process reaches the worker."""
     if self._port is None:
-      raise RuntimeError('worker has no port before start()')
-    return f'127.0.0.1:{self._port}'
+      raise RuntimeError("worker has no port before start()")
+    return f"127.0.0.1:{self._port}"
 
   @property
   def log_path(self) -> Optional[str]:
@@ -432,8 +434,8 @@ class WorkerProcess:
 
   def __repr__(self):
     return (
-        f'WorkerProcess(port={self._port}, pid={self.pid},'
-        f' running={self.is_running()})'
+      f"WorkerProcess(port={self._port}, pid={self.pid},"
+      f" running={self.is_running()})"
     )
 
   # -- lifecycle ------------------------------------------------------------
@@ -441,14 +443,14 @@ class WorkerProcess:
   def command(self) -> list[str]:
     """The command line `start()` runs (port must be known)."""
     return [
-        worker_binary_path(),
-        f'--port={self._port}',
-        f'--grpc_max_message_length_megabytes={self._max_message_mb}',
-        f'--max_concurrent_computation_calls={self._max_concurrent}',
-        *self._extra_args,
+      worker_binary_path(),
+      f"--port={self._port}",
+      f"--grpc_max_message_length_megabytes={self._max_message_mb}",
+      f"--max_concurrent_computation_calls={self._max_concurrent}",
+      *self._extra_args,
     ]
 
-  def start(self) -> 'WorkerProcess':
+  def start(self) -> "WorkerProcess":
     """Starts the binary (does not wait for it to answer; see `wait_ready`).
 
     Raises:
@@ -457,13 +459,13 @@ class WorkerProcess:
     """
     with self._lock:
       if self._proc is not None:
-        raise RuntimeError(f'{self!r} was already started')
+        raise RuntimeError(f"{self!r} was already started")
       if self._requested_port is None:
         self._port = find_free_port()
       elif not port_is_free(self._requested_port):
         raise PortInUseError(
-            f'port {self._requested_port} is already in use; cannot start a'
-            ' TFF worker on it'
+          f"port {self._requested_port} is already in use; cannot start a"
+          " TFF worker on it"
         )
       args = self.command()
       log_file: Union[int, IO[bytes]]
@@ -471,25 +473,25 @@ class WorkerProcess:
         log_file = subprocess.DEVNULL
       else:
         try:
-          log_file = open(self._log_path, 'ab')  # pylint: disable=consider-using-with
+          log_file = open(self._log_path, "ab")  # pylint: disable=consider-using-with
         except OSError as e:
           raise WorkerStartError(
-              f'cannot open TFF worker log file {self._log_path}:'
-              f' {e.strerror or e}'
+            f"cannot open TFF worker log file {self._log_path}:"
+            f" {e.strerror or e}"
           ) from None
       try:
         self._proc = _SPAWNER.popen(
-            _with_pdeathsig(args),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT if self._log_path else subprocess.DEVNULL,
-            close_fds=True,
-            process_group=0,
-            env=heap.worker_environment(),
+          _with_pdeathsig(args),
+          stdin=subprocess.DEVNULL,
+          stdout=log_file,
+          stderr=subprocess.STDOUT if self._log_path else subprocess.DEVNULL,
+          close_fds=True,
+          process_group=0,
+          env=heap.worker_environment(),
         )
       except OSError as e:
         raise WorkerStartError(
-            f'cannot execute TFF worker binary {args[0]}: {e}'
+          f"cannot execute TFF worker binary {args[0]}: {e}"
         ) from None
       finally:
         if not isinstance(log_file, int):
@@ -498,7 +500,7 @@ class WorkerProcess:
         _LIVE[self._proc.pid] = self
     return self
 
-  def wait_ready(self, timeout_s: Optional[float] = None) -> 'WorkerProcess':
+  def wait_ready(self, timeout_s: Optional[float] = None) -> "WorkerProcess":
     """Blocks until the worker answers gRPC on 127.0.0.1:port.
 
     Raises:
@@ -506,11 +508,11 @@ class WorkerProcess:
         `timeout_s` (the worker is then stopped).
     """
     if self._proc is None:
-      raise RuntimeError('wait_ready() before start()')
+      raise RuntimeError("wait_ready() before start()")
     timeout_s = self._ready_timeout_s if timeout_s is None else float(timeout_s)
     deadline = time.monotonic() + timeout_s
     channel = grpc.insecure_channel(
-        self.address, options=[('grpc.use_local_subchannel_pool', 1)]
+      self.address, options=[("grpc.use_local_subchannel_pool", 1)]
     )
     ready = grpc.channel_ready_future(channel)
     try:
@@ -521,16 +523,16 @@ class WorkerProcess:
           self._forget()
           tail = _tail(self._log_path)
           raise WorkerStartError(
-              f'TFF worker on port {self._port} exited with code {code} before'
-              ' answering' + (f': {tail}' if tail else '')
+            f"TFF worker on port {self._port} exited with code {code} before"
+            " answering" + (f": {tail}" if tail else "")
           )
         remaining = deadline - time.monotonic()
         if remaining <= 0:
           ready.cancel()
           self.stop()
           raise WorkerStartError(
-              f'TFF worker on port {self._port} (pid {self.pid}) did not answer'
-              f' within {timeout_s:g}s'
+            f"TFF worker on port {self._port} (pid {self.pid}) did not answer"
+            f" within {timeout_s:g}s"
           )
         try:
           ready.result(timeout=min(0.2, remaining))
@@ -547,9 +549,9 @@ class WorkerProcess:
           # would be split between the two. Back off.
           self.stop()
           raise PortInUseError(
-              f'port {self._port} is shared with another server'
-              f' ({listeners} listening sockets); cannot use it for a TFF'
-              ' worker'
+            f"port {self._port} is shared with another server"
+            f" ({listeners} listening sockets); cannot use it for a TFF"
+            " worker"
           )
         return self
     finally:
@@ -596,7 +598,7 @@ class WorkerProcess:
         if _LIVE.get(self._proc.pid) is self:
           del _LIVE[self._proc.pid]
 
-  def __enter__(self) -> 'WorkerProcess':
+  def __enter__(self) -> "WorkerProcess":
     if self._proc is None:
       self.start()
     try:

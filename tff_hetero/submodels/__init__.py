@@ -14,10 +14,10 @@ from tff_hetero.submodels.pools import adaptivefl_pool
 from tff_hetero.submodels.pools import uniform_pool
 
 __all__ = [
-    "PoolMember",
-    "SliceSpec",
-    "SubModelMap",
-    "SubModelPool",
-    "adaptivefl_pool",
-    "uniform_pool",
+  "PoolMember",
+  "SliceSpec",
+  "SubModelMap",
+  "SubModelPool",
+  "adaptivefl_pool",
+  "uniform_pool",
 ]

@@ -27,8 +27,8 @@ non-trainable lists) or plain lists of the trainable variables.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import attrs
@@ -63,8 +63,9 @@ class SliceSpec:
     if self.is_whole:
       return tf.convert_to_tensor(value)
     view = tf.reshape(value, self.inner_view)
-    padded = tf.pad(view, [[0, o - i] for o, i in zip(self.outer_view,
-                                                       self.inner_view)])
+    padded = tf.pad(
+      view, [[0, o - i] for o, i in zip(self.outer_view, self.inner_view)]
+    )
     return tf.reshape(padded, self.outer_shape)
 
   def coverage(self) -> np.ndarray:
@@ -79,7 +80,9 @@ def _flatten_views(model: tf.keras.Model) -> dict[int, tuple[int, ...]]:
   for layer in model.layers:
     if not isinstance(layer, tf.keras.layers.Dense):
       continue
-    inbound = layer.inbound_nodes[0].inbound_layers if layer.inbound_nodes else None
+    inbound = (
+      layer.inbound_nodes[0].inbound_layers if layer.inbound_nodes else None
+    )
     if isinstance(inbound, list):
       inbound = inbound[0] if len(inbound) == 1 else None
     if not isinstance(inbound, tf.keras.layers.Flatten):
@@ -91,24 +94,34 @@ def _flatten_views(model: tf.keras.Model) -> dict[int, tuple[int, ...]]:
   return views
 
 
-def _specs(outer_vars: Sequence[tf.Variable], inner_vars: Sequence[tf.Variable],
-           outer_views, inner_views, what: str) -> tuple[SliceSpec, ...]:
+def _specs(
+  outer_vars: Sequence[tf.Variable],
+  inner_vars: Sequence[tf.Variable],
+  outer_views,
+  inner_views,
+  what: str,
+) -> tuple[SliceSpec, ...]:
   if len(outer_vars) != len(inner_vars):
     raise ModelError(
-        f"the sub-model has {len(inner_vars)} {what} variables, the model"
-        f" {len(outer_vars)}: not built by the same factory")
+      f"the sub-model has {len(inner_vars)} {what} variables, the model"
+      f" {len(outer_vars)}: not built by the same factory"
+    )
   specs = []
   for outer, inner in zip(outer_vars, inner_vars):
     o_shape = tuple(int(d) for d in outer.shape)
     i_shape = tuple(int(d) for d in inner.shape)
     o_view = outer_views.get(id(outer), o_shape)
     i_view = inner_views.get(id(inner), i_shape)
-    if (len(o_view) != len(i_view) or any(i > o for o, i in zip(o_view, i_view))
-        or math.prod(o_view) != math.prod(o_shape)
-        or math.prod(i_view) != math.prod(i_shape)):
+    if (
+      len(o_view) != len(i_view)
+      or any(i > o for o, i in zip(o_view, i_view))
+      or math.prod(o_view) != math.prod(o_shape)
+      or math.prod(i_view) != math.prod(i_shape)
+    ):
       raise ModelError(
-          f"variable {inner.name} of shape {i_shape} is not a prefix slice of"
-          f" {outer.name} of shape {o_shape}")
+        f"variable {inner.name} of shape {i_shape} is not a prefix slice of"
+        f" {outer.name} of shape {o_shape}"
+      )
     specs.append(SliceSpec(inner.name, o_shape, i_shape, o_view, i_view))
   return tuple(specs)
 
@@ -127,31 +140,49 @@ class SubModelMap:
   non_trainable: tuple[SliceSpec, ...]
 
   @classmethod
-  def between(cls, outer: tf.keras.Model, inner: tf.keras.Model) -> "SubModelMap":
+  def between(
+    cls, outer: tf.keras.Model, inner: tf.keras.Model
+  ) -> "SubModelMap":
     """The map from built Keras model `outer` to its sub-model `inner`."""
     outer_views, inner_views = _flatten_views(outer), _flatten_views(inner)
     return cls(
-        _specs(outer.trainable_weights, inner.trainable_weights, outer_views,
-               inner_views, "trainable"),
-        _specs(outer.non_trainable_weights, inner.non_trainable_weights,
-               outer_views, inner_views, "non-trainable"))
+      _specs(
+        outer.trainable_weights,
+        inner.trainable_weights,
+        outer_views,
+        inner_views,
+        "trainable",
+      ),
+      _specs(
+        outer.non_trainable_weights,
+        inner.non_trainable_weights,
+        outer_views,
+        inner_views,
+        "non-trainable",
+      ),
+    )
 
   def _apply(self, weights, fn_name: str):
     trainable, non_trainable = _as_lists(weights)
     if len(trainable) != len(self.trainable) or (
-        non_trainable is not None and
-        len(non_trainable) != len(self.non_trainable)):
+      non_trainable is not None
+      and len(non_trainable) != len(self.non_trainable)
+    ):
       raise ValueError(
-          f"expected {len(self.trainable)} trainable and"
-          f" {len(self.non_trainable)} non-trainable values")
-    new_trainable = [getattr(s, fn_name)(v)
-                     for s, v in zip(self.trainable, trainable)]
+        f"expected {len(self.trainable)} trainable and"
+        f" {len(self.non_trainable)} non-trainable values"
+      )
+    new_trainable = [
+      getattr(s, fn_name)(v) for s, v in zip(self.trainable, trainable)
+    ]
     if non_trainable is None:
       return new_trainable
-    new_non_trainable = [getattr(s, fn_name)(v)
-                         for s, v in zip(self.non_trainable, non_trainable)]
-    return type(weights)(trainable=new_trainable,
-                         non_trainable=new_non_trainable)
+    new_non_trainable = [
+      getattr(s, fn_name)(v) for s, v in zip(self.non_trainable, non_trainable)
+    ]
+    return type(weights)(
+      trainable=new_trainable, non_trainable=new_non_trainable
+    )
 
   def extract(self, weights) -> Any:
     """The inner model's weights, sliced from the outer model's."""
@@ -167,10 +198,14 @@ class SubModelMap:
     if trainable_only:
       return masks
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
     return tff.learning.models.ModelWeights(
-        trainable=masks, non_trainable=[s.coverage() for s in self.non_trainable])
+      trainable=masks, non_trainable=[s.coverage() for s in self.non_trainable]
+    )
 
   def num_elements(self, trainable_only: bool = True) -> int:
     """How many elements the inner model has."""
-    specs = self.trainable if trainable_only else self.trainable + self.non_trainable
+    specs = (
+      self.trainable if trainable_only else self.trainable + self.non_trainable
+    )
     return sum(math.prod(s.inner_shape) for s in specs)

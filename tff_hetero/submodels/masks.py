@@ -29,16 +29,19 @@ says it follows RigL, which is what this module does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import inspect
 import math
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import attrs
 import numpy as np
 import tensorflow as tf
 import tensorflow_model_optimization as tfmot
-from tensorflow_model_optimization.python.core.sparsity.keras import pruning_wrapper
+from tensorflow_model_optimization.python.core.sparsity.keras import (
+  pruning_wrapper,
+)
 
 
 class FixedMasks(tfmot.sparsity.keras.PruningSchedule):
@@ -52,8 +55,12 @@ class FixedMasks(tfmot.sparsity.keras.PruningSchedule):
     return {"class_name": self.__class__.__name__, "config": {}}
 
 
-_KERNEL_LAYERS = (tf.keras.layers.Conv1D, tf.keras.layers.Conv2D,
-                  tf.keras.layers.Conv3D, tf.keras.layers.Dense)
+_KERNEL_LAYERS = (
+  tf.keras.layers.Conv1D,
+  tf.keras.layers.Conv2D,
+  tf.keras.layers.Conv3D,
+  tf.keras.layers.Dense,
+)
 
 
 class FixedMaskPruning(pruning_wrapper.PruneLowMagnitude):
@@ -154,8 +161,9 @@ class MaskLayout:
   @classmethod
   def of(cls, wrapped: tf.keras.Model) -> "MaskLayout":
     trainable = {id(v): i for i, v in enumerate(wrapped.trainable_weights)}
-    non_trainable = {id(v): i
-                     for i, v in enumerate(wrapped.non_trainable_weights)}
+    non_trainable = {
+      id(v): i for i, v in enumerate(wrapped.non_trainable_weights)
+    }
     kinds = ["statistic"] * len(non_trainable)
     kernels = []
     for layer in wrapped.layers:
@@ -165,18 +173,26 @@ class MaskLayout:
       for weight, mask, threshold in layer.pruning_vars:
         kinds[non_trainable[id(mask)]] = "mask"
         kinds[non_trainable[id(threshold)]] = "threshold"
-        kernels.append(MaskedKernel(
-            name=weight.name, shape=tuple(int(d) for d in weight.shape),
+        kernels.append(
+          MaskedKernel(
+            name=weight.name,
+            shape=tuple(int(d) for d in weight.shape),
             trainable_index=trainable[id(weight)],
-            mask_index=non_trainable[id(mask)]))
+            mask_index=non_trainable[id(mask)],
+          )
+        )
     if not kernels:
-      raise ValueError(f"model {wrapped.name!r} has no pruning wrappers;"
-                       " wrap it with prune_wrap")
+      raise ValueError(
+        f"model {wrapped.name!r} has no pruning wrappers;"
+        " wrap it with prune_wrap"
+      )
     kernels.sort(key=lambda k: k.trainable_index)
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in wrapped.non_trainable_weights)
-    return cls(tuple(kernels), tuple(kinds), specs,
-               len(wrapped.trainable_weights))
+    specs = tuple(
+      tf.TensorSpec(v.shape, v.dtype) for v in wrapped.non_trainable_weights
+    )
+    return cls(
+      tuple(kernels), tuple(kinds), specs, len(wrapped.trainable_weights)
+    )
 
   @property
   def step_indices(self) -> tuple[int, ...]:
@@ -185,10 +201,14 @@ class MaskLayout:
   def to_sparse(self, weights) -> SparseModel:
     """The `SparseModel` of a wrapped model's `ModelWeights`."""
     return SparseModel(
-        trainable=list(weights.trainable),
-        masks=self.masks(weights),
-        statistics=[w for w, kind in zip(weights.non_trainable, self.kinds)
-                    if kind == "statistic"])
+      trainable=list(weights.trainable),
+      masks=self.masks(weights),
+      statistics=[
+        w
+        for w, kind in zip(weights.non_trainable, self.kinds)
+        if kind == "statistic"
+      ],
+    )
 
   def to_model_weights(self, sparse: SparseModel):
     """`ModelWeights` of the wrapped model from a `SparseModel` (TF ops).
@@ -197,11 +217,11 @@ class MaskLayout:
     its pruning steps 0, as a training call needs.
     """
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
     masks = {k.mask_index: m for k, m in zip(self.kernels, sparse.masks)}
     statistics = iter(sparse.statistics)
     non_trainable = []
-    for i, (kind, spec) in enumerate(zip(self.kinds,
-                                         self.non_trainable_specs)):
+    for i, (kind, spec) in enumerate(zip(self.kinds, self.non_trainable_specs)):
       if kind == "mask":
         non_trainable.append(tf.cast(masks[i], spec.dtype))
       elif kind == "statistic":
@@ -209,7 +229,8 @@ class MaskLayout:
       else:
         non_trainable.append(tf.zeros(spec.shape, spec.dtype))
     return tff.learning.models.ModelWeights(
-        trainable=list(sparse.trainable), non_trainable=non_trainable)
+      trainable=list(sparse.trainable), non_trainable=non_trainable
+    )
 
   @property
   def shapes(self) -> list[tuple[int, ...]]:
@@ -223,8 +244,10 @@ class MaskLayout:
     """One mask per trainable tensor: the kernel's, or ones (dense)."""
     masks = [tf.ones_like(w) for w in weights.trainable]
     for k in self.kernels:
-      masks[k.trainable_index] = tf.cast(weights.non_trainable[k.mask_index],
-                                         weights.trainable[k.trainable_index].dtype)
+      masks[k.trainable_index] = tf.cast(
+        weights.non_trainable[k.mask_index],
+        weights.trainable[k.trainable_index].dtype,
+      )
     return masks
 
   def with_masks(self, weights, masks):
@@ -238,9 +261,9 @@ class MaskLayout:
     return type(weights)(trainable=trainable, non_trainable=non_trainable)
 
 
-
-def erk_densities(shapes: Sequence[Sequence[int]], sparsity: float,
-                  power: float = 1.0) -> list[float]:
+def erk_densities(
+  shapes: Sequence[Sequence[int]], sparsity: float, power: float = 1.0
+) -> list[float]:
   """RigL's Erdos-Renyi-Kernel densities for an overall `sparsity` (module doc)."""
   if not 0.0 <= sparsity < 1.0:
     raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
@@ -261,22 +284,27 @@ def erk_densities(shapes: Sequence[Sequence[int]], sparsity: float,
     eps = rhs / divisor
     largest = max(raw[i] for i in range(len(shapes)) if i not in dense)
     if largest * eps > 1.0:
-      dense.update(i for i in range(len(shapes))
-                   if i not in dense and raw[i] == largest)
+      dense.update(
+        i for i in range(len(shapes)) if i not in dense and raw[i] == largest
+      )
     else:
       break
   return [1.0 if i in dense else eps * raw[i] for i in range(len(shapes))]
 
 
-def keep_counts(shapes: Sequence[Sequence[int]],
-                densities: Sequence[float]) -> list[int]:
+def keep_counts(
+  shapes: Sequence[Sequence[int]], densities: Sequence[float]
+) -> list[int]:
   """Weights each layer keeps: round(density x size), at least 1."""
-  return [max(1, min(math.prod(s), int(round(d * math.prod(s)))))
-          for s, d in zip(shapes, densities)]
+  return [
+    max(1, min(math.prod(s), int(round(d * math.prod(s)))))
+    for s, d in zip(shapes, densities)
+  ]
 
 
-def random_masks(shapes: Sequence[Sequence[int]], counts: Sequence[int],
-                 seed: int) -> list[np.ndarray]:
+def random_masks(
+  shapes: Sequence[Sequence[int]], counts: Sequence[int], seed: int
+) -> list[np.ndarray]:
   """Masks with exactly `counts[i]` ones, placed uniformly from `seed`."""
   rng = np.random.default_rng([0x6D61736B, int(seed)])  # "mask"
   masks = []
@@ -301,6 +329,7 @@ def top_k_mask(scores, count, candidates):
   masked_scores = tf.where(allowed, flat, tf.fill(tf.shape(flat), -np.inf))
   order = tf.argsort(masked_scores, direction="DESCENDING", stable=True)
   indices = order[:k]
-  chosen = tf.scatter_nd(tf.expand_dims(indices, 1),
-                         tf.ones([k], tf.float32), tf.shape(flat))
+  chosen = tf.scatter_nd(
+    tf.expand_dims(indices, 1), tf.ones([k], tf.float32), tf.shape(flat)
+  )
   return tf.reshape(chosen, tf.shape(scores))

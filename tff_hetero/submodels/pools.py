@@ -81,8 +81,9 @@ class SubModelPool:
       if m.level == level:
         return m
     raise ModelError(
-        f"no pool member {level!r}; members: "
-        + ", ".join(m.level for m in self.members))
+      f"no pool member {level!r}; members: "
+      + ", ".join(m.level for m in self.members)
+    )
 
   def levels(self) -> tuple[str, ...]:
     return tuple(m.level for m in self.members)
@@ -98,10 +99,13 @@ def _check_ratio(name: str, ratio: float) -> float:
   return ratio
 
 
-def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
-                    medium_ratio: float = 0.66, small_ratio: float = 0.40,
-                    start_indices: Sequence[int] = (8, 6, 4),
-                    min_start_index: int = 1) -> SubModelPool:
+def adaptivefl_pool(
+  units: Sequence[width_lib.WidthUnit],
+  medium_ratio: float = 0.66,
+  small_ratio: float = 0.40,
+  start_indices: Sequence[int] = (8, 6, 4),
+  min_start_index: int = 1,
+) -> SubModelPool:
   """AdaptiveFL's pool L1, M1..Mp, S1..Sp (module docstring).
 
   `min_start_index` is the paper's tau (>= 1): every start index must reach
@@ -112,8 +116,9 @@ def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
   small_ratio = _check_ratio("the S-level width ratio", small_ratio)
   if not small_ratio < medium_ratio:
     raise ModelError(
-        f"the S-level width ratio ({small_ratio}) must be below the M-level"
-        f" one ({medium_ratio})")
+      f"the S-level width ratio ({small_ratio}) must be below the M-level"
+      f" one ({medium_ratio})"
+    )
   starts = tuple(start_indices)
   if not starts:
     raise ModelError("at least one start index I is needed")
@@ -121,32 +126,46 @@ def adaptivefl_pool(units: Sequence[width_lib.WidthUnit],
     raise ModelError(f"start indices must be integers, got {starts}")
   if list(starts) != sorted(set(starts), reverse=True):
     raise ModelError(
-        f"start indices must be distinct and decreasing (I_1 > I_2 > ...),"
-        f" got {':'.join(map(str, starts))}")
-  if (isinstance(min_start_index, bool) or not isinstance(min_start_index, int)
-      or min_start_index < 1):
+      f"start indices must be distinct and decreasing (I_1 > I_2 > ...),"
+      f" got {':'.join(map(str, starts))}"
+    )
+  if (
+    isinstance(min_start_index, bool)
+    or not isinstance(min_start_index, int)
+    or min_start_index < 1
+  ):
     raise ModelError(
-        f"the minimum start index tau must be an integer >= 1 (the first"
-        f" layer is never pruned), got {min_start_index!r}")
+      f"the minimum start index tau must be an integer >= 1 (the first"
+      f" layer is never pruned), got {min_start_index!r}"
+    )
   if starts[0] >= len(units) or starts[-1] < min_start_index:
     if min_start_index >= len(units):
       raise ModelError(
-          f"the model has {len(units)} width unit(s): no start index I can be"
-          f" >= tau={min_start_index} and prune a unit after it")
+        f"the model has {len(units)} width unit(s): no start index I can be"
+        f" >= tau={min_start_index} and prune a unit after it"
+      )
     raise ModelError(
-        f"start indices must lie in {min_start_index}..{len(units) - 1} (I >="
-        f" tau={min_start_index} keeps the shallow layers whole; the model has"
-        f" {len(units)} width units), got {':'.join(map(str, starts))}")
+      f"start indices must lie in {min_start_index}..{len(units) - 1} (I >="
+      f" tau={min_start_index} keeps the shallow layers whole; the model has"
+      f" {len(units)} width units), got {':'.join(map(str, starts))}"
+    )
   members = []
   for size_class, ratio in (("S", small_ratio), ("M", medium_ratio)):
     # S_p .. S_1, then M_p .. M_1: smallest start index first.
     for j in range(len(starts), 0, -1):
-      members.append((f"{size_class}{j}", size_class, ratio, starts[j - 1],
-                      width_lib.widths_for(units, ratio, starts[j - 1],
-                                           "floor")))
+      members.append(
+        (
+          f"{size_class}{j}",
+          size_class,
+          ratio,
+          starts[j - 1],
+          width_lib.widths_for(units, ratio, starts[j - 1], "floor"),
+        )
+      )
   members.append(("L1", "L", 1.0, len(units), width_lib.full_widths(units)))
-  return SubModelPool(units, tuple(
-      PoolMember(i, *m) for i, m in enumerate(members)))
+  return SubModelPool(
+    units, tuple(PoolMember(i, *m) for i, m in enumerate(members))
+  )
 
 
 def check_increasing_sizes(pool: SubModelPool, sizes: Sequence[int]) -> None:
@@ -157,25 +176,32 @@ def check_increasing_sizes(pool: SubModelPool, sizes: Sequence[int]) -> None:
   sizes = [int(s) for s in sizes]
   if len(sizes) != len(pool.members):
     raise ValueError(f"{len(sizes)} sizes for {len(pool.members)} members")
-  bad = [(a, b) for a, b, x, y in zip(pool.members, pool.members[1:], sizes,
-                                      sizes[1:]) if not x < y]
+  bad = [
+    (a, b)
+    for a, b, x, y in zip(pool.members, pool.members[1:], sizes, sizes[1:])
+    if not x < y
+  ]
   if bad:
     listed = ", ".join(f"{m.level} {s:,}" for m, s in zip(pool.members, sizes))
     broken = "; ".join(f"{a.level} >= {b.level}" for a, b in bad)
     raise ModelError(
-        f"pool sizes must increase in pool order ({broken}): {listed}"
-        " parameters; choose other start indices or width ratios")
+      f"pool sizes must increase in pool order ({broken}): {listed}"
+      " parameters; choose other start indices or width ratios"
+    )
 
 
-def uniform_pool(units: Sequence[width_lib.WidthUnit],
-                 rates: Sequence[float],
-                 rounding: str = "ceil") -> SubModelPool:
+def uniform_pool(
+  units: Sequence[width_lib.WidthUnit],
+  rates: Sequence[float],
+  rounding: str = "ceil",
+) -> SubModelPool:
   """HeteroFL's pool: one uniform width rate per member, smallest first."""
   units = tuple(units)
   rates = sorted({float(r) for r in rates})
   if not rates or rates[-1] != 1.0 or rates[0] <= 0:
     raise ModelError(
-        f"width rates must lie in (0, 1] and include 1, got {rates}")
+      f"width rates must lie in (0, 1] and include 1, got {rates}"
+    )
   members = []
   for i, rate in enumerate(rates):
     widths = width_lib.widths_for(units, rate, 0, rounding)

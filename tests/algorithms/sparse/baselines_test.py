@@ -23,7 +23,9 @@ from tff_hetero.submodels import masks as masks_lib
 # 17, 21, 23, 24; time c + (1, 3, 4, 6, 7).
 
 
-@pytest.mark.parametrize("constant, floor, expected", [
+@pytest.mark.parametrize(
+  "constant, floor, expected",
+  [
     # c = 0: objective before each weight 0, 9, 5.67, 5.25, 3.83; B1's ratio
     # 4 < 9 but the floor (2) keeps it; A0's 4 < 5.67 stops.
     (0.0, 2, ([0, 0, 1], [0, 1])),
@@ -32,11 +34,15 @@ from tff_hetero.submodels import masks as masks_lib
     (10.0, 1, ([1, 0, 1], [0, 1])),
     # Same, floor 4: B0 is kept by the floor; A1 (1 < 23 / 16) stops.
     (10.0, 4, ([1, 0, 1], [1, 1])),
-])
+  ],
+)
 def test_prunefl_reconfiguration_by_hand(constant, floor, expected):
   masks = prunefl.reconfigure_masks(
-      [np.array([4.0, 1.0, 9.0], np.float32),
-       np.array([2.0, 8.0], np.float32)], [1.0, 2.0], constant, floor)
+    [np.array([4.0, 1.0, 9.0], np.float32), np.array([2.0, 8.0], np.float32)],
+    [1.0, 2.0],
+    constant,
+    floor,
+  )
   for mask, want in zip(masks, expected):
     np.testing.assert_array_equal(mask, want)
 
@@ -44,8 +50,9 @@ def test_prunefl_reconfiguration_by_hand(constant, floor, expected):
 def test_prunefl_costs_are_macs_per_weight():
   inputs = tf.keras.Input((4, 4, 1))
   x = tf.keras.layers.Conv2D(2, 3, name="conv")(inputs)
-  model = tf.keras.Model(inputs, tf.keras.layers.Dense(3, name="fc")(
-      tf.keras.layers.Flatten()(x)))
+  model = tf.keras.Model(
+    inputs, tf.keras.layers.Dense(3, name="fc")(tf.keras.layers.Flatten()(x))
+  )
   layout = masks_lib.MaskLayout.of(masks_lib.prune_wrap(model))
   costs, constant = prunefl.kernel_costs(model, layout)
   # A 3x3 conv weight is used at each of the 2 x 2 output positions; a dense
@@ -55,23 +62,33 @@ def test_prunefl_costs_are_macs_per_weight():
 
 # -- GraSP's scores against an explicit Hessian -------------------------------
 
-_SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
-                                y=tf.TensorSpec([None], tf.int32))
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
+  y=tf.TensorSpec([None], tf.int32),
+)
 
 
 def _mlp():
   inputs = tf.keras.Input((2, 3, 1))
   x = tf.keras.layers.Dense(
-      8, activation="tanh", name="fc1",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(1))(
-          tf.keras.layers.Flatten()(inputs))
-  return tf.keras.Model(inputs, tf.keras.layers.Dense(
-      3, name="logits",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+    8,
+    activation="tanh",
+    name="fc1",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+  )(tf.keras.layers.Flatten()(inputs))
+  return tf.keras.Model(
+    inputs,
+    tf.keras.layers.Dense(
+      3,
+      name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2),
+    )(x),
+  )
 
 
-_TASK = api.Task("mlp6", _mlp, (2, 3, 1), 3, _SPEC,
-                 training_flops_per_example=3 * 72)
+_TASK = api.Task(
+  "mlp6", _mlp, (2, 3, 1), 3, _SPEC, training_flops_per_example=3 * 72
+)
 _IDS = ("c0", "c1", "c2")
 _SIZES = (9, 5, 7)
 
@@ -79,8 +96,9 @@ _SIZES = (9, 5, 7)
 def _arrays(client, round_num):
   rng = np.random.default_rng(round_num * 10 + client)
   return data_lib.ArrayDataset(
-      rng.normal(size=[_SIZES[client], 2, 3, 1]).astype(np.float32),
-      rng.integers(0, 3, size=[_SIZES[client]]).astype(np.int32))
+    rng.normal(size=[_SIZES[client], 2, 3, 1]).astype(np.float32),
+    rng.integers(0, 3, size=[_SIZES[client]]).astype(np.int32),
+  )
 
 
 def _hessian_scores(kernels, batches, temperature=200.0):
@@ -95,11 +113,15 @@ def _hessian_scores(kernels, batches, temperature=200.0):
     fc1, logits = tf.split(vector, [np.prod(s) for s in shapes])
     total = 0.0
     for x, y in batches:
-      h = tf.tanh(tf.reshape(x, [-1, 6]) @ tf.reshape(fc1, shapes[0]) +
-                  biases[0])
+      h = tf.tanh(
+        tf.reshape(x, [-1, 6]) @ tf.reshape(fc1, shapes[0]) + biases[0]
+      )
       out = (h @ tf.reshape(logits, shapes[1]) + biases[1]) / temperature
-      total += tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-          y, out, from_logits=True))
+      total += tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(
+          y, out, from_logits=True
+        )
+      )
     return total
 
   with tf.GradientTape() as outer:
@@ -115,16 +137,20 @@ def test_grasp_scores_equal_theta_times_hessian_gradient(tff_context):
   del tff_context
   algorithm = grasp.build_grasp(ExperimentConfig(sparsity=0.5), _TASK, _IDS)
   model = algorithm.rounds.model_fn()
-  dataset = data_lib.make_client_dataset(_arrays(0, 1), batch_size=4,
-                                         local_epochs=1, shuffle_seed=None)
+  dataset = data_lib.make_client_dataset(
+    _arrays(0, 1), batch_size=4, local_epochs=1, shuffle_seed=None
+  )
   scores = grasp.grasp_scores(model, algorithm.layout, dataset)
-  kernels = [model.trainable_variables[k.trainable_index].numpy()
-             for k in algorithm.layout.kernels]
+  kernels = [
+    model.trainable_variables[k.trainable_index].numpy()
+    for k in algorithm.layout.kernels
+  ]
   batches = [(b["x"], b["y"]) for b in dataset]
   expected = _hessian_scores(kernels, batches)
   for got, want in zip(scores, expected):
-    np.testing.assert_allclose(np.reshape(got, [-1]), want, rtol=1e-3,
-                               atol=1e-9)
+    np.testing.assert_allclose(
+      np.reshape(got, [-1]), want, rtol=1e-3, atol=1e-9
+    )
   assert max(np.abs(w).max() for w in expected) > 1e-7
 
 
@@ -132,22 +158,38 @@ def test_grasp_scores_equal_theta_times_hessian_gradient(tff_context):
 
 
 def _config(**changes):
-  settings = dict(sparsity=0.5, client_lr=0.1, local_epochs=2, batch_size=3,
-                  rounds=3, num_clients=3, clients_per_round=3, seed=3,
-                  prunefl_readjust_every=2, prunefl_initial_rounds=4,
-                  prunefl_initial_readjust_every=2)
+  settings = dict(
+    sparsity=0.5,
+    client_lr=0.1,
+    local_epochs=2,
+    batch_size=3,
+    rounds=3,
+    num_clients=3,
+    clients_per_round=3,
+    seed=3,
+    prunefl_readjust_every=2,
+    prunefl_initial_rounds=4,
+    prunefl_initial_readjust_every=2,
+  )
   settings.update(changes)
   return ExperimentConfig(**settings)
 
 
 def _round(algorithm, state, round_num, states):
-  clients = [api.ClientRound(
-      client_id=_IDS[i], dataset=algorithm.client_dataset(
-          _arrays(i, round_num), batch_size=3, local_epochs=2,
-          shuffle_seed=round_num),
+  clients = [
+    api.ClientRound(
+      client_id=_IDS[i],
+      dataset=algorithm.client_dataset(
+        _arrays(i, round_num),
+        batch_size=3,
+        local_epochs=2,
+        shuffle_seed=round_num,
+      ),
       num_examples=2 * _SIZES[i],
-      state=states.get(_IDS[i], algorithm.initial_client_state()))
-             for i in range(3)]
+      state=states.get(_IDS[i], algorithm.initial_client_state()),
+    )
+    for i in range(3)
+  ]
   return algorithm.next(state, round_num, clients)
 
 
@@ -156,8 +198,9 @@ _BIASES = 4 * (8 + 3)
 
 
 def _sparse_bytes(masks):
-  return (sum(4 * int(np.sum(m)) + math.ceil(np.size(m) / 8) for m in masks)
-          + _BIASES)
+  return (
+    sum(4 * int(np.sum(m)) + math.ceil(np.size(m) / 8) for m in masks) + _BIASES
+  )
 
 
 def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
@@ -170,10 +213,16 @@ def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
   # The global top 36 (= ERK budgets 20 + 16) of c0's scores of the initial
   # model over its round-1 batches, allotted over both kernels by score.
   assert sum(int(m.sum()) for m in masks) == sum(algorithm.keep) == 36
-  kernels = [np.asarray(state.model.trainable[k.trainable_index])
-             for k in algorithm.layout.kernels]
-  batches = [(b["x"], b["y"]) for b in algorithm.client_dataset(
-      _arrays(0, 1), batch_size=3, local_epochs=2, shuffle_seed=1)]
+  kernels = [
+    np.asarray(state.model.trainable[k.trainable_index])
+    for k in algorithm.layout.kernels
+  ]
+  batches = [
+    (b["x"], b["y"])
+    for b in algorithm.client_dataset(
+      _arrays(0, 1), batch_size=3, local_epochs=2, shuffle_seed=1
+    )
+  ]
   scores = np.concatenate(_hessian_scores(kernels, batches))
   threshold = np.sort(scores)[::-1][35]
   chosen = np.concatenate([m.reshape(-1) for m in masks]) > 0

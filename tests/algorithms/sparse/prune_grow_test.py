@@ -27,7 +27,9 @@ _GRADIENT = np.array([0, 0, 0, 0, 0.5, -0.9, 0.2, -0.1], np.float32)
 _DIRECTION = np.array([1, 1, 1, 1, 1, -1, -1, 1], np.int8)
 
 
-@pytest.mark.parametrize("congruity_lambda, expected, guided", [
+@pytest.mark.parametrize(
+  "congruity_lambda, expected, guided",
+  [
     # k = floor(0.5 x 4) = 2. Magnitude only (FedDST): prune 2 and 3 (|w| .1,
     # .2), grow 5 and 4 (|g| .9, .5; 2 and 3 have gradient 0).
     (0.0, [1, 1, 0, 0, 1, 1, 0, 0], (0, 0)),
@@ -36,16 +38,19 @@ _DIRECTION = np.array([1, 1, 1, 1, 1, -1, -1, 1], np.int8)
     (0.5, [0, 1, 0, 1, 0, 1, 1, 0], (1, 1)),
     # lambda = 1: both from the guided sets: prune 0, 1; grow 6, 7.
     (1.0, [0, 0, 1, 1, 0, 0, 1, 1], (2, 2)),
-])
-def test_readjust_mask_by_hand(congruity_lambda, expected, guided,
-                               tff_context):
+  ],
+)
+def test_readjust_mask_by_hand(congruity_lambda, expected, guided, tff_context):
   del tff_context
   mask, newly, counts = prune_grow.readjust_mask(
-      _MASK, _NOW, _RECEIVED, _GRADIENT, _DIRECTION, 0.5, congruity_lambda)
+    _MASK, _NOW, _RECEIVED, _GRADIENT, _DIRECTION, 0.5, congruity_lambda
+  )
   np.testing.assert_array_equal(mask, expected)
   np.testing.assert_array_equal(newly, np.array(expected) * (1 - _MASK))
-  assert (float(counts.pruned_incongruent), float(counts.grown_congruent)
-         ) == guided
+  assert (
+    float(counts.pruned_incongruent),
+    float(counts.grown_congruent),
+  ) == guided
   assert float(counts.pruned) == float(counts.grown) == 2.0
   # After pruning, candidates are the 4 inactive plus the 2 just pruned; the
   # map is non-zero on all of them.
@@ -55,14 +60,17 @@ def test_readjust_mask_by_hand(congruity_lambda, expected, guided,
   # tensors may mean something else than in eager code).
   vector = tff.TensorType(np.float32, [8])
 
-  @tff.tensorflow.computation(vector, vector, vector, vector,
-                              tff.TensorType(np.int8, [8]))
+  @tff.tensorflow.computation(
+    vector, vector, vector, vector, tff.TensorType(np.int8, [8])
+  )
   def readjust(mask, now, received, gradient, direction):
-    return prune_grow.readjust_mask(mask, now, received, gradient, direction,
-                                    0.5, congruity_lambda)[0]
+    return prune_grow.readjust_mask(
+      mask, now, received, gradient, direction, 0.5, congruity_lambda
+    )[0]
 
   np.testing.assert_array_equal(
-      readjust(_MASK, _NOW, _RECEIVED, _GRADIENT, _DIRECTION), expected)
+    readjust(_MASK, _NOW, _RECEIVED, _GRADIENT, _DIRECTION), expected
+  )
 
 
 def test_a_dense_kernel_stays_dense():
@@ -70,9 +78,14 @@ def test_a_dense_kernel_stays_dense():
   # growth candidates are those 3: all come back, keeping their values.
   weights = np.array([0.5, -0.1, 0.3, 0.05, -0.4, 0.2], np.float32)
   mask, newly, counts = prune_grow.readjust_mask(
-      np.ones(6, np.float32), weights, weights * 0.5,
-      np.array([1, 2, 3, 4, 5, 6], np.float32), np.zeros(6, np.int8), 0.5,
-      0.5)
+    np.ones(6, np.float32),
+    weights,
+    weights * 0.5,
+    np.array([1, 2, 3, 4, 5, 6], np.float32),
+    np.zeros(6, np.int8),
+    0.5,
+    0.5,
+  )
   np.testing.assert_array_equal(mask, np.ones(6))
   np.testing.assert_array_equal(newly, np.zeros(6))
   assert float(counts.pruned) == float(counts.grown) == 3.0
@@ -83,11 +96,14 @@ def test_a_just_pruned_weight_can_come_back():
   # k = floor(0.34 x 3) = 1: weight 1 (|w| .1) is pruned, and its gradient
   # (.9) beats the inactive weight 3's (.2), so it is grown back.
   mask, newly, _ = prune_grow.readjust_mask(
-      np.array([1, 1, 1, 0], np.float32),
-      np.array([0.5, 0.1, 0.4, 0.0], np.float32),
-      np.array([0.5, 0.1, 0.4, 0.0], np.float32),
-      np.array([0.0, 0.9, 0.0, 0.2], np.float32), np.zeros(4, np.int8), 0.34,
-      0.0)
+    np.array([1, 1, 1, 0], np.float32),
+    np.array([0.5, 0.1, 0.4, 0.0], np.float32),
+    np.array([0.5, 0.1, 0.4, 0.0], np.float32),
+    np.array([0.0, 0.9, 0.0, 0.2], np.float32),
+    np.zeros(4, np.int8),
+    0.34,
+    0.0,
+  )
   np.testing.assert_array_equal(mask, [1, 1, 1, 0])
   np.testing.assert_array_equal(newly, [0, 0, 0, 0])
 
@@ -97,41 +113,59 @@ def test_a_just_pruned_weight_can_come_back():
 
 def test_readjust_schedule_by_hand():
   schedule = prune_grow.ReadjustSchedule(
-      alpha=0.2, delta_epochs=5, begin_epoch=3, end_epoch=20,
-      request_every=3, request_end_round=7)
+    alpha=0.2,
+    delta_epochs=5,
+    begin_epoch=3,
+    end_epoch=20,
+    request_every=3,
+    request_end_round=7,
+  )
   assert [t for t in range(0, 30) if schedule.due(t)] == [3, 8, 13, 18]
   assert [r for r in range(1, 12) if schedule.requested(r)] == [1, 4, 7]
   # alpha / 2 (1 + cos(pi t / E_end)).
   assert schedule.prune_fraction(3) == pytest.approx(
-      0.1 * (1 + math.cos(math.pi * 3 / 20)))
+    0.1 * (1 + math.cos(math.pi * 3 / 20))
+  )
   assert schedule.prune_fraction(20) == 0.0
   # The TF versions (used inside the client computation) agree.
   for t in (0, 3, 4, 8, 18, 20, 23):
     assert bool(schedule.due(tf.constant(t, tf.int64))) == schedule.due(t)
     assert float(schedule.prune_fraction(tf.constant(t, tf.int64))) == (
-        pytest.approx(schedule.prune_fraction(t), abs=1e-6))
+      pytest.approx(schedule.prune_fraction(t), abs=1e-6)
+    )
   assert not prune_grow.ReadjustSchedule(
-      alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=9).requested(1)
+    alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=9
+  ).requested(1)
 
 
 # -- the server -------------------------------------------------------------
 
 # One masked kernel of 4 (trainable 0) and a dense bias of 2 (trainable 1).
 _LAYOUT = masks_lib.MaskLayout(
-    kernels=(masks_lib.MaskedKernel("k:0", (4,), 0, 0),), kinds=("mask",),
-    non_trainable_specs=(tf.TensorSpec([4], tf.float32),), num_trainable=2)
+  kernels=(masks_lib.MaskedKernel("k:0", (4,), 0, 0),),
+  kinds=("mask",),
+  non_trainable_specs=(tf.TensorSpec([4], tf.float32),),
+  num_trainable=2,
+)
 _PREVIOUS = SparseModel(
-    trainable=[np.array([0.5, 0.0, -0.2, 0.0], np.float32),
-               np.array([0.1, 0.2], np.float32)],
-    masks=[np.array([1, 0, 1, 0], np.float32)], statistics=[])
+  trainable=[
+    np.array([0.5, 0.0, -0.2, 0.0], np.float32),
+    np.array([0.1, 0.2], np.float32),
+  ],
+  masks=[np.array([1, 0, 1, 0], np.float32)],
+  statistics=[],
+)
 # Upload A (2 examples): kernel (.6, .3, 0, 0) on mask (1, 1, 0, 0), bias
 # (1, 0); upload B (1 example): kernel (.3, 0, -.5, 0) on (1, 0, 1, 0),
 # bias (3, 0).
 _ROWS = computations.MemoryRows(
-    values=[np.array([[0.6, 0.3, 0, 0], [0.3, 0, -0.5, 0]], np.float32),
-            np.array([[1, 0], [3, 0]], np.float32)],
-    masks=[np.array([[1, 1, 0, 0], [1, 0, 1, 0]], np.uint8)],
-    weight=np.array([2, 1], np.float32))
+  values=[
+    np.array([[0.6, 0.3, 0, 0], [0.3, 0, -0.5, 0]], np.float32),
+    np.array([[1, 0], [3, 0]], np.float32),
+  ],
+  masks=[np.array([[1, 1, 0, 0], [1, 0, 1, 0]], np.uint8)],
+  weight=np.array([2, 1], np.float32),
+)
 
 
 def test_row_sums_by_hand():
@@ -142,7 +176,9 @@ def test_row_sums_by_hand():
   np.testing.assert_allclose(sums.weight_sum[1], [3, 3])
 
 
-@pytest.mark.parametrize("memory, kernel, directions", [
+@pytest.mark.parametrize(
+  "memory, kernel, directions",
+  [
     # Union average (.5, .3, -.5, -) held on 0..2; direction against the
     # previous (.5, 0, -.2, 0): (0, +, -) and 0 where nobody held; re-prune
     # to 2 by |value| keeps 0 and 2.
@@ -150,11 +186,13 @@ def test_row_sums_by_hand():
     # The rows are changes: candidate = previous + average on held elements
     # = (1, .3, -.7, -); direction = sign of the average change.
     ("updates", [1.0, 0, -0.7, 0], [1, 1, -1, 0]),
-])
+  ],
+)
 def test_server_aggregate_by_hand(memory, kernel, directions):
   sums = computations.row_sums(_LAYOUT, _ROWS)
   model, maps, density, informed = computations.server_aggregate(
-      _LAYOUT, [2], memory, _PREVIOUS, MaskedSums(*sums))
+    _LAYOUT, [2], memory, _PREVIOUS, MaskedSums(*sums)
+  )
   np.testing.assert_allclose(model.trainable[0], kernel, atol=1e-6)
   np.testing.assert_array_equal(model.masks[0], [1, 0, 1, 0])
   np.testing.assert_array_equal(maps[0], directions)
@@ -169,8 +207,12 @@ def test_server_aggregate_by_hand(memory, kernel, directions):
 def test_an_element_nobody_holds_is_dropped_and_has_no_direction():
   rows = _ROWS._replace(weight=np.array([0, 1], np.float32))  # B only.
   model, maps, _, _ = computations.server_aggregate(
-      _LAYOUT, [2], "models", _PREVIOUS,
-      MaskedSums(*computations.row_sums(_LAYOUT, rows)))
+    _LAYOUT,
+    [2],
+    "models",
+    _PREVIOUS,
+    MaskedSums(*computations.row_sums(_LAYOUT, rows)),
+  )
   np.testing.assert_allclose(model.trainable[0], [0.3, 0, -0.5, 0])
   np.testing.assert_array_equal(maps[0], [-1, 0, -1, 0])
 
@@ -187,5 +229,5 @@ def test_ternary_packing_by_hand():
   assert prune_grow.packed_ternary_size((5,)) == 2
   grid = np.array([[1, -1, 0], [0, 1, 1], [-1, -1, 0]], np.int8)
   np.testing.assert_array_equal(
-      prune_grow.unpack_ternary(prune_grow.pack_ternary(grid), grid.shape),
-      grid)
+    prune_grow.unpack_ternary(prune_grow.pack_ternary(grid), grid.shape), grid
+  )

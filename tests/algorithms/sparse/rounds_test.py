@@ -23,23 +23,34 @@ from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import loop
 
-_SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
-                                y=tf.TensorSpec([None], tf.int32))
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
+  y=tf.TensorSpec([None], tf.int32),
+)
 
 
 def _mlp():
   inputs = tf.keras.Input((2, 3, 1))
   x = tf.keras.layers.Flatten()(inputs)
   x = tf.keras.layers.Dense(
-      8, activation="relu", name="fc1",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(1))(x)
-  return tf.keras.Model(inputs, tf.keras.layers.Dense(
-      3, name="logits",
-      kernel_initializer=tf.keras.initializers.GlorotUniform(2))(x))
+    8,
+    activation="relu",
+    name="fc1",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+  )(x)
+  return tf.keras.Model(
+    inputs,
+    tf.keras.layers.Dense(
+      3,
+      name="logits",
+      kernel_initializer=tf.keras.initializers.GlorotUniform(2),
+    )(x),
+  )
 
 
-_TASK = api.Task("mlp6", _mlp, (2, 3, 1), 3, _SPEC,
-                 training_flops_per_example=3 * 72)
+_TASK = api.Task(
+  "mlp6", _mlp, (2, 3, 1), 3, _SPEC, training_flops_per_example=3 * 72
+)
 _SIZES = (9, 5, 7)
 _IDS = ("c0", "c1", "c2")
 
@@ -48,27 +59,45 @@ def _arrays(client: int, round_num: int) -> data_lib.ArrayDataset:
   rng = np.random.default_rng(round_num * 10 + client)
   n = _SIZES[client]
   return data_lib.ArrayDataset(
-      rng.normal(size=[n, 2, 3, 1]).astype(np.float32),
-      rng.integers(0, 3, size=[n]).astype(np.int32))
+    rng.normal(size=[n, 2, 3, 1]).astype(np.float32),
+    rng.integers(0, 3, size=[n]).astype(np.int32),
+  )
 
 
 def _config(**changes):
-  settings = dict(sparsity=0.2, prune_alpha=0.3, congruity_lambda=0.5,
-                  client_lr=0.1, local_epochs=2, batch_size=3, rounds=4,
-                  num_clients=3, clients_per_round=3, seed=3,
-                  readjust_begin_epoch=1, readjust_delta_epochs=1)
+  settings = dict(
+    sparsity=0.2,
+    prune_alpha=0.3,
+    congruity_lambda=0.5,
+    client_lr=0.1,
+    local_epochs=2,
+    batch_size=3,
+    rounds=4,
+    num_clients=3,
+    clients_per_round=3,
+    seed=3,
+    readjust_begin_epoch=1,
+    readjust_delta_epochs=1,
+  )
   settings.update(changes)
   return ExperimentConfig(**settings)
 
 
 def _clients(algorithm, round_num, ids, states):
-  return [api.ClientRound(
-      client_id=_IDS[i], dataset=algorithm.client_dataset(
-          _arrays(i, round_num), batch_size=3, local_epochs=2,
-          shuffle_seed=round_num),
+  return [
+    api.ClientRound(
+      client_id=_IDS[i],
+      dataset=algorithm.client_dataset(
+        _arrays(i, round_num),
+        batch_size=3,
+        local_epochs=2,
+        shuffle_seed=round_num,
+      ),
       num_examples=2 * _SIZES[i],
-      state=states.get(_IDS[i], algorithm.initial_client_state()))
-          for i in ids]
+      state=states.get(_IDS[i], algorithm.initial_client_state()),
+    )
+    for i in ids
+  ]
 
 
 def _run(algorithm, cohorts, states=None):
@@ -77,8 +106,9 @@ def _run(algorithm, cohorts, states=None):
   states = dict(states or {})
   history = []
   for round_num, ids in enumerate(cohorts, start=1):
-    output = algorithm.next(state, round_num,
-                            _clients(algorithm, round_num, ids, states))
+    output = algorithm.next(
+      state, round_num, _clients(algorithm, round_num, ids, states)
+    )
     history.append((state, output))
     state = output.state
     states.update(output.client_states)
@@ -120,7 +150,8 @@ def _union_average(rows, previous, memory):
 def sgc_run(tff_context):
   del tff_context
   algorithm = fedsgc.build_fedsgc(
-      _config(readjust_every=2, congruity_lambda=1.0), _TASK, _IDS)
+    _config(readjust_every=2, congruity_lambda=1.0), _TASK, _IDS
+  )
   return algorithm, _run(algorithm, [(0, 1, 2), (0,), (0, 1, 2)])
 
 
@@ -155,13 +186,17 @@ def test_server_memory_models_by_hand(sgc_run):
   for a, b in zip(first.state.memory.values, second.state.memory.values):
     np.testing.assert_array_equal(np.asarray(a)[1:], np.asarray(b)[1:])
     assert not np.array_equal(np.asarray(a)[0], np.asarray(b)[0])
-  expected = _union_average(second.state.memory, before.model.trainable,
-                            "models")
+  expected = _union_average(
+    second.state.memory, before.model.trainable, "models"
+  )
   model = second.state.model
   for i, (average, held) in enumerate(expected):
-    np.testing.assert_allclose(model.trainable[i], np.where(
-        held, average, 0) * (np.asarray(model.masks[0]) if i == 0 else 1),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+      model.trainable[i],
+      np.where(held, average, 0)
+      * (np.asarray(model.masks[0]) if i == 0 else 1),
+      atol=1e-5,
+    )
   # Re-prune: fc1 keeps the 34 largest |average| among held elements.
   average, held = expected[0]
   threshold = np.sort(np.abs(average[held]))[::-1][33]
@@ -172,30 +207,36 @@ def test_server_memory_models_by_hand(sgc_run):
   sums = second.state.sums
   rows = second.state.memory
   np.testing.assert_allclose(
-      sums.weight_sum[0], (np.asarray(rows.weight)[:, None, None] *
-                           np.asarray(rows.masks[0])).sum(0), atol=1e-4)
+    sums.weight_sum[0],
+    (np.asarray(rows.weight)[:, None, None] * np.asarray(rows.masks[0])).sum(0),
+    atol=1e-4,
+  )
 
 
 def test_direction_map_by_hand_informs_inactive_weights(sgc_run):
   _, history = sgc_run
   informed_inactive = 0
   for before, output in history:
-    expected = _union_average(output.state.memory, before.model.trainable,
-                              "models")
+    expected = _union_average(
+      output.state.memory, before.model.trainable, "models"
+    )
     for j, i in enumerate((0, 2)):
       average, held = expected[i]
       previous = np.asarray(before.model.trainable[i])
       change = average - previous
       # Changes within float32 rounding of the running sums are none.
-      scale = np.maximum(np.maximum(np.abs(average), np.abs(previous)),
-                         np.abs(previous).mean())
+      scale = np.maximum(
+        np.maximum(np.abs(average), np.abs(previous)), np.abs(previous).mean()
+      )
       moved = held & (np.abs(change) > 1e-5 * scale)
       np.testing.assert_array_equal(
-          output.state.directions[j],
-          np.where(moved, np.sign(change), 0).astype(np.int8))
+        output.state.directions[j],
+        np.where(moved, np.sign(change), 0).astype(np.int8),
+      )
       inactive = np.asarray(before.model.masks[j]) == 0
-      informed_inactive += int(np.sum(
-          np.asarray(output.state.directions[j])[inactive] != 0))
+      informed_inactive += int(
+        np.sum(np.asarray(output.state.directions[j])[inactive] != 0)
+      )
   # Weights the clients grew carry a direction (not 0, as two masked global
   # models would give).
   assert informed_inactive > 0
@@ -218,8 +259,10 @@ def test_traffic_by_hand(sgc_run):
   algorithm, history = sgc_run
   kernel_sizes = (48, 24)
   dense = (8 + 3) * 4
-  model_bytes = sum(4 * k + math.ceil(s / 8)
-                    for k, s in zip(algorithm.keep, kernel_sizes)) + dense
+  model_bytes = (
+    sum(4 * k + math.ceil(s / 8) for k, s in zip(algorithm.keep, kernel_sizes))
+    + dense
+  )
   packed = sum(math.ceil(s / 4) for s in kernel_sizes)  # 2-bit maps.
   initial_masks = history[0][0].model.masks
   for round_num, (before, output) in enumerate(history, start=1):
@@ -229,13 +272,18 @@ def test_traffic_by_hand(sgc_run):
       assert traffic.bytes_down == model_bytes + (packed if requested else 0)
       row = _IDS.index(traffic.client_id)
       sent = before.model.masks if round_num > 1 else initial_masks
-      changed = [not np.array_equal(np.asarray(m)[row], np.asarray(s))
-                 for m, s in zip(rows.masks, sent)]
+      changed = [
+        not np.array_equal(np.asarray(m)[row], np.asarray(s))
+        for m, s in zip(rows.masks, sent)
+      ]
       # logits is dense: its mask never changes, so it is never sent.
       assert not changed[1] and changed[0] == requested
-      upload = (4 * sum(algorithm.keep) + dense + 4 +
-                sum(math.ceil(s / 8) for s, c in zip(kernel_sizes, changed)
-                    if c))
+      upload = (
+        4 * sum(algorithm.keep)
+        + dense
+        + 4
+        + sum(math.ceil(s / 8) for s, c in zip(kernel_sizes, changed) if c)
+      )
       metric_bytes = traffic.bytes_up - upload
       assert 0 < metric_bytes < 64  # The metric sums, measured separately.
   # Compute: the examples trained (FedSGC's growth gradient is accumulated
@@ -248,14 +296,24 @@ def test_checkpoint_holds_the_server_memory(sgc_run, tmp_path):
   algorithm, history = sgc_run
   state = history[1][1].state
   manager = checkpoint_lib.CheckpointManager(str(tmp_path))
-  manager.save(checkpoint_lib.ProgramState(
-      round_num=2, server_state=state, client_states={"c0": np.int64(4)},
-      ledger=CommLedger(), rng_state={}, elapsed_s=0.0, history=(),
-      fingerprint="x"))
-  restored = manager.load_latest(algorithm.initialize(),
-                                 algorithm.initial_client_state())
-  for a, b in zip(tf.nest.flatten(state), tf.nest.flatten(
-      restored.server_state)):
+  manager.save(
+    checkpoint_lib.ProgramState(
+      round_num=2,
+      server_state=state,
+      client_states={"c0": np.int64(4)},
+      ledger=CommLedger(),
+      rng_state={},
+      elapsed_s=0.0,
+      history=(),
+      fingerprint="x",
+    )
+  )
+  restored = manager.load_latest(
+    algorithm.initialize(), algorithm.initial_client_state()
+  )
+  for a, b in zip(
+    tf.nest.flatten(state), tf.nest.flatten(restored.server_state)
+  ):
     np.testing.assert_array_equal(a, b)
   assert int(restored.client_states["c0"]) == 4
 
@@ -268,43 +326,63 @@ def test_readjust_timing_follows_cumulative_epochs(tff_context):
   # begin 3, every 2 epochs, E_end 9; two local epochs per round. c0 starts
   # at 0 (epochs 1, 2: none due), c1 at 2 (3 due, 4 not), c2 at 6 (7 due;
   # 9 would be, but it is E_end).
-  algorithm = fedsgc.build_fedsgc(_config(
-      readjust_begin_epoch=3, readjust_delta_epochs=2, readjust_end_epoch=9),
-                                  _TASK, _IDS)
-  (_, output), = _run(algorithm, [(0, 1, 2)],
-                      {"c0": np.int64(0), "c1": np.int64(2),
-                       "c2": np.int64(6)})
+  algorithm = fedsgc.build_fedsgc(
+    _config(
+      readjust_begin_epoch=3, readjust_delta_epochs=2, readjust_end_epoch=9
+    ),
+    _TASK,
+    _IDS,
+  )
+  ((_, output),) = _run(
+    algorithm,
+    [(0, 1, 2)],
+    {"c0": np.int64(0), "c1": np.int64(2), "c2": np.int64(6)},
+  )
   assert output.metrics["readjusts"] == 2.0
   alpha = lambda t: 0.3 / 2 * (1 + math.cos(math.pi * t / 9))
   assert output.metrics["prune_fraction"] == pytest.approx(
-      (alpha(3) + alpha(7)) / 2, rel=1e-5)
+    (alpha(3) + alpha(7)) / 2, rel=1e-5
+  )
   assert {k: int(v) for k, v in output.client_states.items()} == {
-      "c0": 2, "c1": 4, "c2": 8}
+    "c0": 2,
+    "c1": 4,
+    "c2": 8,
+  }
   # c2 starts at 6 > E_end / 2: its first due epoch is 7 (cos < 0) and its
   # round trained 14 examples.
   assert {t.client_id: t.examples for t in output.traffic} == {
-      "c0": 18, "c1": 10, "c2": 14}
+    "c0": 18,
+    "c1": 10,
+    "c2": 14,
+  }
 
 
 def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   del tff_context
   # FedDST's defaults: first at epoch E = 2, then every 2, i.e. at the end of
   # each round; lambda 0 and no memory.
-  algorithm = feddst.build_feddst(_config(
-      readjust_begin_epoch=0, readjust_delta_epochs=0), _TASK, _IDS)
-  assert (algorithm.schedule.begin_epoch,
-          algorithm.schedule.delta_epochs) == (2, 2)
+  algorithm = feddst.build_feddst(
+    _config(readjust_begin_epoch=0, readjust_delta_epochs=0), _TASK, _IDS
+  )
+  assert (algorithm.schedule.begin_epoch, algorithm.schedule.delta_epochs) == (
+    2,
+    2,
+  )
   assert algorithm.memory == "none"
-  (_, output), = _run(algorithm, [(0, 1, 2)])
+  ((_, output),) = _run(algorithm, [(0, 1, 2)])
   assert output.metrics["readjust_requested"] == 1.0
   assert output.metrics["readjusts"] == 3.0
   # It recomputes the last batch's gradient (c0: 9 examples in batches of
   # 3; c1: 5 in 3 + 2; c2: 7 in 3 + 3 + 1), and gets no direction map.
-  flops = {t.client_id: t.flops // _TASK.training_flops_per_example
-           for t in output.traffic}
+  flops = {
+    t.client_id: t.flops // _TASK.training_flops_per_example
+    for t in output.traffic
+  }
   assert flops == {"c0": 18 + 3, "c1": 10 + 2, "c2": 14 + 1}
-  model_bytes = sum(4 * k + math.ceil(s / 8) for k, s in zip(
-      algorithm.keep, (48, 24))) + (8 + 3) * 4
+  model_bytes = (
+    sum(4 * k + math.ceil(s / 8) for k, s in zip(algorithm.keep, (48, 24)))
+    + (8 + 3) * 4
+  )
   assert {t.bytes_down for t in output.traffic} == {model_bytes}
   # Readjusting at the end, the grown weights go up at zero: in the uploads
   # (kept by the server's memory here) the active weights whose value is
@@ -312,15 +390,26 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   # they train for an epoch first.
   zeros = {}
   for begin in (2, 1):
-    algorithm = fedsgc.build_fedsgc(_config(
-        congruity_lambda=0.0, sparsity=0.5, readjust_begin_epoch=begin,
-        readjust_delta_epochs=2), _TASK, _IDS)
-    (_, output), = _run(algorithm, [(0, 1, 2)])
+    algorithm = fedsgc.build_fedsgc(
+      _config(
+        congruity_lambda=0.0,
+        sparsity=0.5,
+        readjust_begin_epoch=begin,
+        readjust_delta_epochs=2,
+      ),
+      _TASK,
+      _IDS,
+    )
+    ((_, output),) = _run(algorithm, [(0, 1, 2)])
     rows = output.state.memory
     zeros[begin] = sum(
-        int(np.sum((np.asarray(rows.masks[j]) > 0) &
-                   (np.asarray(rows.values[i]) == 0)))
-        for j, i in enumerate((0, 2)))
+      int(
+        np.sum(
+          (np.asarray(rows.masks[j]) > 0) & (np.asarray(rows.values[i]) == 0)
+        )
+      )
+      for j, i in enumerate((0, 2))
+    )
     assert output.metrics["readjusts"] == 3.0
     if begin == 2:
       assert zeros[2] == output.metrics["grown_new"] > 0
@@ -330,20 +419,25 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
 def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
   del tff_context
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      _TASK.tff_model_fn(),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
-  reference = feddst.build_feddst(_config(sparsity=0.0, readjust_every=0),
-                                  _TASK, _IDS)
+    _TASK.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
+  reference = feddst.build_feddst(
+    _config(sparsity=0.0, readjust_every=0), _TASK, _IDS
+  )
   fed_state = process.initialize()
   for r in (1, 2):
     data = [c.dataset for c in _clients(reference, r, (0, 1, 2), {})]
     fed_state = process.next(fed_state, data).state
   expected = process.get_model_weights(fed_state).trainable
-  for build, memory in ((fedsgc.build_fedsgc, "models"),
-                        (fedsgc.build_fedsgc, "updates"),
-                        (feddst.build_feddst, "none")):
-    algorithm = build(_config(sparsity=0.0, readjust_every=0,
-                              sgc_memory=memory), _TASK, _IDS)
+  for build, memory in (
+    (fedsgc.build_fedsgc, "models"),
+    (fedsgc.build_fedsgc, "updates"),
+    (feddst.build_feddst, "none"),
+  ):
+    algorithm = build(
+      _config(sparsity=0.0, readjust_every=0, sgc_memory=memory), _TASK, _IDS
+    )
     history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
     actual = algorithm.model_weights(history[-1][1].state).trainable
     for a, e in zip(actual, expected):
@@ -355,7 +449,13 @@ def test_fedprox_term_equals_fedprox(tff_context):
   # The oracle is `fedprox.build_fedprox_process` (checked against a hand
   # computation in fedprox_test.py), not TFF's `build_weighted_fed_prox`,
   # whose proximal gradient has the opposite sign (see fedprox.py).
-  process = fedprox.build_fedprox_process(_TASK.model_fn, input_spec=_TASK.element_spec, prox_mu=0.5, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1), server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  process = fedprox.build_fedprox_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    prox_mu=0.5,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
   algorithm = feddst.build_feddst(
     _config(sparsity=0.0, readjust_every=0, prox_mu=0.5), _TASK, _IDS
   )

@@ -23,8 +23,17 @@ from tff_hetero.algorithms.sparse.training import SparseState
 from tff_hetero.algorithms.sparse.training import SparseTraining
 
 __all__ = [
-    "ClientReport", "MEMORIES", "MemoryRows", "ReadjustCounts",
-    "ReadjustSchedule", "SparseRounds", "SparseState", "SparseTraining",
-    "SparseUpload", "build_feddst", "build_fedsgc", "build_grasp",
-    "build_prunefl",
+  "ClientReport",
+  "MEMORIES",
+  "MemoryRows",
+  "ReadjustCounts",
+  "ReadjustSchedule",
+  "SparseRounds",
+  "SparseState",
+  "SparseTraining",
+  "SparseUpload",
+  "build_feddst",
+  "build_fedsgc",
+  "build_grasp",
+  "build_prunefl",
 ]

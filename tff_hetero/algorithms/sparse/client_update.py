@@ -36,7 +36,8 @@ Epoch boundaries are found by counting batches: the data must hold
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -45,7 +46,6 @@ from tff_hetero.accounting import payload
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
-
 
 # Which dense loss gradient ranks growth.
 GROWTH_GRADIENTS = ("accumulated", "last_batch")
@@ -86,19 +86,23 @@ class ClientReport(NamedTuple):
   gradient_examples: Any
 
 
-def upload_nbytes(layout: masks_lib.MaskLayout, trainable, masks,
-                  mask_sent, importance=()) -> tf.Tensor:
+def upload_nbytes(
+  layout: masks_lib.MaskLayout, trainable, masks, mask_sent, importance=()
+) -> tf.Tensor:
   """Bytes of an upload: each kernel's kept values (4 bytes each) plus its
   bit mask (ceil(size / 8) bytes) where sent, the other tensors dense, the
   float32 weight, and any importance tensors dense."""
   masked = {k.trainable_index for k in layout.kernels}
-  total = payload.tf_dense_nbytes(
-      [v for i, v in enumerate(trainable) if i not in masked]) + 4
+  total = (
+    payload.tf_dense_nbytes(
+      [v for i, v in enumerate(trainable) if i not in masked]
+    )
+    + 4
+  )
   total += payload.tf_dense_nbytes(list(importance))
   for j, kernel in enumerate(layout.kernels):
     value = trainable[kernel.trainable_index]
-    total += (tf.math.count_nonzero(masks[j], dtype=tf.int64) *
-              value.dtype.size)
+    total += tf.math.count_nonzero(masks[j], dtype=tf.int64) * value.dtype.size
     total += tf.cast(mask_sent[j], tf.int64) * ((kernel.size + 7) // 8)
   return total
 
@@ -109,9 +113,11 @@ def model_nbytes(layout: masks_lib.MaskLayout, model: SparseModel) -> tf.Tensor:
   masked = {k.trainable_index for k in layout.kernels}
   kernels = [model.trainable[k.trainable_index] for k in layout.kernels]
   dense = [v for i, v in enumerate(model.trainable) if i not in masked]
-  return (payload.tf_masked_nbytes(kernels, list(model.masks)) +
-          payload.tf_dense_nbytes(dense) +
-          payload.tf_dense_nbytes(model.statistics))
+  return (
+    payload.tf_masked_nbytes(kernels, list(model.masks))
+    + payload.tf_dense_nbytes(dense)
+    + payload.tf_dense_nbytes(model.statistics)
+  )
 
 
 class MaskedTraining:
@@ -133,21 +139,25 @@ class MaskedTraining:
     self.model = model
     self.layout = layout
     self.weights = tff.learning.models.ModelWeights.from_model(model)
-    self.mask_vars = [self.weights.non_trainable[k.mask_index]
-                      for k in layout.kernels]
-    self._kernel_of = {k.trainable_index: j
-                       for j, k in enumerate(layout.kernels)}
+    self.mask_vars = [
+      self.weights.non_trainable[k.mask_index] for k in layout.kernels
+    ]
+    self._kernel_of = {
+      k.trainable_index: j for j, k in enumerate(layout.kernels)
+    }
     self._prox_mu = float(prox_mu)
 
   def load(self, received: SparseModel) -> list:
     start = self.layout.to_model_weights(received)
-    tf.nest.map_structure(lambda v, t: v.assign(t), self.weights, start,
-                          check_types=False)
+    tf.nest.map_structure(
+      lambda v, t: v.assign(t), self.weights, start, check_types=False
+    )
     return [tf.identity(t) for t in start.trainable]
 
   def initial_state(self, optimizer):
-    return optimizer.initialize(tuple(
-        tf.TensorSpec(v.shape, v.dtype) for v in self.weights.trainable))
+    return optimizer.initialize(
+      tuple(tf.TensorSpec(v.shape, v.dtype) for v in self.weights.trainable)
+    )
 
   def step(self, optimizer, optimizer_state, batch, received_trainable):
     weights = self.weights
@@ -157,15 +167,17 @@ class MaskedTraining:
     # get their gradient too.
     raw = tape.gradient(output.loss, weights.trainable)
     gradients = []
-    for i, (g, w, w0) in enumerate(zip(raw, weights.trainable,
-                                       received_trainable)):
+    for i, (g, w, w0) in enumerate(
+      zip(raw, weights.trainable, received_trainable)
+    ):
       if self._prox_mu:
         g = g + self._prox_mu * (w - w0)
       if i in self._kernel_of:
         g = g * self.mask_vars[self._kernel_of[i]]
       gradients.append(g)
     optimizer_state, updated = optimizer.next(
-        optimizer_state, tuple(weights.trainable), tuple(gradients))
+      optimizer_state, tuple(weights.trainable), tuple(gradients)
+    )
     for variable, value in zip(weights.trainable, updated):
       variable.assign(value)
     if output.num_examples is None:
@@ -184,23 +196,32 @@ class MaskedTraining:
 
 
 def build_client_update(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    layout: masks_lib.MaskLayout, *, prox_mu: float, local_epochs: int,
-    schedule: prune_grow.ReadjustSchedule, congruity_lambda: float,
-    readjust: bool, importance: bool = False,
-    growth_gradient: str = "accumulated"):
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  layout: masks_lib.MaskLayout,
+  *,
+  prox_mu: float,
+  local_epochs: int,
+  schedule: prune_grow.ReadjustSchedule,
+  congruity_lambda: float,
+  readjust: bool,
+  importance: bool = False,
+  growth_gradient: str = "accumulated",
+):
   """The client's `tf.function` (module docstring)."""
   if growth_gradient not in GROWTH_GRADIENTS:
-    raise ValueError(f"growth_gradient must be one of {GROWTH_GRADIENTS},"
-                     f" got {growth_gradient!r}")
+    raise ValueError(
+      f"growth_gradient must be one of {GROWTH_GRADIENTS},"
+      f" got {growth_gradient!r}"
+    )
   accumulate = readjust and growth_gradient == "accumulated"
   model = model_fn()
   trainer = MaskedTraining(model, layout, prox_mu)
   local_epochs = int(local_epochs)
 
   @tf.function
-  def client_update(optimizer, received: SparseModel, directions,
-                    epochs_before, data):
+  def client_update(
+    optimizer, received: SparseModel, directions, epochs_before, data
+  ):
     weights, mask_vars = trainer.weights, trainer.mask_vars
     received_trainable = trainer.load(received)
     received_masks = [tf.cast(m, tf.float32) for m in received.masks]
@@ -211,16 +232,19 @@ def build_client_update(
       with tf.GradientTape() as tape:
         logits = model.predict_on_batch(batch["x"], training=True)
         loss = tf.reduce_mean(
-            tf.keras.losses.sparse_categorical_crossentropy(
-                batch["y"], logits, from_logits=True))
+          tf.keras.losses.sparse_categorical_crossentropy(
+            batch["y"], logits, from_logits=True
+          )
+        )
       # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
       # get their gradient too.
       return tape.gradient(loss, weights.trainable)
 
     def readjust_all(batch, epochs_done, summed, batches):
       if accumulate:
-        gradients = [g / tf.cast(tf.maximum(batches, 1), tf.float32)
-                     for g in summed]
+        gradients = [
+          g / tf.cast(tf.maximum(batches, 1), tf.float32) for g in summed
+        ]
       else:
         gradients = loss_gradient(batch)
       fraction = schedule.prune_fraction(epochs_done)
@@ -229,20 +253,33 @@ def build_client_update(
         i = kernel.trainable_index
         j_gradient = gradients[j] if accumulate else gradients[i]
         new_mask, newly_active, kernel_counts = prune_grow.readjust_mask(
-            mask_vars[j], weights.trainable[i], received_trainable[i],
-            j_gradient, directions[j], fraction, congruity_lambda)
+          mask_vars[j],
+          weights.trainable[i],
+          received_trainable[i],
+          j_gradient,
+          directions[j],
+          fraction,
+          congruity_lambda,
+        )
         mask_vars[j].assign(tf.cast(new_mask, mask_vars[j].dtype))
         weights.trainable[i].assign(
-            weights.trainable[i] * new_mask * (1.0 - newly_active))
+          weights.trainable[i] * new_mask * (1.0 - newly_active)
+        )
         # One event per client and due epoch, not per kernel.
         counts += kernel_counts._replace(
-            readjusts=tf.constant(0.0), prune_fraction=tf.constant(0.0))
+          readjusts=tf.constant(0.0), prune_fraction=tf.constant(0.0)
+        )
       # The last-batch gradient is computed again: compute beyond training.
-      examples = (tf.constant(0.0) if accumulate else
-                  tf.cast(tf.shape(batch["y"])[0], tf.float32))
-      return counts._replace(readjusts=tf.constant(1.0),
-                             prune_fraction=tf.cast(fraction, tf.float32),
-                             gradient_examples=examples)
+      examples = (
+        tf.constant(0.0)
+        if accumulate
+        else tf.cast(tf.shape(batch["y"])[0], tf.float32)
+      )
+      return counts._replace(
+        readjusts=tf.constant(1.0),
+        prune_fraction=tf.cast(fraction, tf.float32),
+        gradient_examples=examples,
+      )
 
     if readjust:  # Epoch boundaries: count the batches first.
       total = data.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
@@ -251,47 +288,68 @@ def build_client_update(
     def train(state, numbered):
       number, batch = numbered
       examples, optimizer_state, counts, squares, summed, batches = state
-      optimizer_state, raw, count = trainer.step(optimizer, optimizer_state,
-                                                 batch, received_trainable)
+      optimizer_state, raw, count = trainer.step(
+        optimizer, optimizer_state, batch, received_trainable
+      )
       if importance:
-        squares = tuple(s + tf.square(raw[k.trainable_index])
-                        for s, k in zip(squares, layout.kernels))
+        squares = tuple(
+          s + tf.square(raw[k.trainable_index])
+          for s, k in zip(squares, layout.kernels)
+        )
       if accumulate:
-        summed = tuple(s + raw[k.trainable_index]
-                       for s, k in zip(summed, layout.kernels))
+        summed = tuple(
+          s + raw[k.trainable_index] for s, k in zip(summed, layout.kernels)
+        )
         batches += 1
       if readjust:
         done = number + 1
         epochs_done = epochs_before + done // per_epoch
-        due = tf.logical_and(tf.equal(done % per_epoch, 0),
-                             schedule.due(epochs_done))
+        due = tf.logical_and(
+          tf.equal(done % per_epoch, 0), schedule.due(epochs_done)
+        )
         counts, summed, batches = tf.cond(
-            due, lambda: (counts + readjust_all(batch, epochs_done, summed,
-                                                batches),
-                          tuple(tf.zeros_like(s) for s in summed),
-                          tf.zeros_like(batches)),
-            lambda: (counts, summed, batches))
+          due,
+          lambda: (
+            counts + readjust_all(batch, epochs_done, summed, batches),
+            tuple(tf.zeros_like(s) for s in summed),
+            tf.zeros_like(batches),
+          ),
+          lambda: (counts, summed, batches),
+        )
       return examples + count, optimizer_state, counts, squares, summed, batches
 
     # Tuples: tf.data would stack a list of tensors into one tensor.
     zeros = tuple(tf.zeros(k.shape, tf.float32) for k in layout.kernels)
-    state = (tf.constant(0, tf.int64), trainer.initial_state(optimizer),
-             prune_grow.ReadjustCounts.zeros(), zeros if importance else (),
-             zeros if accumulate else (), tf.constant(0, tf.int64))
+    state = (
+      tf.constant(0, tf.int64),
+      trainer.initial_state(optimizer),
+      prune_grow.ReadjustCounts.zeros(),
+      zeros if importance else (),
+      zeros if accumulate else (),
+      tf.constant(0, tf.int64),
+    )
     examples, _, counts, squares, _, _ = data.enumerate().reduce(state, train)
     trainable, masks = trainer.upload_values()
-    mask_sent = tf.stack([
+    mask_sent = tf.stack(
+      [
         tf.cast(tf.reduce_any(tf.not_equal(m, r)), tf.float32)
-        for m, r in zip(masks, received_masks)])
-    upload = SparseUpload(trainable=trainable, masks=masks,
-                          weight=tf.cast(examples, tf.float32),
-                          mask_sent=mask_sent,
-                          importance=list(squares) if importance else ())
+        for m, r in zip(masks, received_masks)
+      ]
+    )
+    upload = SparseUpload(
+      trainable=trainable,
+      masks=masks,
+      weight=tf.cast(examples, tf.float32),
+      mask_sent=mask_sent,
+      importance=list(squares) if importance else (),
+    )
     report = ClientReport(
-        upload_bytes=upload_nbytes(layout, trainable, masks, mask_sent,
-                                   squares if importance else ()),
-        epochs=epochs_before + local_epochs,
-        gradient_examples=tf.cast(counts.gradient_examples, tf.int64))
+      upload_bytes=upload_nbytes(
+        layout, trainable, masks, mask_sent, squares if importance else ()
+      ),
+      epochs=epochs_before + local_epochs,
+      gradient_examples=tf.cast(counts.gradient_examples, tf.int64),
+    )
     return upload, report, counts, model.report_local_unfinalized_metrics()
 
   return client_update

@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -65,7 +66,6 @@ from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import MaskedWeight
-from tff_hetero.aggregators import weigh
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import client_update as client_lib
@@ -75,9 +75,10 @@ from tff_hetero.submodels.masks import SparseModel
 
 # What the server remembers of each client's last upload (`--sgc_memory`).
 MEMORIES = collections.OrderedDict(
-    models="the client's uploaded values (the paper's literal reading)",
-    updates="the client's change to the model it was sent",
-    none="nothing: this round's uploads only (FedDST)")
+  models="the client's uploaded values (the paper's literal reading)",
+  updates="the client's change to the model it was sent",
+  none="nothing: this round's uploads only (FedDST)",
+)
 
 
 class MemoryRows(NamedTuple):
@@ -100,21 +101,23 @@ _spec = learning_process.tensor_spec
 
 def _rows_spec(trainable, masks, rows) -> MemoryRows:
   return MemoryRows(
-      values=[tf.TensorSpec([rows] + list(np.shape(w)), tf.float32)
-              for w in trainable],
-      masks=[tf.TensorSpec([rows] + list(np.shape(m)), tf.uint8)
-             for m in masks],
-      weight=tf.TensorSpec([rows], tf.float32))
+    values=[
+      tf.TensorSpec([rows] + list(np.shape(w)), tf.float32) for w in trainable
+    ],
+    masks=[tf.TensorSpec([rows] + list(np.shape(m)), tf.uint8) for m in masks],
+    weight=tf.TensorSpec([rows], tf.float32),
+  )
 
 
 def empty_memory(initial: SparseModel, rows: int) -> MemoryRows:
   """`rows` rows that remember nothing (weight 0), as NumPy arrays."""
   return MemoryRows(
-      values=[np.zeros((rows,) + np.shape(w), np.float32)
-              for w in initial.trainable],
-      masks=[np.zeros((rows,) + np.shape(m), np.uint8)
-             for m in initial.masks],
-      weight=np.zeros((rows,), np.float32))
+    values=[
+      np.zeros((rows,) + np.shape(w), np.float32) for w in initial.trainable
+    ],
+    masks=[np.zeros((rows,) + np.shape(m), np.uint8) for m in initial.masks],
+    weight=np.zeros((rows,), np.float32),
+  )
 
 
 def full_masks(layout: masks_lib.MaskLayout, trainable, kernel_masks):
@@ -142,9 +145,15 @@ def row_sums(layout: masks_lib.MaskLayout, rows: MemoryRows) -> MaskedSums:
   return MaskedSums(weighted, counts)
 
 
-def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
-                     memory: str, model: SparseModel, sums: MaskedSums,
-                     importance=None, reconfigure=None):
+def server_aggregate(
+  layout: masks_lib.MaskLayout,
+  keep: Sequence[int],
+  memory: str,
+  model: SparseModel,
+  sums: MaskedSums,
+  importance=None,
+  reconfigure=None,
+):
   """Union average, direction map and re-prune (module docstring).
 
   With `importance` (per kernel) and `reconfigure` (PruneFL), the new masks
@@ -154,12 +163,12 @@ def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
   Returns (new `SparseModel`, direction maps, per-kernel densities, the
   fraction of inactive weights of the new model whose direction is non-zero).
   """
-  chosen = (reconfigure(list(importance)) if importance is not None
-            else None)
+  chosen = reconfigure(list(importance)) if importance is not None else None
   trainable, directions, new_masks = [], [], []
   kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
-  for i, (previous, weighted, counts) in enumerate(zip(
-      model.trainable, sums.weighted_sum, sums.weight_sum)):
+  for i, (previous, weighted, counts) in enumerate(
+    zip(model.trainable, sums.weighted_sum, sums.weight_sum)
+  ):
     average, held = prune_grow.union_average(weighted, counts)
     if memory == "updates":
       candidate = tf.where(held, previous + average, tf.zeros_like(average))
@@ -170,20 +179,31 @@ def server_aggregate(layout: masks_lib.MaskLayout, keep: Sequence[int],
       continue
     j = kernel_of[i]
     directions.append(prune_grow.direction_map(candidate, held, previous))
-    mask = (prune_grow.reprune(candidate, held, keep[j]) if chosen is None
-            else tf.cast(chosen[j], tf.float32))
+    mask = (
+      prune_grow.reprune(candidate, held, keep[j])
+      if chosen is None
+      else tf.cast(chosen[j], tf.float32)
+    )
     new_masks.append(mask)
     trainable.append(candidate * mask)
   inactive = [1.0 - m for m in new_masks]
-  informed = tf.add_n([
+  informed = tf.add_n(
+    [
       tf.reduce_sum(i * tf.cast(tf.not_equal(d, 0), tf.float32))
-      for i, d in zip(inactive, directions)])
+      for i, d in zip(inactive, directions)
+    ]
+  )
   inactive_total = tf.add_n([tf.reduce_sum(i) for i in inactive])
   density = [tf.reduce_mean(m) for m in new_masks]
-  new_model = SparseModel(trainable=trainable, masks=new_masks,
-                          statistics=list(model.statistics))
-  return (new_model, directions, density,
-          tf.math.divide_no_nan(informed, inactive_total))
+  new_model = SparseModel(
+    trainable=trainable, masks=new_masks, statistics=list(model.statistics)
+  )
+  return (
+    new_model,
+    directions,
+    density,
+    tf.math.divide_no_nan(informed, inactive_total),
+  )
 
 
 class SparseRounds:
@@ -208,22 +228,38 @@ class SparseRounds:
     growth_gradient: `client_update.GROWTH_GRADIENTS` entry.
   """
 
-  def __init__(self, keras_fn, element_spec, initial: SparseModel,
-               keep: Sequence[int], client_optimizer, *, prox_mu: float,
-               local_epochs: int, schedule: prune_grow.ReadjustSchedule,
-               congruity_lambda: float, memory: str, model_aggregator=None,
-               reconfigure=None, growth_gradient: str = "accumulated"):
+  def __init__(
+    self,
+    keras_fn,
+    element_spec,
+    initial: SparseModel,
+    keep: Sequence[int],
+    client_optimizer,
+    *,
+    prox_mu: float,
+    local_epochs: int,
+    schedule: prune_grow.ReadjustSchedule,
+    congruity_lambda: float,
+    memory: str,
+    model_aggregator=None,
+    reconfigure=None,
+    growth_gradient: str = "accumulated",
+  ):
     if memory not in MEMORIES:
-      raise ValueError(f"memory must be one of {list(MEMORIES)}, got"
-                       f" {memory!r}")
+      raise ValueError(
+        f"memory must be one of {list(MEMORIES)}, got {memory!r}"
+      )
     self._keras_fn = keras_fn
     self._element_spec = element_spec
     self._keep = tuple(int(k) for k in keep)
     self._optimizer = client_optimizer
     self._client_settings = dict(
-        prox_mu=float(prox_mu), local_epochs=int(local_epochs),
-        schedule=schedule, congruity_lambda=float(congruity_lambda),
-        growth_gradient=growth_gradient)
+      prox_mu=float(prox_mu),
+      local_epochs=int(local_epochs),
+      schedule=schedule,
+      congruity_lambda=float(congruity_lambda),
+      growth_gradient=growth_gradient,
+    )
     # The direction maps go out only if clients read them (lambda > 0).
     self.sends_directions = float(congruity_lambda) > 0
     self._memory = memory
@@ -233,21 +269,33 @@ class SparseRounds:
       self.layout = masks_lib.MaskLayout.of(keras_fn())
     self.model_type = learning_process.type_of(initial)
     self.directions_type = learning_process.type_of(
-        [tf.TensorSpec(np.shape(m), tf.int8) for m in initial.masks])
+      [tf.TensorSpec(np.shape(m), tf.int8) for m in initial.masks]
+    )
     self.packed_type = learning_process.type_of(
-        [tf.TensorSpec([prune_grow.packed_ternary_size(np.shape(m))],
-                       tf.uint8) for m in initial.masks])
-    self.sums_type = learning_process.type_of(MaskedSums(
+      [
+        tf.TensorSpec([prune_grow.packed_ternary_size(np.shape(m))], tf.uint8)
+        for m in initial.masks
+      ]
+    )
+    self.sums_type = learning_process.type_of(
+      MaskedSums(
         [_spec(w) for w in initial.trainable],
-        [_spec(w) for w in initial.trainable]))
+        [_spec(w) for w in initial.trainable],
+      )
+    )
     self.rows_type = learning_process.type_of(
-        _rows_spec(initial.trainable, initial.masks, None))
-    self.row_type = learning_process.type_of(MemoryRows(
+      _rows_spec(initial.trainable, initial.masks, None)
+    )
+    self.row_type = learning_process.type_of(
+      MemoryRows(
         values=[_spec(w) for w in initial.trainable],
         masks=[tf.TensorSpec(np.shape(m), tf.uint8) for m in initial.masks],
-        weight=tf.TensorSpec([], tf.float32)))
+        weight=tf.TensorSpec([], tf.float32),
+      )
+    )
     self.data_type = tff.SequenceType(
-        tff.types.tensorflow_to_type(element_spec))
+      tff.types.tensorflow_to_type(element_spec)
+    )
     self._rounds = {}
     # The server step of each kind of round built so far (for benchmarks).
     self.server_steps = {}
@@ -270,13 +318,15 @@ class SparseRounds:
   def model_fn(self):
     """The wrapped model as a `tff.learning.models.VariableModel`."""
     return tff.learning.models.from_keras_model(
-        self._keras_fn(),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=self._element_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+      self._keras_fn(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=self._element_spec,
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    )
 
-  def round_computation(self, readjust: bool,
-                        importance: bool = False) -> tff.Computation:
+  def round_computation(
+    self, readjust: bool, importance: bool = False
+  ) -> tff.Computation:
     """The round of the module docstring (cached per kind).
 
     `importance`: clients also upload their squared-gradient sums, the server
@@ -288,28 +338,34 @@ class SparseRounds:
     if kind in self._rounds:
       return self._rounds[kind]
     if importance and (self._reconfigure is None or self.remembers):
-      raise ValueError("importance rounds need a reconfigure rule and no"
-                       " server memory")
+      raise ValueError(
+        "importance rounds need a reconfigure rule and no server memory"
+      )
     layout, keep, memory = self.layout, self._keep, self._memory
     optimizer, model_fn = self._optimizer, self.model_fn
     sends_directions = self.sends_directions
     reconfigure = self._reconfigure
-    settings = dict(self._client_settings, readjust=readjust,
-                    importance=importance)
+    settings = dict(
+      self._client_settings, readjust=readjust, importance=importance
+    )
     shapes = [k.shape for k in layout.kernels]
 
     with tf.Graph().as_default():
       metrics_aggregate = tff_measure.measured_metrics_aggregator()(
-          model_fn().metric_finalizers())
+        model_fn().metric_finalizers()
+      )
 
-    @tff.tensorflow.computation(self.model_type, self.packed_type, np.int64,
-                                self.data_type)
+    @tff.tensorflow.computation(
+      self.model_type, self.packed_type, np.int64, self.data_type
+    )
     def client_work(received, packed, epochs_before, data):
       update = client_lib.build_client_update(model_fn, layout, **settings)
-      directions = [prune_grow.unpack_ternary(p, s)
-                    for p, s in zip(packed, shapes)]
-      return update(optimizer, SparseModel(*received), directions,
-                    epochs_before, data)
+      directions = [
+        prune_grow.unpack_ternary(p, s) for p, s in zip(packed, shapes)
+      ]
+      return update(
+        optimizer, SparseModel(*received), directions, epochs_before, data
+      )
 
     packed_type = self.packed_type
 
@@ -328,37 +384,52 @@ class SparseRounds:
       """What the masked sum adds up (values, or changes for `updates`)."""
       if memory == "updates":
         masks = full_masks(layout, upload.trainable, upload.masks)
-        return [(w - w0) * m for w, w0, m in zip(upload.trainable,
-                                                  received.trainable, masks)]
+        return [
+          (w - w0) * m
+          for w, w0, m in zip(upload.trainable, received.trainable, masks)
+        ]
       return list(upload.trainable)
 
     @tff.tensorflow.computation(upload_type)
     def to_weight(upload):
-      return MaskedWeight(upload.weight,
-                          full_masks(layout, upload.trainable, upload.masks))
+      return MaskedWeight(
+        upload.weight, full_masks(layout, upload.trainable, upload.masks)
+      )
 
     value_type = to_value.type_signature.result
 
     @tff.tensorflow.computation(value_type, upload_type)
     def to_row(value, upload):
-      return MemoryRows(values=list(value),
-                        masks=[tf.cast(m, tf.uint8) for m in upload.masks],
-                        weight=upload.weight)
+      return MemoryRows(
+        values=list(value),
+        masks=[tf.cast(m, tf.uint8) for m in upload.masks],
+        weight=upload.weight,
+      )
 
     distributor = tff_measure.build_measured_broadcast_process(
-        self.model_type,
-        nbytes_fn=lambda model: client_lib.model_nbytes(
-            layout, SparseModel(*model)))
+      self.model_type,
+      nbytes_fn=lambda model: client_lib.model_nbytes(
+        layout, SparseModel(*model)
+      ),
+    )
     directions_distributor = tff_measure.build_measured_broadcast_process(
-        packed_type)  # Dense uint8: exactly the packed bytes.
-    aggregator = self._aggregator.create(value_type,
-                                         to_weight.type_signature.result)
+      packed_type
+    )  # Dense uint8: exactly the packed bytes.
+    aggregator = self._aggregator.create(
+      value_type, to_weight.type_signature.result
+    )
     sums_type, rows_type = self.sums_type, self.rows_type
 
     def aggregate(model, sums, importance=None):
       new_model, directions, density, informed = server_aggregate(
-          layout, keep, memory, SparseModel(*model), MaskedSums(*sums),
-          importance, reconfigure if importance is not None else None)
+        layout,
+        keep,
+        memory,
+        SparseModel(*model),
+        MaskedSums(*sums),
+        importance,
+        reconfigure if importance is not None else None,
+      )
       return new_model, directions, sums, density, informed
 
     importance_type = upload_type.importance
@@ -374,63 +445,95 @@ class SparseRounds:
         return aggregate(model, new)
     else:
 
-      @tff.tensorflow.computation(self.model_type, sums_type, rows_type,
-                                  sums_type)
+      @tff.tensorflow.computation(
+        self.model_type, sums_type, rows_type, sums_type
+      )
       def server_update(model, running, forgotten, new):
         running, new = MaskedSums(*running), MaskedSums(*new)
         old = row_sums(layout, MemoryRows(*forgotten))
-        return aggregate(model, MaskedSums(
-            [r - o + n for r, o, n in zip(running.weighted_sum,
-                                          old.weighted_sum, new.weighted_sum)],
-            [r - o + n for r, o, n in zip(running.weight_sum, old.weight_sum,
-                                          new.weight_sum)]))
+        return aggregate(
+          model,
+          MaskedSums(
+            [
+              r - o + n
+              for r, o, n in zip(
+                running.weighted_sum, old.weighted_sum, new.weighted_sum
+              )
+            ],
+            [
+              r - o + n
+              for r, o, n in zip(
+                running.weight_sum, old.weight_sum, new.weight_sum
+              )
+            ],
+          ),
+        )
 
     self.server_steps[kind] = server_update
 
     def body(model, directions, running, forgotten, epochs, data, positions):
       delivered = distributor.next(distributor.initialize(), model)
-      measurements = collections.OrderedDict(
-          distributor=delivered.measurements)
+      measurements = collections.OrderedDict(distributor=delivered.measurements)
       if readjust and sends_directions:
         sent = directions_distributor.next(
-            directions_distributor.initialize(),
-            tff.federated_map(pack, directions))
+          directions_distributor.initialize(),
+          tff.federated_map(pack, directions),
+        )
         measurements["directions_distributor"] = sent.measurements
         client_directions = sent.result
       else:  # Nothing but the model is sent; no client reads these.
         client_directions = tff.federated_value(no_directions(), tff.CLIENTS)
       uploads, reports, counts, metrics = tff.federated_map(
-          client_work, (delivered.result, client_directions, epochs, data))
+        client_work, (delivered.result, client_directions, epochs, data)
+      )
       values = tff.federated_map(to_value, (uploads, delivered.result))
-      aggregated = aggregator.next(aggregator.initialize(), values,
-                                   tff.federated_map(to_weight, uploads))
+      aggregated = aggregator.next(
+        aggregator.initialize(), values, tff.federated_map(to_weight, uploads)
+      )
       if importance:
         mean_importance = tff.federated_mean(
-            tff.federated_map(tff.tensorflow.computation(
-                lambda u: u.importance, upload_type), uploads),
-            weight=tff.federated_map(tff.tensorflow.computation(
-                lambda u: u.weight, upload_type), uploads))
+          tff.federated_map(
+            tff.tensorflow.computation(lambda u: u.importance, upload_type),
+            uploads,
+          ),
+          weight=tff.federated_map(
+            tff.tensorflow.computation(lambda u: u.weight, upload_type), uploads
+          ),
+        )
         server_inputs = (model, aggregated.result, mean_importance)
       elif memory == "none":
         server_inputs = (model, aggregated.result)
       else:
         server_inputs = (model, running, forgotten, aggregated.result)
       new_model, new_directions, sums, density, informed = tff.federated_map(
-          server_update, server_inputs)
+        server_update, server_inputs
+      )
       measurements["train"] = metrics_aggregate(metrics)
       measurements["readjust"] = tff.federated_sum(counts)
       measurements["upload_bytes"] = tff.federated_sum(
-          tff.federated_map(
-              tff.tensorflow.computation(lambda r: r.upload_bytes,
-                                         reports.type_signature.member),
-              reports))
+        tff.federated_map(
+          tff.tensorflow.computation(
+            lambda r: r.upload_bytes, reports.type_signature.member
+          ),
+          reports,
+        )
+      )
       measurements["density"] = density
       measurements["direction_informed"] = informed
-      rows = (tff.federated_map(to_row, (values, uploads))
-              if memory != "none" else None)
-      return (new_model, new_directions, sums, rows, reports,
-              cohort_positions.echo(positions),
-              tff.federated_zip(measurements))
+      rows = (
+        tff.federated_map(to_row, (values, uploads))
+        if memory != "none"
+        else None
+      )
+      return (
+        new_model,
+        new_directions,
+        sums,
+        rows,
+        reports,
+        cohort_positions.echo(positions),
+        tff.federated_zip(measurements),
+      )
 
     model_at = tff.FederatedType(self.model_type, tff.SERVER)
     directions_at = tff.FederatedType(self.directions_type, tff.SERVER)
@@ -439,21 +542,33 @@ class SparseRounds:
     if self.remembers:
 
       @tff.federated_computation(
-          model_at, directions_at, tff.FederatedType(sums_type, tff.SERVER),
-          tff.FederatedType(rows_type, tff.SERVER), epochs_at, data_at,
-          cohort_positions.POSITIONS_AT_CLIENTS)
-      def sparse_round(model, directions, running, forgotten, epochs, data,
-                       positions):
-        return body(model, directions, running, forgotten, epochs, data,
-                    positions)
+        model_at,
+        directions_at,
+        tff.FederatedType(sums_type, tff.SERVER),
+        tff.FederatedType(rows_type, tff.SERVER),
+        epochs_at,
+        data_at,
+        cohort_positions.POSITIONS_AT_CLIENTS,
+      )
+      def sparse_round(
+        model, directions, running, forgotten, epochs, data, positions
+      ):
+        return body(
+          model, directions, running, forgotten, epochs, data, positions
+        )
     else:
 
-      @tff.federated_computation(model_at, directions_at, epochs_at, data_at,
-                                 cohort_positions.POSITIONS_AT_CLIENTS)
+      @tff.federated_computation(
+        model_at,
+        directions_at,
+        epochs_at,
+        data_at,
+        cohort_positions.POSITIONS_AT_CLIENTS,
+      )
       def sparse_round(model, directions, epochs, data, positions):
-        (new_model, new_directions, _, _, reports, echoed,
-         measurements) = body(model, directions, None, None, epochs, data,
-                              positions)
+        (new_model, new_directions, _, _, reports, echoed, measurements) = body(
+          model, directions, None, None, epochs, data, positions
+        )
         return new_model, new_directions, reports, echoed, measurements
 
     self._rounds[kind] = sparse_round

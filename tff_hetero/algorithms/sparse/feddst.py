@@ -45,9 +45,16 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms.sparse import training
 
 
-def build_feddst(config, task: api.Task,
-                 client_ids: Sequence[str] = ()) -> training.SparseTraining:
+def build_feddst(
+  config, task: api.Task, client_ids: Sequence[str] = ()
+) -> training.SparseTraining:
   return training.build_sparse_training(
-      "feddst", config, task, client_ids, congruity_lambda=0.0,
-      memory="none", begin_epoch=config.local_epochs,
-      growth_gradient="last_batch")
+    "feddst",
+    config,
+    task,
+    client_ids,
+    congruity_lambda=0.0,
+    memory="none",
+    begin_epoch=config.local_epochs,
+    growth_gradient="last_batch",
+  )

@@ -102,17 +102,23 @@ Readings and departures, each on purpose:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+import math
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms.sparse import training
 
 
-def build_fedsgc(config, task: api.Task,
-                 client_ids: Sequence[str] = ()) -> training.SparseTraining:
+def build_fedsgc(
+  config, task: api.Task, client_ids: Sequence[str] = ()
+) -> training.SparseTraining:
   return training.build_sparse_training(
-      "fedsgc", config, task, client_ids,
-      congruity_lambda=config.congruity_lambda, memory=config.sgc_memory,
-      begin_epoch=math.ceil(config.local_epochs / 2),
-      growth_gradient="accumulated")
+    "fedsgc",
+    config,
+    task,
+    client_ids,
+    congruity_lambda=config.congruity_lambda,
+    memory=config.sgc_memory,
+    begin_epoch=math.ceil(config.local_epochs / 2),
+    growth_gradient="accumulated",
+  )

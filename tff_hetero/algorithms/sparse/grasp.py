@@ -45,27 +45,31 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import initial_pruning
 from tff_hetero.algorithms.sparse import prune_grow
-from tff_hetero.algorithms.sparse import training
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
 TEMPERATURE = 200.0
 
 
-def grasp_scores(model, layout: masks_lib.MaskLayout, data,
-                 temperature: float = TEMPERATURE) -> list:
+def grasp_scores(
+  model, layout: masks_lib.MaskLayout, data, temperature: float = TEMPERATURE
+) -> list:
   """theta * (H g) of every masked kernel over `data` (module docstring).
 
   `model` is a `tff.learning.models.VariableModel` holding the weights to
   score; `data` yields `OrderedDict(x=, y=)` batches.
   """
-  weights = [model.trainable_variables[k.trainable_index]
-             for k in layout.kernels]
+  weights = [
+    model.trainable_variables[k.trainable_index] for k in layout.kernels
+  ]
 
   def loss_of(batch):
     logits = model.predict_on_batch(batch["x"], training=True) / temperature
-    return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-        batch["y"], logits, from_logits=True))
+    return tf.reduce_mean(
+      tf.keras.losses.sparse_categorical_crossentropy(
+        batch["y"], logits, from_logits=True
+      )
+    )
 
   def add_gradient(total, batch):
     with tf.GradientTape() as tape:
@@ -81,10 +85,13 @@ def grasp_scores(model, layout: masks_lib.MaskLayout, data,
       with tf.GradientTape() as inner:
         loss = loss_of(batch)
       gradients = inner.gradient(loss, weights)
-      product = tf.add_n([tf.reduce_sum(g * tf.stop_gradient(s))
-                          for g, s in zip(gradients, stopped)])
-    return tuple(t + h for t, h in zip(total,
-                                       outer.gradient(product, weights)))
+      product = tf.add_n(
+        [
+          tf.reduce_sum(g * tf.stop_gradient(s))
+          for g, s in zip(gradients, stopped)
+        ]
+      )
+    return tuple(t + h for t, h in zip(total, outer.gradient(product, weights)))
 
   hessian_gradient = data.reduce(zeros, add_hessian_gradient)
   return [w * h for w, h in zip(weights, hessian_gradient)]
@@ -103,7 +110,8 @@ class GraSP(initial_pruning.OneClientPruning):
     def masks(received, data):
       initial_pruning.load(model, layout, received)
       return initial_pruning.global_top_k_masks(
-          grasp_scores(model, layout, data), keep)
+        grasp_scores(model, layout, data), keep
+      )
 
     return list(received.trainable), masks(received, data)
 
@@ -111,14 +119,24 @@ class GraSP(initial_pruning.OneClientPruning):
     return 2 * client.num_examples  # Two passes (module docstring).
 
 
-def build_grasp(config, task: api.Task,
-                client_ids: Sequence[str] = ()) -> GraSP:
+def build_grasp(
+  config, task: api.Task, client_ids: Sequence[str] = ()
+) -> GraSP:
   schedule = prune_grow.ReadjustSchedule(
-      alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0)
+    alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
+  )
   return GraSP(
-      "grasp", task, client_ids, sparsity=config.sparsity, schedule=schedule,
-      congruity_lambda=0.0, memory="none",
-      client_optimizer=learning_process.client_optimizer(
-          config.client_optimizer, config.client_lr, config.client_momentum),
-      prox_mu=config.prox_mu or 0.0, local_epochs=config.local_epochs,
-      seed=config.seed)
+    "grasp",
+    task,
+    client_ids,
+    sparsity=config.sparsity,
+    schedule=schedule,
+    congruity_lambda=0.0,
+    memory="none",
+    client_optimizer=learning_process.client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
+    ),
+    prox_mu=config.prox_mu or 0.0,
+    local_epochs=config.local_epochs,
+    seed=config.seed,
+  )

@@ -38,8 +38,12 @@ from tff_hetero.submodels.masks import SparseModel
 def load(model, layout: masks_lib.MaskLayout, received: SparseModel) -> None:
   """Assigns `received` to a wrapped `VariableModel`'s weights (TF)."""
   weights = tff.learning.models.ModelWeights.from_model(model)
-  tf.nest.map_structure(lambda v, t: v.assign(t), weights,
-                        layout.to_model_weights(received), check_types=False)
+  tf.nest.map_structure(
+    lambda v, t: v.assign(t),
+    weights,
+    layout.to_model_weights(received),
+    check_types=False,
+  )
 
 
 def global_top_k_masks(scores: Sequence[tf.Tensor], count) -> list:
@@ -47,8 +51,10 @@ def global_top_k_masks(scores: Sequence[tf.Tensor], count) -> list:
   flat = tf.concat([tf.reshape(s, [-1]) for s in scores], axis=0)
   chosen = masks_lib.top_k_mask(flat, count, tf.ones_like(flat, tf.bool))
   sizes = [int(np.prod(s.shape)) for s in scores]
-  return [tf.reshape(part, s.shape)
-          for part, s in zip(tf.split(chosen, sizes), scores)]
+  return [
+    tf.reshape(part, s.shape)
+    for part, s in zip(tf.split(chosen, sizes), scores)
+  ]
 
 
 class OneClientPruning(training.SparseTraining, abc.ABC):
@@ -87,53 +93,70 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
       masks = [tf.cast(m, tf.float32) for m in masks]
       for j, kernel in enumerate(layout.kernels):
         trainable[kernel.trainable_index] = (
-            trainable[kernel.trainable_index] * masks[j])
-      nbytes = tf.add_n([tf.constant(0, tf.int64)] + [
-          tf.constant((k.size + 7) // 8, tf.int64) for k in layout.kernels])
+          trainable[kernel.trainable_index] * masks[j]
+        )
+      nbytes = tf.add_n(
+        [tf.constant(0, tf.int64)]
+        + [tf.constant((k.size + 7) // 8, tf.int64) for k in layout.kernels]
+      )
       if send_values:
         masked = {k.trainable_index for k in layout.kernels}
-        nbytes += tf.add_n([tf.constant(0, tf.int64)] + [
-            tf.math.count_nonzero(m, dtype=tf.int64) * 4 for m in masks])
+        nbytes += tf.add_n(
+          [tf.constant(0, tf.int64)]
+          + [tf.math.count_nonzero(m, dtype=tf.int64) * 4 for m in masks]
+        )
         nbytes += payload.tf_dense_nbytes(
-            [v for i, v in enumerate(trainable) if i not in masked])
+          [v for i, v in enumerate(trainable) if i not in masked]
+        )
       else:
-        trainable = [t * m for t, m in zip(
+        trainable = [
+          t * m
+          for t, m in zip(
             received.trainable,
-            computations.full_masks(layout, received.trainable, masks))]
-      return (SparseModel(trainable, masks, list(received.statistics)),
-              nbytes)
+            computations.full_masks(layout, received.trainable, masks),
+          )
+        ]
+      return (SparseModel(trainable, masks, list(received.statistics)), nbytes)
 
     @tff.tensorflow.computation(rounds.model_type)
     def dense_nbytes(model):
       model = SparseModel(*model)
-      return payload.tf_dense_nbytes([list(model.trainable),
-                                      list(model.statistics)])
+      return payload.tf_dense_nbytes(
+        [list(model.trainable), list(model.statistics)]
+      )
 
-    @tff.federated_computation(tff.FederatedType(rounds.model_type,
-                                                 tff.SERVER),
-                               tff.FederatedType(rounds.data_type,
-                                                 tff.CLIENTS))
+    @tff.federated_computation(
+      tff.FederatedType(rounds.model_type, tff.SERVER),
+      tff.FederatedType(rounds.data_type, tff.CLIENTS),
+    )
     def prune(model, data):
       received = tff.federated_broadcast(model)
       pruned, nbytes = tff.federated_map(client_work, (received, data))
       # One client: the sum over the cohort is its model and its bytes.
-      return (tff.federated_sum(pruned), tff.federated_sum(
-          tff.federated_map(dense_nbytes, received)),
-              tff.federated_sum(nbytes))
+      return (
+        tff.federated_sum(pruned),
+        tff.federated_sum(tff.federated_map(dense_nbytes, received)),
+        tff.federated_sum(nbytes),
+      )
 
     self._pruning = prune
     return prune
 
-  def prepare_round(self, state, round_num: int,
-                    clients: Sequence[api.ClientRound]):
+  def prepare_round(
+    self, state, round_num: int, clients: Sequence[api.ClientRound]
+  ):
     if round_num != 1 or not clients:
       return state, {}
     first = clients[0]
     model, down, up = self.pruning_computation()(state.model, [first.dataset])
     model = SparseModel(*model)
     extra = ClientTraffic(
-        client_id=first.client_id, bytes_down=int(down), bytes_up=int(up),
-        flops=self.pruning_flops(first), examples=self.pruning_examples(first))
+      client_id=first.client_id,
+      bytes_down=int(down),
+      bytes_up=int(up),
+      flops=self.pruning_flops(first),
+      examples=self.pruning_examples(first),
+    )
     return state._replace(model=model), {first.client_id: extra}
 
   def pruning_examples(self, client: api.ClientRound) -> int:

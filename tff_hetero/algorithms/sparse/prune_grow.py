@@ -26,7 +26,6 @@ import tensorflow as tf
 
 from tff_hetero.submodels import masks as masks_lib
 
-
 # --------------------------------------------------------------------------
 # The readjustment schedule (client side, keyed on cumulative epochs).
 
@@ -81,25 +80,32 @@ class ReadjustSchedule:
     """Whether a client readjusts after its cumulative epoch `epochs_done`
     (a Python int or an int64 tensor)."""
     if isinstance(epochs_done, (int, np.integer)):
-      return (self.alpha > 0 and self.begin_epoch <= epochs_done <
-              self.end_epoch and
-              (epochs_done - self.begin_epoch) % self.delta_epochs == 0)
+      return (
+        self.alpha > 0
+        and self.begin_epoch <= epochs_done < self.end_epoch
+        and (epochs_done - self.begin_epoch) % self.delta_epochs == 0
+      )
     t = tf.cast(epochs_done, tf.int64)
     return tf.logical_and(
-        tf.logical_and(tf.constant(self.alpha > 0),
-                       tf.greater_equal(t, self.begin_epoch)),
-        tf.logical_and(
-            tf.less(t, self.end_epoch),
-            tf.equal(tf.math.floormod(t - self.begin_epoch,
-                                      self.delta_epochs), 0)))
+      tf.logical_and(
+        tf.constant(self.alpha > 0), tf.greater_equal(t, self.begin_epoch)
+      ),
+      tf.logical_and(
+        tf.less(t, self.end_epoch),
+        tf.equal(tf.math.floormod(t - self.begin_epoch, self.delta_epochs), 0),
+      ),
+    )
 
   def prune_fraction(self, epochs_done):
     """alpha_t at cumulative epoch t (Python float or float32 tensor)."""
     if isinstance(epochs_done, (int, np.integer)):
       if epochs_done >= self.end_epoch:
         return 0.0
-      return self.alpha / 2.0 * (
-          1.0 + math.cos(math.pi * epochs_done / self.end_epoch))
+      return (
+        self.alpha
+        / 2.0
+        * (1.0 + math.cos(math.pi * epochs_done / self.end_epoch))
+      )
     t = tf.cast(epochs_done, tf.float32)
     fraction = self.alpha / 2.0 * (1.0 + tf.cos(np.pi * t / self.end_epoch))
     return tf.where(t < self.end_epoch, fraction, 0.0)
@@ -151,8 +157,15 @@ def _count(mask) -> tf.Tensor:
   return tf.reduce_sum(tf.cast(mask, tf.float32))
 
 
-def readjust_mask(mask, weight_now, weight_received, loss_gradient, direction,
-                  prune_fraction, congruity_lambda):
+def readjust_mask(
+  mask,
+  weight_now,
+  weight_received,
+  loss_gradient,
+  direction,
+  prune_fraction,
+  congruity_lambda,
+):
   """FedSGC's prune-and-grow of one kernel (Section 3.2).
 
   With n active weights and k = floor(prune_fraction x n):
@@ -178,48 +191,58 @@ def readjust_mask(mask, weight_now, weight_received, loss_gradient, direction,
   mask = tf.cast(mask, tf.float32)
   active = tf.greater(mask, 0.0)
   n_active = tf.reduce_sum(mask)
-  k = tf.cast(tf.floor(tf.cast(prune_fraction, tf.float32) * n_active),
-              tf.int32)
+  k = tf.cast(
+    tf.floor(tf.cast(prune_fraction, tf.float32) * n_active), tf.int32
+  )
   k_guided = tf.cast(
-      tf.floor(congruity_lambda * tf.cast(k, tf.float32)), tf.int32)
+    tf.floor(congruity_lambda * tf.cast(k, tf.float32)), tf.int32
+  )
   direction = tf.cast(direction, tf.float32)
   magnitude = tf.abs(tf.cast(weight_now, tf.float32))
   # Prune: against the global direction first, then by magnitude.
-  local_direction = tf.sign(tf.cast(weight_now, tf.float32) -
-                            tf.cast(weight_received, tf.float32))
-  incongruent = tf.logical_and(active, tf.less(local_direction * direction,
-                                               0.0))
+  local_direction = tf.sign(
+    tf.cast(weight_now, tf.float32) - tf.cast(weight_received, tf.float32)
+  )
+  incongruent = tf.logical_and(
+    active, tf.less(local_direction * direction, 0.0)
+  )
   pruned_guided = masks_lib.top_k_mask(-magnitude, k_guided, incongruent)
   rest = k - tf.cast(tf.reduce_sum(pruned_guided), tf.int32)
   pruned = pruned_guided + masks_lib.top_k_mask(
-      -magnitude, rest,
-      tf.logical_and(active, tf.equal(pruned_guided, 0.0)))
+    -magnitude, rest, tf.logical_and(active, tf.equal(pruned_guided, 0.0))
+  )
   # Grow as many among the inactive after pruning (just-pruned included).
   candidates = tf.equal(mask - pruned, 0.0)
   gradient = tf.cast(loss_gradient, tf.float32)
   grad_magnitude = tf.abs(gradient)
-  congruent = tf.logical_and(candidates,
-                             tf.greater(-tf.sign(gradient) * direction, 0.0))
+  congruent = tf.logical_and(
+    candidates, tf.greater(-tf.sign(gradient) * direction, 0.0)
+  )
   grown_guided = masks_lib.top_k_mask(grad_magnitude, k_guided, congruent)
   rest = tf.cast(tf.reduce_sum(pruned), tf.int32) - tf.cast(
-      tf.reduce_sum(grown_guided), tf.int32)
+    tf.reduce_sum(grown_guided), tf.int32
+  )
   grown = grown_guided + masks_lib.top_k_mask(
-      grad_magnitude, rest,
-      tf.logical_and(candidates, tf.equal(grown_guided, 0.0)))
+    grad_magnitude,
+    rest,
+    tf.logical_and(candidates, tf.equal(grown_guided, 0.0)),
+  )
   new_mask = mask - pruned + grown
   newly_active = grown * (1.0 - mask)
   counts = ReadjustCounts(
-      readjusts=tf.constant(1.0),
-      prune_fraction=tf.cast(prune_fraction, tf.float32),
-      pruned=tf.reduce_sum(pruned),
-      pruned_incongruent=tf.reduce_sum(pruned_guided),
-      grow_candidates=_count(candidates),
-      candidates_with_direction=_count(
-          tf.logical_and(candidates, tf.not_equal(direction, 0.0))),
-      grown=tf.reduce_sum(grown),
-      grown_congruent=tf.reduce_sum(grown_guided),
-      grown_new=tf.reduce_sum(newly_active),
-      gradient_examples=tf.constant(0.0))
+    readjusts=tf.constant(1.0),
+    prune_fraction=tf.cast(prune_fraction, tf.float32),
+    pruned=tf.reduce_sum(pruned),
+    pruned_incongruent=tf.reduce_sum(pruned_guided),
+    grow_candidates=_count(candidates),
+    candidates_with_direction=_count(
+      tf.logical_and(candidates, tf.not_equal(direction, 0.0))
+    ),
+    grown=tf.reduce_sum(grown),
+    grown_congruent=tf.reduce_sum(grown_guided),
+    grown_new=tf.reduce_sum(newly_active),
+    gradient_examples=tf.constant(0.0),
+  )
   return new_mask, newly_active, counts
 
 
@@ -254,11 +277,14 @@ def direction_map(candidate, held, previous):
   aggregate before the global re-prune (over the union of the masks) and
   `previous` the last global model."""
   change = candidate - previous
-  scale = tf.maximum(tf.maximum(tf.abs(candidate), tf.abs(previous)),
-                     tf.reduce_mean(tf.abs(previous)))
+  scale = tf.maximum(
+    tf.maximum(tf.abs(candidate), tf.abs(previous)),
+    tf.reduce_mean(tf.abs(previous)),
+  )
   moved = tf.logical_and(held, tf.abs(change) > DIRECTION_TOLERANCE * scale)
-  return tf.cast(tf.where(moved, tf.sign(change), tf.zeros_like(change)),
-                 tf.int8)
+  return tf.cast(
+    tf.where(moved, tf.sign(change), tf.zeros_like(change)), tf.int8
+  )
 
 
 # --------------------------------------------------------------------------
@@ -284,8 +310,11 @@ def unpack_ternary(packed, shape) -> tf.Tensor:
   """Inverse of `pack_ternary`: float32 {-1, 0, 1} of `shape`."""
   size = int(np.prod(shape))
   codes = tf.math.floormod(
-      tf.bitwise.right_shift(tf.expand_dims(tf.cast(packed, tf.int32), 1),
-                             tf.constant([0, 2, 4, 6])), 4)
+    tf.bitwise.right_shift(
+      tf.expand_dims(tf.cast(packed, tf.int32), 1), tf.constant([0, 2, 4, 6])
+    ),
+    4,
+  )
   codes = tf.reshape(codes, [-1])[:size]
   values = tf.where(tf.equal(codes, 2), -1.0, tf.cast(codes, tf.float32))
   return tf.reshape(values, shape)

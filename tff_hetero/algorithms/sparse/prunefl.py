@@ -75,8 +75,9 @@ from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
 
-def reconfigure_masks(importance: Sequence, costs: Sequence[float],
-                      constant: float, floor: int) -> list:
+def reconfigure_masks(
+  importance: Sequence, costs: Sequence[float], constant: float, floor: int
+) -> list:
   """PruneFL's mask (module docstring), pure TF.
 
   Args:
@@ -88,10 +89,12 @@ def reconfigure_masks(importance: Sequence, costs: Sequence[float],
   Returns:
     Per kernel, a float32 0/1 mask.
   """
-  flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1])
-                    for g in importance], axis=0)
-  cost = tf.concat([tf.fill([tf.size(g)], float(t))
-                    for g, t in zip(importance, costs)], axis=0)
+  flat = tf.concat(
+    [tf.reshape(tf.cast(g, tf.float32), [-1]) for g in importance], axis=0
+  )
+  cost = tf.concat(
+    [tf.fill([tf.size(g)], float(t)) for g, t in zip(importance, costs)], axis=0
+  )
   ratio = flat / cost
   order = tf.argsort(flat, direction="DESCENDING", stable=True)
   sorted_ratio = tf.gather(ratio, order)
@@ -100,20 +103,29 @@ def reconfigure_masks(importance: Sequence, costs: Sequence[float],
   # Objective of the first i weights, before adding weight i.
   before = tf.concat([[0.0], gain[:-1] / time[:-1]], axis=0)
   position = tf.range(tf.size(flat))
-  stops = tf.logical_and(tf.less(sorted_ratio, before),
-                         tf.greater_equal(position, floor))
-  count = tf.where(tf.reduce_any(stops),
-                   tf.cast(tf.argmax(tf.cast(stops, tf.int32)), tf.int32),
-                   tf.size(flat))
-  chosen = tf.scatter_nd(tf.expand_dims(order[:count], 1),
-                         tf.ones([count], tf.float32), tf.shape(flat))
+  stops = tf.logical_and(
+    tf.less(sorted_ratio, before), tf.greater_equal(position, floor)
+  )
+  count = tf.where(
+    tf.reduce_any(stops),
+    tf.cast(tf.argmax(tf.cast(stops, tf.int32)), tf.int32),
+    tf.size(flat),
+  )
+  chosen = tf.scatter_nd(
+    tf.expand_dims(order[:count], 1),
+    tf.ones([count], tf.float32),
+    tf.shape(flat),
+  )
   sizes = [int(np.prod(g.shape)) for g in importance]
-  return [tf.reshape(part, g.shape)
-          for part, g in zip(tf.split(chosen, sizes), importance)]
+  return [
+    tf.reshape(part, g.shape)
+    for part, g in zip(tf.split(chosen, sizes), importance)
+  ]
 
 
-def kernel_costs(model: tf.keras.Model,
-                 layout: masks_lib.MaskLayout) -> tuple[list[float], float]:
+def kernel_costs(
+  model: tf.keras.Model, layout: masks_lib.MaskLayout
+) -> tuple[list[float], float]:
   """(t per masked kernel, c): forward MACs per example of one weight of
   each kernel's layer, and of everything outside the kernels."""
   by_layer = {row.name: row for row in counting.layer_costs(model)}
@@ -131,24 +143,36 @@ class PruneFL(initial_pruning.OneClientPruning):
 
   send_values = True
 
-  def __init__(self, name: str, task: api.Task, client_ids: Sequence[str], *,
-               readjust_every: int, initial_rounds: int,
-               initial_readjust_every: int, **kwargs):
+  def __init__(
+    self,
+    name: str,
+    task: api.Task,
+    client_ids: Sequence[str],
+    *,
+    readjust_every: int,
+    initial_rounds: int,
+    initial_readjust_every: int,
+    **kwargs,
+  ):
     self.readjust_every = int(readjust_every)
     self.initial_rounds = int(initial_rounds)
     self.initial_readjust_every = int(initial_readjust_every)
-    super().__init__(name, task, client_ids, reconfigure=self._reconfigure,
-                     **kwargs)
-    self.costs, self.constant_cost = kernel_costs(task.model_fn(),
-                                                  self.layout)
+    super().__init__(
+      name, task, client_ids, reconfigure=self._reconfigure, **kwargs
+    )
+    self.costs, self.constant_cost = kernel_costs(task.model_fn(), self.layout)
 
   def _reconfigure(self, importance):
-    return reconfigure_masks(importance, self.costs, self.constant_cost,
-                             sum(self.keep))
+    return reconfigure_masks(
+      importance, self.costs, self.constant_cost, sum(self.keep)
+    )
 
   def round_kind(self, round_num: int) -> tuple[bool, bool]:
-    reconfigure = (self.readjust_every > 0 and round_num > 1 and
-                   (round_num - 1) % self.readjust_every == 0)
+    reconfigure = (
+      self.readjust_every > 0
+      and round_num > 1
+      and (round_num - 1) % self.readjust_every == 0
+    )
     return False, reconfigure
 
   def pruning_examples(self, client: api.ClientRound) -> int:
@@ -171,7 +195,8 @@ class PruneFL(initial_pruning.OneClientPruning):
         masks = reconfigure(list(squares))
         for j, kernel in enumerate(layout.kernels):
           trainer.mask_vars[j].assign(
-              tf.cast(masks[j], trainer.mask_vars[j].dtype))
+            tf.cast(masks[j], trainer.mask_vars[j].dtype)
+          )
           weight = trainer.weights.trainable[kernel.trainable_index]
           weight.assign(weight * masks[j])
         return tuple(tf.zeros_like(s) for s in squares)
@@ -179,10 +204,13 @@ class PruneFL(initial_pruning.OneClientPruning):
       def step(state, numbered):
         number, batch = numbered
         optimizer_state, squares = state
-        optimizer_state, raw, _ = trainer.step(optimizer, optimizer_state,
-                                               batch, received_trainable)
-        squares = tuple(s + tf.square(raw[k.trainable_index])
-                        for s, k in zip(squares, layout.kernels))
+        optimizer_state, raw, _ = trainer.step(
+          optimizer, optimizer_state, batch, received_trainable
+        )
+        squares = tuple(
+          s + tf.square(raw[k.trainable_index])
+          for s, k in zip(squares, layout.kernels)
+        )
         done = number + 1
         due = tf.logical_or(tf.equal(done % period, 0), tf.equal(done, last))
         squares = tf.cond(due, lambda: new_masks(squares), lambda: squares)
@@ -190,23 +218,35 @@ class PruneFL(initial_pruning.OneClientPruning):
 
       zeros = tuple(tf.zeros(k.shape, tf.float32) for k in layout.kernels)
       data.repeat(rounds).enumerate().reduce(
-          (trainer.initial_state(optimizer), zeros), step)
+        (trainer.initial_state(optimizer), zeros), step
+      )
       return trainer.upload_values()
 
     trainable, masks = initial(received, data)
     return list(trainable), list(masks)
 
 
-def build_prunefl(config, task: api.Task,
-                  client_ids: Sequence[str] = ()) -> PruneFL:
+def build_prunefl(
+  config, task: api.Task, client_ids: Sequence[str] = ()
+) -> PruneFL:
   schedule = prune_grow.ReadjustSchedule(
-      alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0)
+    alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
+  )
   return PruneFL(
-      "prunefl", task, client_ids, sparsity=config.sparsity,
-      schedule=schedule, congruity_lambda=0.0, memory="none",
-      client_optimizer=learning_process.client_optimizer(
-          config.client_optimizer, config.client_lr, config.client_momentum),
-      prox_mu=config.prox_mu or 0.0, local_epochs=config.local_epochs,
-      seed=config.seed, readjust_every=config.prunefl_readjust_every,
-      initial_rounds=config.prunefl_initial_rounds,
-      initial_readjust_every=config.prunefl_initial_readjust_every)
+    "prunefl",
+    task,
+    client_ids,
+    sparsity=config.sparsity,
+    schedule=schedule,
+    congruity_lambda=0.0,
+    memory="none",
+    client_optimizer=learning_process.client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
+    ),
+    prox_mu=config.prox_mu or 0.0,
+    local_epochs=config.local_epochs,
+    seed=config.seed,
+    readjust_every=config.prunefl_readjust_every,
+    initial_rounds=config.prunefl_initial_rounds,
+    initial_readjust_every=config.prunefl_initial_readjust_every,
+  )

@@ -26,9 +26,10 @@ computed again.
 from __future__ import annotations
 
 import collections
-import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+import math
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -50,10 +51,10 @@ from tff_hetero.submodels.masks import SparseModel
 class SparseState(NamedTuple):
   """Server state (module docstring)."""
 
-  model: Any       # SparseModel
+  model: Any  # SparseModel
   directions: Any  # one int8 map per masked kernel
-  sums: Any        # MaskedSums over the remembered uploads
-  memory: Any      # computations.MemoryRows (zero rows without memory)
+  sums: Any  # MaskedSums over the remembered uploads
+  memory: Any  # computations.MemoryRows (zero rows without memory)
 
 
 def _combined(traffic: ClientTraffic, more) -> ClientTraffic:
@@ -61,11 +62,12 @@ def _combined(traffic: ClientTraffic, more) -> ClientTraffic:
   if more is None:
     return traffic
   return ClientTraffic(
-      client_id=traffic.client_id,
-      bytes_down=traffic.bytes_down + more.bytes_down,
-      bytes_up=traffic.bytes_up + more.bytes_up,
-      flops=traffic.flops + more.flops,
-      examples=traffic.examples + more.examples)
+    client_id=traffic.client_id,
+    bytes_down=traffic.bytes_down + more.bytes_down,
+    bytes_up=traffic.bytes_up + more.bytes_up,
+    flops=traffic.flops + more.flops,
+    examples=traffic.examples + more.examples,
+  )
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -90,12 +92,24 @@ class SparseTraining(api.FederatedAlgorithm):
     seed: Seeds the initial random masks.
   """
 
-  def __init__(self, name: str, task: api.Task, client_ids: Sequence[str], *,
-               sparsity: float, schedule: prune_grow.ReadjustSchedule,
-               congruity_lambda: float, memory: str, client_optimizer,
-               prox_mu: float, local_epochs: int, seed: int,
-               model_aggregator=None, reconfigure=None,
-               growth_gradient: str = "accumulated"):
+  def __init__(
+    self,
+    name: str,
+    task: api.Task,
+    client_ids: Sequence[str],
+    *,
+    sparsity: float,
+    schedule: prune_grow.ReadjustSchedule,
+    congruity_lambda: float,
+    memory: str,
+    client_optimizer,
+    prox_mu: float,
+    local_epochs: int,
+    seed: int,
+    model_aggregator=None,
+    reconfigure=None,
+    growth_gradient: str = "accumulated",
+  ):
     self.name = name
     self.sparsity = float(sparsity)
     self.schedule = schedule
@@ -110,23 +124,39 @@ class SparseTraining(api.FederatedAlgorithm):
       return masks_lib.prune_wrap(task.model_fn())
 
     self.keras_fn = keras_fn
-    self._static_bn = static_batch_norm.StaticBatchNorm(keras_fn,
-                                                        task.element_spec)
+    self._static_bn = static_batch_norm.StaticBatchNorm(
+      keras_fn, task.element_spec
+    )
     wrapped = keras_fn()
     self.layout = masks_lib.MaskLayout.of(wrapped)
     densities = masks_lib.erk_densities(self.layout.shapes, self.sparsity)
     self.keep = masks_lib.keep_counts(self.layout.shapes, densities)
     weights = tff.learning.models.ModelWeights.from_model(wrapped)
     weights = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
-    self._initial = tf.nest.map_structure(np.asarray, self.layout.to_sparse(
-        tf.nest.map_structure(np.asarray, self.layout.with_masks(
-            weights, self.initial_masks(int(seed))))))
+    self._initial = tf.nest.map_structure(
+      np.asarray,
+      self.layout.to_sparse(
+        tf.nest.map_structure(
+          np.asarray,
+          self.layout.with_masks(weights, self.initial_masks(int(seed))),
+        )
+      ),
+    )
     self.rounds = computations.SparseRounds(
-        keras_fn, task.element_spec, self._initial, self.server_budgets(),
-        client_optimizer, prox_mu=prox_mu, local_epochs=local_epochs,
-        schedule=schedule, congruity_lambda=congruity_lambda, memory=memory,
-        model_aggregator=model_aggregator, reconfigure=reconfigure,
-        growth_gradient=growth_gradient)
+      keras_fn,
+      task.element_spec,
+      self._initial,
+      self.server_budgets(),
+      client_optimizer,
+      prox_mu=prox_mu,
+      local_epochs=local_epochs,
+      schedule=schedule,
+      congruity_lambda=congruity_lambda,
+      memory=memory,
+      model_aggregator=model_aggregator,
+      reconfigure=reconfigure,
+      growth_gradient=growth_gradient,
+    )
 
   def server_budgets(self) -> list[int]:
     """Weights per kernel the server's magnitude re-prune keeps: the ERK
@@ -141,9 +171,9 @@ class SparseTraining(api.FederatedAlgorithm):
     """(clients readjust, clients upload importance) in `round_num`."""
     return self.schedule.requested(round_num), False
 
-  def prepare_round(self, state: SparseState, round_num: int,
-                    clients: Sequence[api.ClientRound]
-                    ) -> tuple[SparseState, dict]:
+  def prepare_round(
+    self, state: SparseState, round_num: int, clients: Sequence[api.ClientRound]
+  ) -> tuple[SparseState, dict]:
     """Work before the round's training (e.g. pruning on one client): the
     new state and measured `ClientTraffic` by client id. Default: none."""
     del round_num, clients
@@ -151,38 +181,55 @@ class SparseTraining(api.FederatedAlgorithm):
 
   def initialize(self) -> SparseState:
     rows = len(self._rows) if self.rounds.remembers else 0
-    return SparseState(model=self._initial,
-                       directions=self.rounds.zero_directions(self._initial),
-                       sums=self.rounds.zero_sums(self._initial),
-                       memory=computations.empty_memory(self._initial, rows))
+    return SparseState(
+      model=self._initial,
+      directions=self.rounds.zero_directions(self._initial),
+      sums=self.rounds.zero_sums(self._initial),
+      memory=computations.empty_memory(self._initial, rows),
+    )
 
   def initial_client_state(self) -> np.int64:
     """A client's cumulative training epochs (none yet)."""
     return np.int64(0)
 
-  def client_dataset(self, arrays, *, batch_size: int, local_epochs: int,
-                     shuffle_seed: int, augment: str = "none", state=None):
+  def client_dataset(
+    self,
+    arrays,
+    *,
+    batch_size: int,
+    local_epochs: int,
+    shuffle_seed: int,
+    augment: str = "none",
+    state=None,
+  ):
     """Batches that never span two epochs (readjustment happens at epoch
     boundaries)."""
     del state
     return data.make_client_dataset(
-        arrays, batch_size=batch_size, local_epochs=local_epochs,
-        shuffle_seed=shuffle_seed, augment=augment, epoch_aligned=True)
+      arrays,
+      batch_size=batch_size,
+      local_epochs=local_epochs,
+      shuffle_seed=shuffle_seed,
+      augment=augment,
+      epoch_aligned=True,
+    )
 
   def _row_indices(self, clients: Sequence[api.ClientRound]) -> list[int]:
     try:
       return [self._rows[c.client_id] for c in clients]
     except KeyError as e:
-      raise ValueError(f"{self.name}: client {e.args[0]!r} is not among the"
-                       " client ids the algorithm was built with") from None
+      raise ValueError(
+        f"{self.name}: client {e.args[0]!r} is not among the"
+        " client ids the algorithm was built with"
+      ) from None
 
-  def next(self, state: SparseState, round_num: int,
-           clients: Sequence[api.ClientRound]) -> api.RoundOutput:
+  def next(
+    self, state: SparseState, round_num: int, clients: Sequence[api.ClientRound]
+  ) -> api.RoundOutput:
     state, extra = self.prepare_round(state, round_num, clients)
     requested, importance = self.round_kind(round_num)
     computation = self.rounds.round_computation(requested, importance)
-    epochs = [np.int64(c.state if c.state is not None else 0)
-              for c in clients]
+    epochs = [np.int64(c.state if c.state is not None else 0) for c in clients]
     data = [c.dataset for c in clients]
     memory = state.memory
     n = len(clients)
@@ -190,15 +237,25 @@ class SparseTraining(api.FederatedAlgorithm):
     if self.rounds.remembers:
       rows = self._row_indices(clients)
       forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
-      (model, directions, sums, new_rows, reports, echoed,
-       measured) = computation(state.model, state.directions, state.sums,
-                               forgotten, epochs, data, positions)
+      (model, directions, sums, new_rows, reports, echoed, measured) = (
+        computation(
+          state.model,
+          state.directions,
+          state.sums,
+          forgotten,
+          epochs,
+          data,
+          positions,
+        )
+      )
       order = cohort_positions.cohort_order(echoed, n, self.name)
-      memory = self._remember(memory, rows,
-                              cohort_positions.reorder(order, new_rows))
+      memory = self._remember(
+        memory, rows, cohort_positions.reorder(order, new_rows)
+      )
     else:
       model, directions, reports, echoed, measured = computation(
-          state.model, state.directions, epochs, data, positions)
+        state.model, state.directions, epochs, data, positions
+      )
       order = cohort_positions.cohort_order(echoed, n, self.name)
       sums = state.sums
     reports = cohort_positions.reorder(order, reports)
@@ -208,48 +265,61 @@ class SparseTraining(api.FederatedAlgorithm):
     bytes_down = learning_process.per_client_bytes(down, n, "download")
     train = measured["train"]
     metric_bytes = learning_process.per_client_bytes(
-        int(train["uploaded_bytes"]), n, "metrics upload")
+      int(train["uploaded_bytes"]), n, "metrics upload"
+    )
     traffic = tuple(
-        ClientTraffic(
-            client_id=c.client_id, bytes_down=bytes_down,
-            bytes_up=int(r.upload_bytes) + metric_bytes,
-            flops=(c.num_examples + int(r.gradient_examples)) *
-            self._flops_per_example,
-            examples=c.num_examples)
-        for c, r in zip(clients, reports))
+      ClientTraffic(
+        client_id=c.client_id,
+        bytes_down=bytes_down,
+        bytes_up=int(r.upload_bytes) + metric_bytes,
+        flops=(c.num_examples + int(r.gradient_examples))
+        * self._flops_per_example,
+        examples=c.num_examples,
+      )
+      for c, r in zip(clients, reports)
+    )
     traffic = tuple(_combined(t, extra.get(t.client_id)) for t in traffic)
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
     loss = float(train["metrics"]["loss"])
     counts = prune_grow.ReadjustCounts(
-        *[float(v) for v in measured["readjust"]])
+      *[float(v) for v in measured["readjust"]]
+    )
     metrics = collections.OrderedDict(
-        loss=loss if processed == expected else math.nan,
-        train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
-        readjust_requested=float(requested),
-        reconfigured=float(importance),
-        readjusts=counts.readjusts,
-        prune_fraction=_ratio(counts.prune_fraction, counts.readjusts),
-        pruned=counts.pruned,
-        pruned_incongruent=counts.pruned_incongruent,
-        grown=counts.grown,
-        grown_congruent=counts.grown_congruent,
-        grown_new=counts.grown_new,
-        grow_candidates_with_direction=_ratio(
-            counts.candidates_with_direction, counts.grow_candidates),
-        direction_nonzero_inactive=float(measured["direction_informed"]))
+      loss=loss if processed == expected else math.nan,
+      train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+      readjust_requested=float(requested),
+      reconfigured=float(importance),
+      readjusts=counts.readjusts,
+      prune_fraction=_ratio(counts.prune_fraction, counts.readjusts),
+      pruned=counts.pruned,
+      pruned_incongruent=counts.pruned_incongruent,
+      grown=counts.grown,
+      grown_congruent=counts.grown_congruent,
+      grown_new=counts.grown_new,
+      grow_candidates_with_direction=_ratio(
+        counts.candidates_with_direction, counts.grow_candidates
+      ),
+      direction_nonzero_inactive=float(measured["direction_informed"]),
+    )
     densities = [float(d) for d in measured["density"]]
     sizes = [k.size for k in self.layout.kernels]
     metrics["sparsity"] = 1.0 - sum(
-        d * s for d, s in zip(densities, sizes)) / sum(sizes)
+      d * s for d, s in zip(densities, sizes)
+    ) / sum(sizes)
     for kernel, density in zip(self.layout.kernels, densities):
       metrics[f"sparsity/{kernel.name.split(':')[0]}"] = 1.0 - density
-    client_states = {c.client_id: np.int64(r.epochs)
-                     for c, r in zip(clients, reports)}
+    client_states = {
+      c.client_id: np.int64(r.epochs) for c, r in zip(clients, reports)
+    }
     return api.RoundOutput(
-        state=SparseState(model=model, directions=list(directions),
-                          sums=sums, memory=memory),
-        metrics=metrics, traffic=traffic, client_states=client_states)
+      state=SparseState(
+        model=model, directions=list(directions), sums=sums, memory=memory
+      ),
+      metrics=metrics,
+      traffic=traffic,
+      client_states=client_states,
+    )
 
   @staticmethod
   def _remember(memory, rows: list[int], new_rows) -> Any:
@@ -267,11 +337,16 @@ class SparseTraining(api.FederatedAlgorithm):
       return out
 
     return computations.MemoryRows(
-        values=[replace(a, [r.values[i] for r in received])
-                for i, a in enumerate(memory.values)],
-        masks=[replace(a, [r.masks[i] for r in received])
-               for i, a in enumerate(memory.masks)],
-        weight=replace(memory.weight, [r.weight for r in received]))
+      values=[
+        replace(a, [r.values[i] for r in received])
+        for i, a in enumerate(memory.values)
+      ],
+      masks=[
+        replace(a, [r.masks[i] for r in received])
+        for i, a in enumerate(memory.masks)
+      ],
+      weight=replace(memory.weight, [r.weight for r in received]),
+    )
 
   def model_weights(self, state: SparseState):
     weights = self.layout.to_model_weights(SparseModel(*state.model))
@@ -280,23 +355,35 @@ class SparseTraining(api.FederatedAlgorithm):
   def evaluation_models(self, state: SparseState, data=None):
     """The global sparse model; with batch norm, statistics from the clients
     (the server aggregates kernels and biases only; `static_batch_norm`)."""
-    return collections.OrderedDict(global_model=api.EvaluationModel(
+    return collections.OrderedDict(
+      global_model=api.EvaluationModel(
         self._static_bn.calibrate(self.model_weights(state), data),
-        model_fn=self.keras_fn))
+        model_fn=self.keras_fn,
+      )
+    )
 
 
 def check_memory(memory: str) -> str:
   if memory not in computations.MEMORIES:
-    raise UsageError("--sgc_memory", f"unknown value {memory!r}; accepted: "
-                     + ", ".join(computations.MEMORIES))
+    raise UsageError(
+      "--sgc_memory",
+      f"unknown value {memory!r}; accepted: "
+      + ", ".join(computations.MEMORIES),
+    )
   return memory
 
 
-def build_sparse_training(name: str, config, task: api.Task,
-                          client_ids: Sequence[str], *,
-                          congruity_lambda: float, memory: str,
-                          begin_epoch: int,
-                          growth_gradient: str) -> SparseTraining:
+def build_sparse_training(
+  name: str,
+  config,
+  task: api.Task,
+  client_ids: Sequence[str],
+  *,
+  congruity_lambda: float,
+  memory: str,
+  begin_epoch: int,
+  growth_gradient: str,
+) -> SparseTraining:
   """A `SparseTraining` from the run's settings (shared by FedSGC, FedDST).
 
   `begin_epoch` is the algorithm's default first readjustment epoch, used
@@ -306,19 +393,33 @@ def build_sparse_training(name: str, config, task: api.Task,
   `--readjust_end_epoch` to fix it).
   """
   epochs = config.local_epochs
-  expected_epochs = max(1, math.ceil(
-      epochs * config.rounds * config.clients_per_round / config.num_clients))
+  expected_epochs = max(
+    1,
+    math.ceil(
+      epochs * config.rounds * config.clients_per_round / config.num_clients
+    ),
+  )
   schedule = prune_grow.ReadjustSchedule(
-      alpha=config.prune_alpha,
-      delta_epochs=config.readjust_delta_epochs or epochs,
-      begin_epoch=config.readjust_begin_epoch or begin_epoch,
-      end_epoch=config.readjust_end_epoch or expected_epochs,
-      request_every=config.readjust_every,
-      request_end_round=config.readjust_end_round)
+    alpha=config.prune_alpha,
+    delta_epochs=config.readjust_delta_epochs or epochs,
+    begin_epoch=config.readjust_begin_epoch or begin_epoch,
+    end_epoch=config.readjust_end_epoch or expected_epochs,
+    request_every=config.readjust_every,
+    request_end_round=config.readjust_end_round,
+  )
   return SparseTraining(
-      name, task, client_ids, sparsity=config.sparsity, schedule=schedule,
-      congruity_lambda=congruity_lambda, memory=check_memory(memory),
-      client_optimizer=learning_process.client_optimizer(
-          config.client_optimizer, config.client_lr, config.client_momentum),
-      prox_mu=config.prox_mu or 0.0, local_epochs=epochs, seed=config.seed,
-      growth_gradient=growth_gradient)
+    name,
+    task,
+    client_ids,
+    sparsity=config.sparsity,
+    schedule=schedule,
+    congruity_lambda=congruity_lambda,
+    memory=check_memory(memory),
+    client_optimizer=learning_process.client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
+    ),
+    prox_mu=config.prox_mu or 0.0,
+    local_epochs=epochs,
+    seed=config.seed,
+    growth_gradient=growth_gradient,
+  )
