@@ -46,3 +46,40 @@ def tff_context():
 
   with runtime.local_execution(worker_timeout_s=120.0) as handle:
     yield handle
+
+
+def assert_one_line_error(error_type, call, *needles) -> str:
+  """`call()` raises `error_type` with a one-line message holding `needles`;
+  returns the message."""
+  with pytest.raises(error_type) as info:
+    call()
+  message = str(info.value)
+  assert "\n" not in message
+  for needle in needles:
+    assert needle in message, (needle, message)
+  return message
+
+
+def run_train_subprocess(flags, timeout_s=600):
+  """`python -m pipelines.train *flags` from the repo root, as a user runs
+  it; asserts it exits 0 and leaves no TFF worker behind. Returns the
+  completed process."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.runtime import testing as proc_testing  # pylint: disable=g-import-not-at-top
+
+  tag, env = proc_testing.tagged_env()
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run(
+    [sys.executable, "-m", "pipelines.train", *flags],
+    cwd=repo,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout_s,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr
+  proc_testing.assert_no_workers_left(tag, timeout_s=5)
+  return proc

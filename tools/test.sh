@@ -6,6 +6,9 @@
 #   tools/test.sh -k partition -x         # options apply to tests/
 #   tools/test.sh tests/data              # a path given: only that path
 #   tools/test.sh -n 0                    # in this process only (no xdist workers)
+#   tools/test.sh --fast                  # unit tier for local work: no end-to-end
+#                                         # pipeline runs (tests/pipelines, tests/examples),
+#                                         # no import-isolation sweep, no @pytest.mark.slow
 #
 # Test files are spread over one pytest-xdist process per logical CPU
 # (`-n logical --dist loadfile`: a file's tests, and its module fixtures, stay in one
@@ -18,6 +21,18 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$REPO_ROOT/tools/bootstrap.sh"
 cd "$REPO_ROOT"
+
+fast=()
+args=()
+for arg in "$@"; do
+  if [[ "$arg" == "--fast" ]]; then
+    fast=(--ignore=tests/pipelines --ignore=tests/examples
+          --ignore=tests/imports_test.py -m "not slow")
+  else
+    args+=("$arg")
+  fi
+done
+set -- ${args[@]+"${args[@]}"}
 
 # Run tests/ unless the arguments already name a test path (file, dir or node id).
 targets=(tests)
@@ -36,4 +51,5 @@ for arg in "$@"; do
   fi
 done
 
-exec .venv/bin/python -m pytest "${parallel[@]}" "${targets[@]}" "$@"
+exec .venv/bin/python -m pytest ${parallel[@]+"${parallel[@]}"} ${fast[@]+"${fast[@]}"} \
+  ${targets[@]+"${targets[@]}"} "$@"

@@ -33,6 +33,8 @@ from typing import Any
 from absl import flags
 import attrs
 
+from tff_hetero.program import atomic_files
+
 REPORT_JSON = "report.json"
 
 # The parts of a paper a pipeline runs (its `PARTS`; all when not given).
@@ -160,7 +162,9 @@ def _record_segment(run_dir: str, action: str) -> None:
     ),
   )
   os.makedirs(run_dir, exist_ok=True)
-  write_text(path, json.dumps({"segments": segments + [segment]}, indent=1))
+  atomic_files.write_text(
+    path, json.dumps({"segments": segments + [segment]}, indent=1)
+  )
 
 
 def provenance(report_dir: str) -> list[dict]:
@@ -370,13 +374,6 @@ def markdown_table(
   return "\n".join(lines)
 
 
-def write_text(path: str, text: str) -> None:
-  temp = f"{path}.tmp"
-  with open(temp, "w") as f:
-    f.write(text)
-  os.replace(temp, path)
-
-
 def base_config(defaults: Mapping[str, Any]):
   """An `ExperimentConfig` from `pipelines.train`'s flags.
 
@@ -503,8 +500,8 @@ def reproduce_main(
 
   reports = _cli.run_guarded(run, resume_hint="run again to continue")
   text, results = build_tables(base, reports, parts)
-  write_text(os.path.join(out_dir, "tables.md"), text)
-  write_text(
+  atomic_files.write_text(os.path.join(out_dir, "tables.md"), text)
+  atomic_files.write_text(
     os.path.join(out_dir, "results.json"), json.dumps(results, indent=1)
   )
   paths = plot(out_dir, reports, parts)

@@ -545,6 +545,7 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   )
 
 
+@pytest.mark.slow
 def test_fedgkt_learns_well_above_chance(tff_context):
   del tff_context
   result = loop.run_experiment(

@@ -733,6 +733,7 @@ def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
   ]
 
 
+@pytest.mark.slow
 def test_four_algorithms_train_within_one_population(tff_context, monkeypatch):
   """One population for all: no device trains more than its capacity.
 

@@ -2,10 +2,15 @@
 
 import math
 
+from conftest import assert_one_line_error
 import numpy as np
 import pytest
 
 from tff_hetero import devices
+
+
+def _one_line(call, *needles):
+  return assert_one_line_error(devices.DeviceError, call, *needles)
 
 
 def _ids(n):
@@ -151,15 +156,6 @@ def test_a_clients_draws_do_not_depend_on_the_rest_of_the_population():
         client, r
       )
       assert big.is_available(client, r) == small.is_available(client, r)
-
-
-def _one_line(call, *needles):
-  with pytest.raises(devices.DeviceError) as info:
-    call()
-  message = str(info.value)
-  assert "\n" not in message
-  for needle in needles:
-    assert needle in message, message
 
 
 def test_bad_inputs_are_one_line_device_errors():

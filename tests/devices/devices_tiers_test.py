@@ -1,8 +1,13 @@
 """Tests of tier parsing from flag strings and capacity resolution."""
 
+from conftest import assert_one_line_error
 import pytest
 
 from tff_hetero import devices
+
+
+def _one_line(call, *needles):
+  return assert_one_line_error(devices.DeviceError, call, *needles)
 
 
 def test_defaults_are_adaptivefl_4_3_3_with_quarter_half_full_capacities():
@@ -55,16 +60,6 @@ def test_resolve_capacities_turns_fractions_into_budgets():
   # Tiers given absolute budgets by hand are kept.
   hand = devices.TierSpec("x", 1.0, capacity_params=7, capacity_flops=9)
   assert devices.resolve_capacities([hand], 100, 100) == (hand,)
-
-
-def _one_line(call, *needles):
-  with pytest.raises(devices.DeviceError) as info:
-    call()
-  message = str(info.value)
-  assert "\n" not in message
-  for needle in needles:
-    assert needle in message, message
-  return message
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,16 @@ bias adds not counted; batch/layer norm = 1 MAC per output element;
 pooling, activations, merges = 0.
 """
 
+from conftest import assert_one_line_error
 import pytest
 import tensorflow as tf
 
 from tff_hetero import models
+
+
+def _one_line_error(call, *needles):
+  return assert_one_line_error(models.ModelError, call, *needles)
+
 
 L = tf.keras.layers
 
@@ -223,15 +229,6 @@ def test_pruning_wrappers_cost_the_dense_layer():
   # masks (one per kernel: 250 + 5,000 + 16,000 + 500), thresholds (4 scalars)
   # and pruning steps (one per wrapper, 7 wrappers) are non-trainable
   assert counts.non_trainable == 21_750 + 4 + 7
-
-
-def _one_line_error(call, *needles):
-  with pytest.raises(models.ModelError) as info:
-    call()
-  message = str(info.value)
-  assert "\n" not in message
-  for needle in needles:
-    assert needle in message, message
 
 
 def test_unsupported_parametrised_layer_is_named():

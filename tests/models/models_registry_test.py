@@ -1,11 +1,17 @@
 """Tests of the model registry: names, seeding, logits, input-shape checks."""
 
+from conftest import assert_one_line_error
 from conftest import once_per_structure
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tff_hetero import models
+
+
+def _one_line_model_error(call, *needles):
+  return assert_one_line_error(models.ModelError, call, *needles)
+
 
 # One input shape each model is meant for.
 TYPICAL_SHAPES = {
@@ -110,16 +116,6 @@ def test_biases_start_at_zero():
   for layer in model.layers:
     if getattr(layer, "bias", None) is not None:
       assert not np.any(layer.bias.numpy())
-
-
-def _one_line_model_error(call, *needles):
-  with pytest.raises(models.ModelError) as info:
-    call()
-  message = str(info.value)
-  assert "\n" not in message
-  for needle in needles:
-    assert needle in message, message
-  return message
 
 
 def test_unknown_name_lists_accepted_names():

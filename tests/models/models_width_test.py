@@ -9,6 +9,7 @@ for VGG's fifth pool and classifier width (3-channel input), which
 `vgg16_eighth` covers on 32x32x3.
 """
 
+from conftest import assert_one_line_error
 from conftest import once_per_structure
 import numpy as np
 import pytest
@@ -16,6 +17,11 @@ import tensorflow as tf
 
 from tff_hetero import models
 from tff_hetero.submodels import pools
+
+
+def _one_line_model_error(call, *needles):
+  return assert_one_line_error(models.ModelError, call, *needles)
+
 
 # Small input shapes each model takes (structure tests, not counts).
 SMALL_SHAPES = {
@@ -440,15 +446,6 @@ def test_cifar_resnet_truncation_before_a_wider_stage_is_not_a_prefix(zoo):
   ).max()
   assert gap > 1e-2
   full.set_weights(drawn)
-
-
-def _one_line_model_error(call, *needles):
-  with pytest.raises(models.ModelError) as info:
-    call()
-  message = str(info.value)
-  assert "\n" not in message
-  for needle in needles:
-    assert needle in message, message
 
 
 @pytest.mark.parametrize(

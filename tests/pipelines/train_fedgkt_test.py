@@ -6,20 +6,14 @@ schedule and the update counter in the server state). Asynchronous, with 2
 of 4 devices at work: freed slots are refilled by seeded draws."""
 
 import json
-import os
-import subprocess
-import sys
 
+from conftest import run_train_subprocess
 import numpy as np
 
 from pipelines import _cli
 from pipelines import train
 from tff_hetero.program import outputs
-from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(
-  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
 _FLAGS = [
   "--algorithm=fedgkt",
   "--dataset=synthetic",
@@ -37,26 +31,15 @@ _FLAGS = [
 
 
 def test_fedgkt_run_resume_and_outputs(tmp_path):
-  tag, env = proc_testing.tagged_env()
-  proc = subprocess.run(
+  run_train_subprocess(
     [
-      sys.executable,
-      "-m",
-      "pipelines.train",
       *_FLAGS,
       "--rounds=2",
       f"--root_output_dir={tmp_path}",
       "--experiment_name=whole",
     ],
-    cwd=REPO,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=900,
-    check=False,
+    timeout_s=900,
   )
-  assert proc.returncode == 0, proc.stderr
-  proc_testing.assert_no_workers_left(tag, timeout_s=5)
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
   profile = report["algorithm"]["fedgkt_models"]

@@ -6,21 +6,15 @@ run: the RL tables and the sampling RNG live in the checkpoint.
 """
 
 import json
-import os
-import subprocess
-import sys
 
+from conftest import run_train_subprocess
 import numpy as np
 import pytest
 
 from pipelines import _cli
 from pipelines import train
 from tff_hetero.program import outputs
-from tff_hetero.runtime import testing as proc_testing
 
-REPO = os.path.dirname(
-  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
 _FLAGS = [
   "--algorithm=adaptivefl",
   "--dataset=synthetic",
@@ -41,26 +35,15 @@ _S1_PARAMS = 160 + 1160 + 330
 
 
 def test_adaptivefl_run_resume_and_outputs(tmp_path):
-  tag, env = proc_testing.tagged_env()
-  proc = subprocess.run(
+  run_train_subprocess(
     [
-      sys.executable,
-      "-m",
-      "pipelines.train",
       *_FLAGS,
       "--rounds=2",
       f"--root_output_dir={tmp_path}",
       "--experiment_name=whole",
     ],
-    cwd=REPO,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
-    check=False,
+    timeout_s=600,
   )
-  assert proc.returncode == 0, proc.stderr
-  proc_testing.assert_no_workers_left(tag, timeout_s=5)
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
   final = report["final_metrics"]

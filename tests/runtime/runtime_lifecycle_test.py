@@ -20,6 +20,9 @@ import pytest
 
 from tff_hetero.runtime import testing as proc_testing
 
+# Multi-process end-to-end checks: outside the unit tier.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(
   os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )

@@ -35,7 +35,6 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
-from tff_hetero.algorithms import model_fns
 
 
 def build_fedavg_process(
@@ -69,15 +68,15 @@ def build_fedavg_process(
     metrics_fn: No-arg callable returning a list of Keras metrics (default:
       sparse categorical accuracy).
   """
-  tff_model_fn = model_fns.variable_model_fn(
-    model_fn, input_spec, loss_fn, metrics_fn
-  )
-  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
-  if server_optimizer_fn is None:
-    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
-  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
-  parts = learning_process.measured_parts(
-    tff_model_fn, model_aggregator, client_weighting
+  tff_model_fn, server_optimizer_fn, parts = learning_process.builder_parts(
+    model_fn,
+    input_spec=input_spec,
+    loss_fn=loss_fn,
+    metrics_fn=metrics_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    model_aggregator=model_aggregator,
+    client_weighting=client_weighting,
   )
   return tff.learning.algorithms.build_weighted_fed_avg(
     tff_model_fn,

@@ -31,6 +31,7 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms import static_batch_norm
 
 
@@ -96,6 +97,33 @@ def measured_parts(
     ),
     metrics_aggregator=tff_measure.measured_metrics_aggregator(),
   )
+
+
+def builder_parts(
+  model_fn,
+  *,
+  input_spec,
+  loss_fn,
+  metrics_fn,
+  client_optimizer_fn,
+  server_optimizer_fn,
+  model_aggregator,
+  client_weighting,
+):
+  """What every homogeneous builder starts from, its arguments checked:
+  `(tff_model_fn, server_optimizer_fn, MeasuredParts)`, the TFF model of the
+  Keras factory (`model_fns.variable_model_fn`), the server optimizer (SGD at
+  learning rate 1 when None: the new global model is the mean of the
+  clients'), and the measuring parts around `model_aggregator`."""
+  tff_model_fn = model_fns.variable_model_fn(
+    model_fn, input_spec, loss_fn, metrics_fn
+  )
+  check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  parts = measured_parts(tff_model_fn, model_aggregator, client_weighting)
+  return tff_model_fn, server_optimizer_fn, parts
 
 
 def tensor_spec(value) -> tf.TensorSpec:

@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 import tree
 
 from tff_hetero.accounting import CommLedger
+from tff_hetero.program import atomic_files
 from tff_hetero.runtime.signals import run_to_completion
 
 _SIDECAR = "program_state_{version}.json"
@@ -117,7 +118,7 @@ class CheckpointManager:
       history=list(state.history),
       fingerprint=state.fingerprint,
     )
-    _write_json_atomically(self._sidecar(version), sidecar)
+    atomic_files.write_json(self._sidecar(version), sidecar)
     self._remove_orphan_sidecars()
 
   def _remove_orphan_sidecars(self) -> None:
@@ -165,12 +166,3 @@ class CheckpointManager:
       history=tuple(sidecar["history"]),
       fingerprint=sidecar["fingerprint"],
     )
-
-
-def _write_json_atomically(path: str, value: Any) -> None:
-  temp = f"{path}.tmp"
-  with open(temp, "w") as f:
-    json.dump(value, f, indent=1)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(temp, path)

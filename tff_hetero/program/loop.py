@@ -37,6 +37,7 @@ from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms.registry import ALGORITHMS
 from tff_hetero.errors import DivergenceError
 from tff_hetero.errors import UsageError
+from tff_hetero.program import atomic_files
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import outputs
 from tff_hetero.program.config import ExperimentConfig
@@ -441,9 +442,8 @@ def save_model_weights(path: str, model_weights) -> None:
     arrays[f"trainable_{i}"] = np.asarray(w)
   for i, w in enumerate(model_weights.non_trainable):
     arrays[f"non_trainable_{i}"] = np.asarray(w)
-  temp = f"{path}.tmp.npz"
-  np.savez(temp, **arrays)
-  os.replace(temp, path)
+  with atomic_files.atomic_write(path, "wb") as f:
+    np.savez(f, **arrays)
 
 
 def _check_output_dir(

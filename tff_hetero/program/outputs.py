@@ -17,13 +17,13 @@ import collections
 from collections.abc import Mapping
 from collections.abc import Sequence
 import csv
-import json
 import math
 import os
 from typing import Any
 
 import tensorflow_federated as tff
 
+from tff_hetero.program import atomic_files
 from tff_hetero.runtime.signals import run_to_completion
 
 METRICS_CSV = "metrics.csv"
@@ -72,10 +72,7 @@ def _missing(value) -> bool:
 
 
 def write_report(path: str, report: Mapping[str, Any]) -> None:
-  temp = f"{path}.tmp"
-  with open(temp, "w") as f:
-    json.dump(report, f, indent=1)
-  os.replace(temp, path)
+  atomic_files.write_json(path, report)
 
 
 def read_metrics(experiment_dir: str) -> list[dict[str, str]]:
