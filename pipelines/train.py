@@ -69,7 +69,8 @@ _ADAM_EPS = flags.DEFINE_float(
 flags.DEFINE_string(
   "aggregator",
   "mean",
-  "Model aggregator (FedAvg, FedProx, FedAdam): mean (example-weighted),"
+  "Model aggregator (FedAvg, FedProx, FedAdam, and masked for AdaptiveFL,"
+  " HeteroFL, All-Large, Decoupled): mean (example-weighted),"
   " clip (each update clipped to --clip_norm, then the mean), dp (DP-FedAvg"
   " Gaussian sum: clipped to --clip_norm, noise --noise_multiplier x"
   " --clip_norm, clients weighted uniformly; no epsilon is reported).",

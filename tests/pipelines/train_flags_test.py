@@ -59,9 +59,7 @@ CASES = [
   (["--clip_norm=1"], "--clip_norm"),
   (
     [
-      "--algorithm=heterofl",
-      "--model=mnist_cnn",
-      "--dataset=mnist5k",
+      "--algorithm=feddst",
       "--aggregator=clip",
       "--clip_norm=1",
     ],

@@ -25,6 +25,12 @@ accountants assume) and is left to the user.
 
 The factories are TFF's own; `build_model_aggregator` only chooses one, so any
 other `tff.aggregators` factory can be passed to the builders directly.
+
+The width-heterogeneous algorithms sum masked updates of several shapes; the
+same three choices are `masked_dp.MaskedAggregation`s there
+(`masked_aggregation`): `mean` the example-weighted masked mean, `clip` the
+same of clipped updates, `dp` the masked Gaussian mechanism of `masked_dp`
+(uniform weights, noised value sums and noised level counts).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Optional
 import attrs
 import tensorflow_federated as tff
 
+from tff_hetero.aggregators import masked_dp
 from tff_hetero.errors import UsageError
 
 
@@ -53,6 +60,10 @@ class AggregatorEntry:
   build: Callable[[Optional[float], Optional[float], int], object]
   client_weighting: tff.learning.ClientWeighting
   needs: tuple[str, ...] = ()
+  # `(clip_norm, noise_multiplier) -> masked_dp.MaskedAggregation`.
+  masked: Callable[[Optional[float], Optional[float]], object] = (
+    lambda clip, noise: masked_dp.MaskedAggregation()
+  )
 
 
 MODEL_AGGREGATORS: "collections.OrderedDict[str, AggregatorEntry]" = (
@@ -126,4 +137,16 @@ def build_model_aggregator(
   return (
     entry.build(clip_norm, noise_multiplier, int(clients_per_round)),
     entry.client_weighting,
+  )
+
+
+def width_round_options(config) -> dict:
+  """The width algorithms' aggregation options a run's settings choose:
+  `aggregation` (`masked_dp.MaskedAggregation` of `--aggregator`,
+  `--clip_norm`, `--noise_multiplier`) and `noise_seed` (`--seed`)."""
+  check_settings(config.aggregator, config.clip_norm, config.noise_multiplier)
+  entry = MODEL_AGGREGATORS[config.aggregator]
+  return dict(
+    aggregation=entry.masked(config.clip_norm, config.noise_multiplier),
+    noise_seed=config.seed,
   )

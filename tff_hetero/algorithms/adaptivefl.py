@@ -138,6 +138,8 @@ import attrs
 import numpy as np
 
 from tff_hetero import models as models_lib
+from tff_hetero.aggregators import masked_dp
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import width_rounds
@@ -471,6 +473,8 @@ class AdaptiveFL(api.FederatedAlgorithm):
     selection: str = "rl",
     min_start_index: int = 1,
     prox_mu: float = 0.0,
+    aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
+    noise_seed: int = 0,
   ):
     if selection not in SELECTIONS:
       raise ValueError(
@@ -492,6 +496,8 @@ class AdaptiveFL(api.FederatedAlgorithm):
       client_momentum=client_momentum,
       prox_mu=prox_mu,
       server_lr=server_lr,
+      aggregation=aggregation,
+      noise_seed=noise_seed,
     )
     # p: start indices per level (the pool's M members).
     self.p = max(1, len(pool.of_class("M")))
@@ -535,7 +541,6 @@ class AdaptiveFL(api.FederatedAlgorithm):
     round_num: int,
     clients: Sequence[api.ClientRound],
   ) -> api.RoundOutput:
-    del round_num
     levels = self.catalog.levels
     sent_members = [int(client.assignment) for client in clients]
     answers = self.decide(sent_members, [c.capacity for c in clients])
@@ -552,7 +557,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
       width_rounds.Group(levels[s], levels[t], tuple(members))
       for (s, t), members in sorted(by_group.items())
     ]
-    result = self.rounds.run(state.model, groups, unserved)
+    result = self.rounds.run(state.model, groups, unserved, round_num=round_num)
     tables = state.tables
     for client_id, sent, trained in outcomes:
       tables = update_tables(
@@ -655,6 +660,7 @@ def build_adaptivefl(
       client_lr=config.client_lr,
       client_momentum=config.client_momentum,
       server_lr=config.server_lr,
+      **model_aggregators.width_round_options(config),
       selection=config.adaptivefl_selection,
       min_start_index=config.prune_min_start_index,
     )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
+from tff_hetero.aggregators import masked_dp
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
@@ -33,6 +35,8 @@ class AllLarge(api.FederatedAlgorithm):
     client_momentum: float = 0.0,
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
+    aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
+    noise_seed: int = 0,
   ):
     self.catalog = width_rounds.LevelCatalog(
       task, [("L1", width_lib.full_widths(task.width_units))]
@@ -43,6 +47,8 @@ class AllLarge(api.FederatedAlgorithm):
       client_momentum=client_momentum,
       prox_mu=prox_mu,
       server_lr=server_lr,
+      aggregation=aggregation,
+      noise_seed=noise_seed,
     )
 
   def initialize(self) -> width_rounds.WidthState:
@@ -56,10 +62,11 @@ class AllLarge(api.FederatedAlgorithm):
     round_num: int,
     clients: Sequence[api.ClientRound],
   ) -> api.RoundOutput:
-    del round_num
     full = self.catalog.outer
     result = self.rounds.run(
-      state.model, [width_rounds.Group(full, full, tuple(clients))]
+      state.model,
+      [width_rounds.Group(full, full, tuple(clients))],
+      round_num=round_num,
     )
     return api.RoundOutput(
       state=width_rounds.WidthState(model=result.model),
@@ -85,4 +92,5 @@ def build_all_large(config, task: api.Task, client_ids=()) -> AllLarge:
     client_lr=config.client_lr,
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,
+    **model_aggregators.width_round_options(config),
   )

@@ -40,6 +40,8 @@ from typing import Any
 import attrs
 
 from tff_hetero.accounting import ClientTraffic
+from tff_hetero.aggregators import masked_dp
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
@@ -69,6 +71,8 @@ class Decoupled(api.FederatedAlgorithm):
     client_momentum: float = 0.0,
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
+    aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
+    noise_seed: int = 0,
   ):
     self.members = tuple(pool.member(level) for level in DECOUPLED_LEVELS)
     self._population = None
@@ -82,6 +86,9 @@ class Decoupled(api.FederatedAlgorithm):
           client_momentum=client_momentum,
           prox_mu=prox_mu,
           server_lr=server_lr,
+          aggregation=aggregation,
+          # One noise stream per model.
+          noise_seed=noise_seed * len(DECOUPLED_LEVELS) + len(self.runners),
         )
       )
 
@@ -144,7 +151,6 @@ class Decoupled(api.FederatedAlgorithm):
     round_num: int,
     clients: Sequence[api.ClientRound],
   ) -> api.RoundOutput:
-    del round_num
     by_level = collections.defaultdict(list)
     for client in clients:
       for level in self.levels_for(client):
@@ -158,7 +164,9 @@ class Decoupled(api.FederatedAlgorithm):
         continue
       level = runner.catalog.outer
       result = runner.run(
-        models[i], [width_rounds.Group(level, level, tuple(by_level[i]))]
+        models[i],
+        [width_rounds.Group(level, level, tuple(by_level[i]))],
+        round_num=round_num,
       )
       models[i] = result.model
       traffic.extend(result.traffic)
@@ -215,4 +223,5 @@ def build_decoupled(config, task: api.Task, client_ids=()) -> Decoupled:
     client_lr=config.client_lr,
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,
+    **model_aggregators.width_round_options(config),
   )

@@ -58,6 +58,8 @@ from collections.abc import Sequence
 from typing import Optional
 
 from tff_hetero import models as models_lib
+from tff_hetero.aggregators import masked_dp
+from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms import width_rounds
@@ -81,6 +83,8 @@ class HeteroFL(api.FederatedAlgorithm):
     client_momentum: float = 0.0,
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
+    aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
+    noise_seed: int = 0,
   ):
     self.tier_rates = dict(tier_rates)
     rates = sorted(
@@ -107,6 +111,8 @@ class HeteroFL(api.FederatedAlgorithm):
       client_momentum=client_momentum,
       prox_mu=prox_mu,
       server_lr=server_lr,
+      aggregation=aggregation,
+      noise_seed=noise_seed,
     )
     by_widths = {level.widths: level for level in self.catalog.levels}
     self._level_of_rate = {
@@ -135,7 +141,6 @@ class HeteroFL(api.FederatedAlgorithm):
     round_num: int,
     clients: Sequence[api.ClientRound],
   ) -> api.RoundOutput:
-    del round_num
     by_level = collections.OrderedDict()
     for client in clients:
       level = self.level_of(client)
@@ -146,7 +151,7 @@ class HeteroFL(api.FederatedAlgorithm):
       width_rounds.Group(levels[i], levels[i], tuple(members))
       for i, members in sorted(by_level.items())
     ]
-    result = self.rounds.run(state.model, groups)
+    result = self.rounds.run(state.model, groups, round_num=round_num)
     metrics = result.metrics
     metrics["idle_clients"] = float(
       len(clients) - sum(len(m) for m in by_level.values())
@@ -259,4 +264,5 @@ def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
     client_lr=config.client_lr,
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,
+    **model_aggregators.width_round_options(config),
   )

@@ -74,8 +74,10 @@ def foreign_settings(name: str) -> frozenset[str]:
 
 
 _SGD_OR_ADAM = ("sgd", "adam")
-# Aggregators of `tff_hetero.aggregators.model_aggregators`; the others use
-# their own (masked sums, FedGKT's features) and accept only `mean`.
+# `--aggregator` choices (`tff_hetero.aggregators.model_aggregators`): TFF's
+# factories for the homogeneous algorithms, their masked counterparts
+# (`masked_dp`) for the width ones; the sparse and FedGKT families have only
+# their own aggregation (`mean`).
 _TFF_AGGREGATORS = tuple(model_aggregators.MODEL_AGGREGATORS)
 register(
   "fedavg",
@@ -97,17 +99,29 @@ register(
   "Reddi et al. 2021",
   aggregators=_TFF_AGGREGATORS,
 )
-register("adaptivefl", adaptivefl.build_adaptivefl, "Jia et al. 2024")
-register("heterofl", heterofl.build_heterofl, "Diao et al. 2021")
+register(
+  "adaptivefl",
+  adaptivefl.build_adaptivefl,
+  "Jia et al. 2024",
+  aggregators=_TFF_AGGREGATORS,
+)
+register(
+  "heterofl",
+  heterofl.build_heterofl,
+  "Diao et al. 2021",
+  aggregators=_TFF_AGGREGATORS,
+)
 register(
   "all_large",
   all_large.build_all_large,
   "McMahan et al. 2017, as AdaptiveFL's All-Large baseline",
+  aggregators=_TFF_AGGREGATORS,
 )
 register(
   "decoupled",
   decoupled.build_decoupled,
   "AdaptiveFL's Decoupled baseline (Jia et al. 2024)",
+  aggregators=_TFF_AGGREGATORS,
 )
 _SPARSITY = ("sparsity",)
 _READJUST = (

@@ -29,7 +29,10 @@ built from typed parts, each a `tff.tensorflow.computation` or a TFF process:
    `w_received - w_trained` (T = W_t.trainable) weighted by the number of
    examples processed;
 5. the upload: `tff_measure.MeasuredUploadFactory` around
-   `tff_hetero.aggregators.MaskedSumFactory` sums n_c x update and n_c;
+   `tff_hetero.aggregators.MaskedSumFactory` sums n_c x update and n_c
+   (with `aggregation`, a `masked_dp.MaskedAggregation`: each update
+   clipped first, and with DP n_c = 1 and seeded Gaussian noise added to the
+   round's sums and level counts before the server step);
 6. `fold` (server):  (<MaskedSums<T, float32>, Sums> -> Sums)  scatters the
    group's sums into the server model's shapes (the weight sum times the
    level's coverage mask) and adds them to the running sums.
@@ -79,9 +82,9 @@ from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.accounting import tff_measure
-from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import add_masked_sums
+from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import masked_mean_or_zero
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedprox
@@ -248,8 +251,12 @@ class HeterogeneousRounds:
     client_momentum: float = 0.0,
     prox_mu: float = 0.0,
     server_lr: float = 1.0,
+    aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
+    noise_seed: int = 0,
   ):
     self.catalog = catalog
+    self.aggregation = aggregation
+    self._noise_seed = int(noise_seed)
     self._client_lr = float(client_lr)
     self._client_momentum = float(client_momentum)
     self._prox_mu = float(prox_mu)
@@ -268,6 +275,9 @@ class HeterogeneousRounds:
     self._parts: dict[tuple[str, int], Any] = {}
     self._static_bn: dict[int, static_batch_norm.StaticBatchNorm] = {}
     self._apply = self._build_apply()
+    self._apply_noised = (
+      self._build_apply_noised() if aggregation.private else None
+    )
 
   # -- computations ------------------------------------------------------
 
@@ -288,6 +298,37 @@ class HeterogeneousRounds:
       return [w - server_lr * u for w, u in zip(trainable, update)]
 
     return apply_sums
+
+  def _build_apply_noised(self) -> tff.Computation:
+    """`apply_sums` with the DP noise of `masked_dp` (every catalog level's
+    count noised):
+
+    (<O.trainable, Sums, float32, int64[2]> -> O.trainable)
+    """
+    outer_type = self._outer_trainable_type
+    maps = [
+      self.catalog.map(self.catalog.outer, level)
+      for level in self.catalog.levels
+    ]
+    aggregation = self.aggregation
+
+    @tff.tensorflow.computation(
+      outer_type,
+      self._sums_type,
+      np.float32,
+      tff.TensorType(np.int64, [2]),
+    )
+    def apply_noised_sums(trainable, sums, server_lr, seed):
+      coverages = [
+        m.scatter([tf.ones(s.inner_shape) for s in m.trainable]) for m in maps
+      ]
+      noised = masked_dp.add_gaussian_noise(
+        MaskedSums(*sums), coverages, aggregation, seed
+      )
+      update = masked_dp.clamped_masked_mean(noised)
+      return [w - server_lr * u for w, u in zip(trainable, update)]
+
+    return apply_noised_sums
 
   def _cached(self, kind: str, level: Level, build):
     key = (kind, level.index)
@@ -327,10 +368,11 @@ class HeterogeneousRounds:
         learning_process.client_sgd(self._client_lr, self._client_momentum),
         self._prox_mu,
         metrics_aggregator=tff_measure.measured_metrics_aggregator(),
+        client_weighting=self.aggregation.client_weighting,
       )
-      aggregator = tff_measure.MeasuredUploadFactory(MaskedSumFactory()).create(
-        trained_type, tff.TensorType(np.float32)
-      )
+      aggregator = tff_measure.MeasuredUploadFactory(
+        self.aggregation.sum_factory()
+      ).create(trained_type, tff.TensorType(np.float32))
       group_sums_type = aggregator.next.type_signature.result.result.member
 
       @tff.tensorflow.computation(trained_type)
@@ -448,12 +490,18 @@ class HeterogeneousRounds:
     weights: tff.learning.models.ModelWeights,
     groups: Sequence[Group],
     unserved: Sequence[tuple[Level, api.ClientRound]] = (),
+    round_num: Optional[int] = None,
   ) -> GroupedRoundResult:
     """Runs every group on the server model `weights`, then the server step.
 
     `unserved` clients received a sub-model but could train nothing of it:
-    their download is measured, they upload nothing.
+    their download is measured, they upload nothing. With a private
+    aggregation the DP noise is drawn from `(noise_seed, round_num)`, so a
+    resumed run draws what an uninterrupted one does; `round_num` is then
+    required.
     """
+    if self.aggregation.private and round_num is None:
+      raise ValueError("a private aggregation needs the round number")
     trainable = [np.asarray(w) for w in weights.trainable]
     sums = self.zero_sums()
     traffic = []
@@ -515,7 +563,15 @@ class HeterogeneousRounds:
         )
       )
       sent_bytes += int(measured["bytes_down"])
-    new_trainable = self._apply(trainable, sums, np.float32(self._server_lr))
+    if self.aggregation.private:
+      new_trainable = self._apply_noised(
+        trainable,
+        sums,
+        np.float32(self._server_lr),
+        np.asarray([self._noise_seed, round_num], np.int64),
+      )
+    else:
+      new_trainable = self._apply(trainable, sums, np.float32(self._server_lr))
     loss = loss_sum / processed if processed else math.nan
     if processed != expected:
       loss = math.nan  # A client diverged: TFF zeroed its update.

@@ -1,0 +1,188 @@
+"""Clipping and DP noise in width-heterogeneous rounds (`masked_dp`).
+
+Oracles: each client's own update, measured by running it alone through the
+plain (example-weighted, unclipped) round, which for one client sets every
+element it covers to `w - u_c`; then clipping, uniform weights and the
+per-element mean are computed here by hand. The noise's scale is checked
+against z C / n.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_hetero.aggregators import masked_dp
+from tff_hetero.aggregators.masked import MaskedSums
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import width_rounds
+from tff_hetero.models.width import WidthUnit
+
+_SHAPE = (4,)
+_UNITS = (WidthUnit(1, "hidden", 6, ("hidden",)),)
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, *_SHAPE], tf.float32),
+  y=tf.TensorSpec([None], tf.int32),
+)
+
+
+def _mlp(widths=(6,)):
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.InputLayer(input_shape=_SHAPE),
+      tf.keras.layers.Dense(
+        widths[0],
+        name="hidden",
+        kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+        bias_initializer=tf.keras.initializers.RandomNormal(seed=2),
+      ),
+      tf.keras.layers.Dense(
+        3,
+        name="logits",
+        kernel_initializer=tf.keras.initializers.GlorotUniform(3),
+      ),
+    ]
+  )
+
+
+_TASK = api.Task(
+  "mlp_toy",
+  _mlp,
+  _SHAPE,
+  3,
+  _SPEC,
+  training_flops_per_example=1,
+  width_model_fn=lambda w: _mlp(tuple(w)),
+  width_units=_UNITS,
+)
+# 4x6 + 6 + 6x3 + 3 = 51 parameters; the half-width level holds 4x3 + 3 +
+# 3x3 + 3 = 27 of them.
+_CATALOG = width_rounds.LevelCatalog(_TASK, [("half", (3,)), ("full", (6,))])
+_HALF, _FULL = _CATALOG.levels
+
+
+def _client(i, n=6):
+  rng = np.random.default_rng(i)
+  data = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=rng.normal(size=[n, *_SHAPE]).astype(np.float32) * 3,
+      y=rng.integers(0, 3, size=[n]).astype(np.int32),
+    )
+  ).batch(2)
+  return api.ClientRound(client_id=f"c{i}", dataset=data, num_examples=n)
+
+
+def _flat(weights):
+  return np.concatenate([np.ravel(w) for w in weights])
+
+
+def _coverage(level):
+  m = _CATALOG.map(_CATALOG.outer, level)
+  return _flat(m.scatter([tf.ones(s.inner_shape) for s in m.trainable]))
+
+
+def _rounds(lr, aggregation=masked_dp.MaskedAggregation()):
+  return width_rounds.HeterogeneousRounds(
+    _CATALOG, client_lr=lr, aggregation=aggregation, noise_seed=5
+  )
+
+
+_INITIAL = _CATALOG.initial_weights(_FULL)
+
+
+def _run(rounds, assignment, round_num=1):
+  """assignment: [(level, client index), ...], grouped by level."""
+  groups = [
+    width_rounds.Group(
+      level, level, tuple(_client(i) for lv, i in assignment if lv is level)
+    )
+    for level in (_HALF, _FULL)
+    if any(lv is level for lv, _ in assignment)
+  ]
+  result = rounds.run(_INITIAL, groups, round_num=round_num)
+  return _flat(result.model.trainable)
+
+
+def test_clipped_uniform_masked_mean_by_hand(tff_context):
+  del tff_context
+  assignment = [(_HALF, 0), (_HALF, 1), (_FULL, 2)]
+  w0 = _flat(_INITIAL.trainable)
+  plain = _rounds(0.5)
+  updates = [w0 - _run(plain, [(lv, i)]) for lv, i in assignment]
+  coverages = [_coverage(lv) for lv, _ in assignment]
+  for u, cov in zip(updates, coverages):
+    np.testing.assert_array_equal(u[cov == 0], 0)  # Only its own level.
+  norms = [np.linalg.norm(u) for u in updates]
+  clip = float(np.median(norms))  # Clips some clients, not all.
+  assert min(norms) < clip < max(norms)
+  clipped = [u * min(1.0, clip / n) for u, n in zip(updates, norms)]
+  counts = np.sum(coverages, axis=0)
+  assert set(counts) == {1, 3}  # Full-only elements, and shared ones.
+  expected = w0 - np.sum(clipped, axis=0) / counts
+
+  no_noise = masked_dp.MaskedAggregation(clip_norm=clip, noise_multiplier=0.0)
+  np.testing.assert_allclose(
+    _run(_rounds(0.5, no_noise), assignment), expected, atol=1e-5
+  )
+  # `clip` alone keeps example weights: equal data sizes here, so the same.
+  clip_only = masked_dp.MaskedAggregation(clip_norm=clip)
+  np.testing.assert_allclose(
+    _run(_rounds(0.5, clip_only), assignment), expected, atol=1e-5
+  )
+
+
+def test_noise_scale_seeding_and_count_noise(tff_context):
+  del tff_context
+  w0 = _flat(_INITIAL.trainable)
+  # Learning rate 0: zero updates, so the model moves by the noise alone.
+  assignment = [(_FULL, 0), (_FULL, 1), (_FULL, 2), (_FULL, 3)]
+  private = masked_dp.MaskedAggregation(clip_norm=1.0, noise_multiplier=0.01)
+  rounds = _rounds(0.0, private)
+  moved = _run(rounds, assignment, round_num=1) - w0
+  # Count noise (std 0.01 per level) is negligible against 4 clients: each
+  # element moves by N(0, (z C)^2) / 4, std 0.0025.
+  assert np.all(moved != 0)
+  assert np.std(moved) == pytest.approx(0.0025, rel=0.3)
+  # Drawn from (noise_seed, round): the same round draws the same noise.
+  np.testing.assert_array_equal(
+    _run(rounds, assignment, round_num=1) - w0, moved
+  )
+  assert not np.allclose(_run(rounds, assignment, round_num=2) - w0, moved)
+  with pytest.raises(ValueError, match="round number"):
+    rounds.run(_INITIAL, [], round_num=None)
+
+
+def test_gaussian_noise_of_sums_and_counts():
+  # The pure mechanism on zero sums: value noise N(0, (z C)^2) everywhere;
+  # each level's count noise N(0, z^2) spread over its coverage.
+  shapes = [(200, 50), (200,)]
+  zeros = MaskedSums(
+    [tf.zeros(s) for s in shapes], [tf.zeros(s) for s in shapes]
+  )
+  left = [np.zeros(s, np.float32) for s in shapes]
+  left[0][:100] = 1
+  left[1][:100] = 1
+  everything = [np.ones(s, np.float32) for s in shapes]
+  aggregation = masked_dp.MaskedAggregation(clip_norm=2.0, noise_multiplier=1.5)
+  noised = masked_dp.add_gaussian_noise(
+    zeros, [left, everything], aggregation, tf.constant([3, 1], tf.int64)
+  )
+  values = np.concatenate([np.ravel(v) for v in noised.weighted_sum])
+  assert np.std(values) == pytest.approx(3.0, rel=0.05)
+  weights = np.concatenate([np.ravel(w) for w in noised.weight_sum])
+  cover = np.concatenate([np.ravel(c) for c in left])
+  # Two draws, one per level: the elements of both levels share a value,
+  # the others another.
+  assert len(set(weights[cover == 1])) == 1
+  assert len(set(weights[cover == 0])) == 1
+  assert weights[cover == 1][0] != weights[cover == 0][0]
+
+
+def test_settings_are_checked():
+  with pytest.raises(ValueError, match="needs clip_norm"):
+    masked_dp.MaskedAggregation(noise_multiplier=1.0)
+  with pytest.raises(ValueError, match="clip_norm must be finite and > 0"):
+    masked_dp.MaskedAggregation(clip_norm=0.0)
