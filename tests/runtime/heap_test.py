@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import psutil
+
 from tff_hetero import runtime
 from tff_hetero.runtime import heap
 
@@ -20,10 +22,10 @@ REPO = os.path.dirname(
 # fixed at 128 KiB each 1 MiB block is its own mapping, unmapped when freed.
 _FRAGMENT = textwrap.dedent("""
     import ctypes, sys
+    import psutil
     from tff_hetero.runtime import heap
     def rss_mib():
-      with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+      return psutil.Process().memory_info().rss / 2**20
     if sys.argv[1] == "configured":
       assert heap.configure_process_heap()
     libc = ctypes.CDLL(None)
@@ -89,14 +91,13 @@ def test_workers_start_with_the_threshold(tmp_path):
   worker = runtime.WorkerProcess(log_path=str(tmp_path / "w.log"))
   try:
     # Read the environment once the binary answers: right after fork, before
-    # its exec completes, /proc/<pid>/environ may still be empty.
+    # its exec completes, its environment may still read as empty.
     worker.start().wait_ready()
-    with open(f"/proc/{worker.pid}/environ", "rb") as f:
-      env = f.read().split(b"\0")
+    env = psutil.Process(worker.pid).environ()
   finally:
     worker.stop()
-  assert b"MALLOC_MMAP_THRESHOLD_=131072" in env
-  assert b"MALLOC_ARENA_MAX=2" in env
+  assert env["MALLOC_MMAP_THRESHOLD_"] == "131072"
+  assert env["MALLOC_ARENA_MAX"] == "2"
 
 
 # Eight threads that each hold a block: by default glibc gives each new

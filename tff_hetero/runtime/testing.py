@@ -13,7 +13,7 @@ context alike) and keeps for life. So:
     assert_no_workers_left(tag)                 # waits a little, then fails
                                                 # listing (and killing) leftovers
 
-Linux only (reads /proc). Processes of other users are skipped silently.
+Linux only (psutil reads /proc). Processes of other users are skipped\nsilently.
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ import time
 from typing import Optional
 import uuid
 
+import psutil
+
 __all__ = [
   "TAG_VARIABLE",
   "WorkerInfo",
   "assert_all_gone",
   "assert_no_workers_left",
+  "is_worker_process",
   "kill_pids",
   "pid_alive",
   "tagged_env",
@@ -46,7 +49,7 @@ _WORKER_NAME = "worker_binary"
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo:
-  """A live `worker_binary` process as seen in /proc."""
+  """A live `worker_binary` process (psutil's view of it)."""
 
   pid: int
   ppid: int
@@ -68,44 +71,30 @@ def tagged_env(
   return tag, env
 
 
-def _read(path: str) -> Optional[bytes]:
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+def _tag_of(process: psutil.Process) -> Optional[str]:
   try:
-    with open(path, "rb") as f:
-      return f.read()
-  except OSError:  # Gone, or not ours to read.
+    return process.environ().get(TAG_VARIABLE)
+  except _GONE:  # Gone, or not ours to read.
     return None
 
 
-def _stat(pid: int) -> Optional[tuple[str, int, int]]:
-  """(state, ppid, pgid) from /proc/PID/stat, or None."""
-  raw = _read(f"/proc/{pid}/stat")
-  if raw is None:
-    return None
-  text = raw.decode("utf-8", "replace")
-  # The command name is in parentheses and may contain spaces: split after it.
-  fields = text[text.rfind(")") + 2 :].split()
-  if len(fields) < 3:
-    return None
-  return fields[0], int(fields[1]), int(fields[2])
+def is_worker_process(process: psutil.Process) -> bool:
+  """Whether `process` is a TFF `worker_binary` (by its name), alive or not."""
+  return _worker_cmdline(process) is not None
 
 
-def _tag_of(pid: int) -> Optional[str]:
-  raw = _read(f"/proc/{pid}/environ")
-  if not raw:
+def _worker_cmdline(process: psutil.Process) -> Optional[tuple[str, ...]]:
+  """The process's command line if it is a `worker_binary`, else None."""
+  try:
+    if process.name() != _WORKER_NAME:
+      return None
+    return tuple(process.cmdline())
+  except _GONE:
     return None
-  prefix = TAG_VARIABLE.encode() + b"="
-  for entry in raw.split(b"\0"):
-    if entry.startswith(prefix):
-      return entry[len(prefix) :].decode("utf-8", "replace")
-  return None
-
-
-def _is_worker(pid: int) -> Optional[tuple[str, ...]]:
-  comm = _read(f"/proc/{pid}/comm")
-  if comm is None or comm.strip() != _WORKER_NAME.encode():
-    return None
-  cmdline = _read(f"/proc/{pid}/cmdline") or b""
-  return tuple(a.decode("utf-8", "replace") for a in cmdline.split(b"\0") if a)
 
 
 def worker_processes(
@@ -126,27 +115,27 @@ def worker_processes(
     include_zombies: also list exited-but-unreaped ones (state 'Z').
   """
   found = []
-  for entry in os.listdir("/proc"):
-    if not entry.isdigit():
-      continue
-    pid = int(entry)
-    cmdline = _is_worker(pid)
+  for process in psutil.process_iter():
+    cmdline = _worker_cmdline(process)
     if cmdline is None:
       continue
-    stat = _stat(pid)
-    if stat is None:
+    try:
+      state, ppid = process.status(), process.ppid()
+      group = os.getpgid(process.pid)
+    except (*_GONE, ProcessLookupError):
       continue
-    state, ppid, group = stat
-    if state in ("Z", "X") and not include_zombies:
+    if state in _DEAD and not include_zombies:
       continue
     if parent is not None and ppid != parent:
       continue
     if pgid is not None and group != pgid:
       continue
-    process_tag = _tag_of(pid)
+    process_tag = _tag_of(process)
     if tag is not None and process_tag != tag:
       continue
-    found.append(WorkerInfo(pid, ppid, group, state, cmdline, process_tag))
+    found.append(
+      WorkerInfo(process.pid, ppid, group, state, cmdline, process_tag)
+    )
   return found
 
 
@@ -162,29 +151,29 @@ def pid_alive(pid: int) -> bool:
   while its other threads are still tearing down (and may still hold its
   sockets, e.g. a worker's listening port): that counts as alive here.
   """
-  stat = _stat(pid)
-  if stat is None:
-    return False
-  if stat[0] not in ("Z", "X"):
-    return True
   try:
-    tasks = os.listdir(f"/proc/{pid}/task")
-  except OSError:
-    return False
-  for tid in tasks:
-    raw = _read(f"/proc/{pid}/task/{tid}/stat")
-    if raw is None:
-      continue
-    text = raw.decode("utf-8", "replace")
-    state = text[text.rfind(")") + 2 :].split()[:1]
-    if state and state[0] not in ("Z", "X"):
+    process = psutil.Process(pid)
+    if process.status() not in _DEAD:
       return True
+    threads = process.threads()
+  except _GONE:
+    return False
+  for thread in threads:
+    try:
+      if psutil.Process(thread.id).status() not in _DEAD:
+        return True
+    except _GONE:
+      continue
   return False
 
 
 def _worker_alive(pid: int) -> bool:
   # Checking the name too guards against a recycled pid.
-  return pid_alive(pid) and _is_worker(pid) is not None
+  try:
+    process = psutil.Process(pid)
+  except _GONE:
+    return False
+  return pid_alive(pid) and _worker_cmdline(process) is not None
 
 
 def wait_until_gone(pids: Iterable[int], timeout_s: float = 5.0) -> list[int]:

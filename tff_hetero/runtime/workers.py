@@ -63,6 +63,7 @@ from typing import Optional
 from typing import Union
 
 import grpc
+import psutil
 
 from tff_hetero.runtime import heap
 
@@ -189,51 +190,33 @@ def port_is_free(port: int) -> bool:
   raise OSError(f"cannot test whether port {port} is free")
 
 
-def _listening_inodes(port: int) -> Optional[list[int]]:
-  """Inodes of TCP sockets in LISTEN state on `port` (any address) in this
-  network namespace, from /proc/net/tcp{,6}; None if unavailable."""
-  inodes = []
-  found_table = False
-  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-      with open(table) as f:
-        lines = f.readlines()[1:]
-    except OSError:
-      continue
-    found_table = True
-    for line in lines:
-      fields = line.split()
-      if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
-        if int(fields[1].rsplit(":", 1)[1], 16) == port:
-          inodes.append(int(fields[9]))
-  return inodes if found_table else None
+def _listening(port: int, pid: Optional[int] = None) -> Optional[list]:
+  """TCP sockets in LISTEN state on `port` (any address) in this network
+  namespace, of process `pid` if given; None if they cannot be read."""
+  try:
+    if pid is None:
+      connections = psutil.net_connections(kind="tcp")
+    else:
+      connections = psutil.Process(pid).net_connections(kind="tcp")
+  except (psutil.Error, OSError):
+    return None
+  return [
+    c
+    for c in connections
+    if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+  ]
 
 
 def listening_socket_count(port: int) -> int:
   """Number of TCP sockets listening on `port` here; -1 if unknown."""
-  inodes = _listening_inodes(port)
-  return -1 if inodes is None else len(inodes)
+  found = _listening(port)
+  return -1 if found is None else len(found)
 
 
 def _listens_on(pid: int, port: int) -> Optional[bool]:
   """Whether process `pid` holds a listening socket on `port` (None: unknown)."""
-  inodes = _listening_inodes(port)
-  if inodes is None:
-    return None
-  if not inodes:
-    return False
-  wanted = {f"socket:[{inode}]" for inode in inodes}
-  try:
-    fds = os.listdir(f"/proc/{pid}/fd")
-  except OSError:
-    return None
-  for fd in fds:
-    try:
-      if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-        return True
-    except OSError:
-      continue
-  return False
+  found = _listening(port, pid)
+  return None if found is None else bool(found)
 
 
 def find_free_port() -> int:
