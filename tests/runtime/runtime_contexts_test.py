@@ -430,3 +430,13 @@ def test_registry_remote_from_comma_separated_string(cli_workers):
   with runtime.execution_context("auto", workers, 30) as handle:
     assert handle.kind == "remote" and handle.mergeable
     assert federated_mean([1.0, 2.0, 3.0, 6.0]) == pytest.approx(3.0)
+
+
+def test_copied_remote_executor_methods_are_pinned_to_their_tff_version():
+  from tff_hetero.runtime import threaded_executor  # pylint: disable=g-import-not-at-top
+
+  # The installed TFF is the one the methods were copied from.
+  threaded_executor.check_tff_version()
+  assert threaded_executor.threaded_remote_executor_class() is not None
+  with pytest.raises(RuntimeError, match=r"0\.87\.0.*0\.88\.0 is installed"):
+    threaded_executor.check_tff_version("0.88.0")

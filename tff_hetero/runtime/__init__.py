@@ -13,14 +13,14 @@ Importing this package does not import TensorFlow Federated; the contexts do,
 when entered.
 """
 
-from tff_hetero.runtime.contexts import DEFAULT_WORKER_TIMEOUT_S
-from tff_hetero.runtime.contexts import BoundedExecutorStub
+from tff_hetero.runtime.bounded_stub import DEFAULT_WORKER_TIMEOUT_S
+from tff_hetero.runtime.bounded_stub import BoundedExecutorStub
+from tff_hetero.runtime.bounded_stub import check_workers
+from tff_hetero.runtime.bounded_stub import parse_address
 from tff_hetero.runtime.contexts import ExecutionHandle
 from tff_hetero.runtime.contexts import available_executors
-from tff_hetero.runtime.contexts import check_workers
 from tff_hetero.runtime.contexts import execution_context
 from tff_hetero.runtime.contexts import local_execution
-from tff_hetero.runtime.contexts import parse_address
 from tff_hetero.runtime.contexts import register_executor
 from tff_hetero.runtime.contexts import remote_execution
 from tff_hetero.runtime.signals import Terminated
