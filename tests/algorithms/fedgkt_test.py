@@ -227,7 +227,7 @@ def test_server_step_by_hand(transfer):
   )
   initial = algorithm.initialize()
   weights, _, sums, fresh, answer = update(
-    fedgkt.ModelState(initial.trainable, initial.non_trainable),
+    tff.learning.models.ModelWeights(initial.trainable, initial.non_trainable),
     initial.optimizer_state,
     fedgkt.GKTUpload(features, client_logits, labels),
     np.arange(n, dtype=np.int64),

@@ -36,6 +36,22 @@ class ClientTraffic:
   flops: int
   examples: int
 
+  def plus(self, other: "ClientTraffic | None") -> "ClientTraffic":
+    """The same client's costs added (e.g. two models it trained)."""
+    if other is None:
+      return self
+    if other.client_id != self.client_id:
+      raise ValueError(
+        f"cannot add {other.client_id}'s traffic to {self.client_id}'s"
+      )
+    return ClientTraffic(
+      client_id=self.client_id,
+      bytes_down=self.bytes_down + other.bytes_down,
+      bytes_up=self.bytes_up + other.bytes_up,
+      flops=self.flops + other.flops,
+      examples=self.examples + other.examples,
+    )
+
 
 _COLUMNS = (
   "round_num",

@@ -202,16 +202,7 @@ def _per_client(traffic) -> tuple[ClientTraffic, ...]:
   """One `ClientTraffic` per client: the sums over the models it trained."""
   merged = collections.OrderedDict()
   for item in traffic:
-    if item.client_id in merged:
-      old = merged[item.client_id]
-      item = ClientTraffic(
-        client_id=item.client_id,
-        bytes_down=old.bytes_down + item.bytes_down,
-        bytes_up=old.bytes_up + item.bytes_up,
-        flops=old.flops + item.flops,
-        examples=old.examples + item.examples,
-      )
-    merged[item.client_id] = item
+    merged[item.client_id] = item.plus(merged.get(item.client_id))
   return tuple(merged.values())
 
 

@@ -254,11 +254,6 @@ class ClientModel(NamedTuple):
   optimizer_state: Any
 
 
-class ModelState(NamedTuple):
-  trainable: Any
-  non_trainable: Any
-
-
 class GKTUpload(NamedTuple):
   """What a client sends: features, logits and labels of all its samples."""
 
@@ -435,7 +430,7 @@ def build_edge_update(
 def build_server_update(server_fn, optimizer, settings: GKTSettings):
   """The server's `tf.function`: score, train, answer (module docstring).
 
-  `(ModelState, optimizer state, GKTUpload, order) -> (ModelState, optimizer
+  `(tff.learning.models.ModelWeights, optimizer state, GKTUpload, order) -> (tff.learning.models.ModelWeights, optimizer
   state, train sums, fresh correct, answer logits)`.
   """
   model = server_fn()
@@ -455,7 +450,10 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
 
   @tf.function
   def server_update(
-    weights: ModelState, optimizer_state, received: GKTUpload, order
+    weights: tff.learning.models.ModelWeights,
+    optimizer_state,
+    received: GKTUpload,
+    order,
   ):
     """Batches of `received` in `order` (sample positions, all epochs)."""
     _assign(model.trainable_variables, weights.trainable)
@@ -484,7 +482,7 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
       temperature=settings.temperature,
       t_squared=settings.kd_t_squared,
     )
-    new_weights = ModelState(
+    new_weights = tff.learning.models.ModelWeights(
       [tf.identity(v) for v in model.trainable_variables],
       [tf.identity(v) for v in model.non_trainable_variables],
     )
@@ -513,7 +511,7 @@ class GKTComputations:
     split_layer: str,
     element_spec,
     client_initial: ClientModel,
-    server_initial: ModelState,
+    server_initial: tff.learning.models.ModelWeights,
     server_optimizer_initial,
     client_optimizer,
     server_optimizer,
@@ -566,7 +564,10 @@ class GKTComputations:
     def server_step(weights, optimizer_state, received, order):
       update = build_server_update(server_fn, server_optimizer, settings)
       return update(
-        ModelState(*weights), optimizer_state, GKTUpload(*received), order
+        tff.learning.models.ModelWeights(*weights),
+        optimizer_state,
+        GKTUpload(*received),
+        order,
       )
 
     @tff.federated_computation(
@@ -588,8 +589,8 @@ class GKTComputations:
 # The algorithm the program drives.
 
 
-def _weights_of(model: tf.keras.Model) -> ModelState:
-  return ModelState(
+def _weights_of(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  return tff.learning.models.ModelWeights(
     [np.asarray(v) for v in model.trainable_weights],
     [np.asarray(v) for v in model.non_trainable_weights],
   )
@@ -948,7 +949,9 @@ class FedGKT(api.FederatedAlgorithm):
       clock = float(events.clock)
     plateau = Plateau(*state.plateau)
     learning_rate = float(plateau.learning_rate)
-    server = ModelState(state.trainable, state.non_trainable)
+    server = tff.learning.models.ModelWeights(
+      state.trainable, state.non_trainable
+    )
     optimizer_state = _with_learning_rate(state.optimizer_state, learning_rate)
     version = int(state.version)
     answers = [None] * len(clients)
@@ -977,7 +980,7 @@ class FedGKT(api.FederatedAlgorithm):
       server, optimizer_state, sums, fresh, answered = comps.server_round(
         server, optimizer_state, received, order
       )
-      server = ModelState(*server)
+      server = tff.learning.models.ModelWeights(*server)
       version += 1
       server_sums.update({key: float(v) for key, v in sums.items()})
       fresh_correct += float(fresh)

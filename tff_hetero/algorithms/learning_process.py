@@ -187,6 +187,45 @@ def process_options(config) -> dict[str, Any]:
   )
 
 
+def dense_cohort_traffic(
+  what: str,
+  clients: Sequence[api.ClientRound],
+  measurements,
+  training_flops_per_example: int,
+) -> tuple[ClientTraffic, ...]:
+  """Each client's `ClientTraffic` from a cohort's measured sums.
+
+  `measurements` holds `distributor` (`bytes_down`, `clients`), `aggregator`
+  (`bytes_up`, `clients`) and `train.uploaded_bytes` as the measuring parts
+  of `tff_measure` report them. Every client of the cohort received and sent
+  payloads of one dense type, so each one's share is the sum over the number
+  of clients (checked to be exact, and the counts to match the cohort).
+  """
+  down = measurements["distributor"]
+  up = measurements["aggregator"]
+  train = measurements["train"]
+  n = len(clients)
+  if int(down["clients"]) != n or int(up["clients"]) != n:
+    raise RuntimeError(
+      f"{what}: {n} clients but {int(down['clients'])} downloads and"
+      f" {int(up['clients'])} uploads measured"
+    )
+  bytes_down = per_client_bytes(down["bytes_down"], n, "download")
+  bytes_up = per_client_bytes(
+    int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload"
+  )
+  return tuple(
+    ClientTraffic(
+      client_id=c.client_id,
+      bytes_down=bytes_down,
+      bytes_up=bytes_up,
+      flops=c.num_examples * training_flops_per_example,
+      examples=c.num_examples,
+    )
+    for c in clients
+  )
+
+
 def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   if num_clients <= 0:
     return 0
@@ -225,17 +264,15 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     output = self.process.next(state, [c.dataset for c in clients])
     metrics = output.metrics
     train = metrics["client_work"]["train"]
-    down = metrics["distributor"]
-    up = metrics["aggregator"]
-    n = len(clients)
-    if int(down["clients"]) != n or int(up["clients"]) != n:
-      raise RuntimeError(
-        f"{self.name}: {n} clients sampled but the computation measured"
-        f" {int(down['clients'])} downloads and {int(up['clients'])} uploads"
-      )
-    bytes_down = per_client_bytes(down["bytes_down"], n, "download")
-    bytes_up = per_client_bytes(
-      int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload"
+    traffic = dense_cohort_traffic(
+      self.name,
+      clients,
+      dict(
+        distributor=metrics["distributor"],
+        aggregator=metrics["aggregator"],
+        train=train,
+      ),
+      self._task.training_flops_per_example,
     )
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
@@ -245,17 +282,6 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
       # whose update is not finite: training diverged on that client. The
       # loss is reported as NaN so that the program stops, naming the round.
       loss = math.nan
-    flops_per_example = self._task.training_flops_per_example
-    traffic = tuple(
-      ClientTraffic(
-        client_id=c.client_id,
-        bytes_down=bytes_down,
-        bytes_up=bytes_up,
-        flops=c.num_examples * flops_per_example,
-        examples=c.num_examples,
-      )
-      for c in clients
-    )
     round_metrics = collections.OrderedDict(
       loss=loss,
       train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),

@@ -68,11 +68,6 @@ from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 
 
-class ModelState(NamedTuple):
-  trainable: Any
-  non_trainable: Any
-
-
 class SplitState(NamedTuple):
   """The extractor (relayed between clients) and the server's partition."""
 
@@ -86,8 +81,8 @@ def _assign(variables, values) -> None:
     variable.assign(value)
 
 
-def _weights_of(model: tf.keras.Model) -> ModelState:
-  return ModelState(
+def _weights_of(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  return tff.learning.models.ModelWeights(
     [np.asarray(v) for v in model.trainable_weights],
     [np.asarray(v) for v in model.non_trainable_weights],
   )
@@ -112,8 +107,8 @@ def build_turn(extractor_fn, server_fn, client_optimizer, server_optimizer):
 
   @tf.function
   def turn(
-    extractor_weights: ModelState,
-    server_weights: ModelState,
+    extractor_weights: tff.learning.models.ModelWeights,
+    server_weights: tff.learning.models.ModelWeights,
     server_optimizer_state,
     data,
   ):
@@ -180,11 +175,11 @@ def build_turn(extractor_fn, server_fn, client_optimizer, server_optimizer):
       (client_optimizer.initialize(specs), server_optimizer_state, zero), step
     )
     return (
-      ModelState(
+      tff.learning.models.ModelWeights(
         [tf.identity(v) for v in client_vars],
         [tf.identity(v) for v in extractor.non_trainable_variables],
       ),
-      ModelState(
+      tff.learning.models.ModelWeights(
         [tf.identity(v) for v in server_vars],
         [tf.identity(v) for v in server.non_trainable_variables],
       ),
@@ -281,7 +276,10 @@ class SplitLearning(api.FederatedAlgorithm):
         self._server_optimizer,
       )
       return step(
-        ModelState(*extractor), ModelState(*server), optimizer_state, data
+        tff.learning.models.ModelWeights(*extractor),
+        tff.learning.models.ModelWeights(*server),
+        optimizer_state,
+        data,
       )
 
     return turn
@@ -297,8 +295,8 @@ class SplitLearning(api.FederatedAlgorithm):
     self, state: SplitState, round_num: int, clients: Sequence[api.ClientRound]
   ) -> api.RoundOutput:
     del round_num
-    extractor = ModelState(*state.extractor)
-    server = ModelState(*state.server)
+    extractor = tff.learning.models.ModelWeights(*state.extractor)
+    server = tff.learning.models.ModelWeights(*state.server)
     optimizer_state = state.server_optimizer_state
     traffic, totals = [], collections.Counter()
     for client in clients:
@@ -306,7 +304,10 @@ class SplitLearning(api.FederatedAlgorithm):
       extractor, server, optimizer_state, sums = self.turn(
         extractor, server, optimizer_state, client.dataset
       )
-      extractor, server = ModelState(*extractor), ModelState(*server)
+      extractor, server = (
+        tff.learning.models.ModelWeights(*extractor),
+        tff.learning.models.ModelWeights(*server),
+      )
       sums = {k: float(v) for k, v in sums.items()}
       totals.update(sums)
       traffic.append(
@@ -333,8 +334,12 @@ class SplitLearning(api.FederatedAlgorithm):
     )
     return api.RoundOutput(
       state=SplitState(
-        ModelState(*[[np.asarray(w) for w in part] for part in extractor]),
-        ModelState(*[[np.asarray(w) for w in part] for part in server]),
+        tff.learning.models.ModelWeights(
+          *[[np.asarray(w) for w in part] for part in extractor]
+        ),
+        tff.learning.models.ModelWeights(
+          *[[np.asarray(w) for w in part] for part in server]
+        ),
         tf.nest.map_structure(np.asarray, optimizer_state),
       ),
       metrics=metrics,
@@ -343,7 +348,10 @@ class SplitLearning(api.FederatedAlgorithm):
 
   def model_weights(self, state: SplitState):
     """The full model's weights: the extractor's, then the server's."""
-    extractor, server = ModelState(*state.extractor), ModelState(*state.server)
+    extractor, server = (
+      tff.learning.models.ModelWeights(*state.extractor),
+      tff.learning.models.ModelWeights(*state.server),
+    )
     return tff.learning.models.ModelWeights(
       trainable=list(extractor.trainable) + list(server.trainable),
       non_trainable=(

@@ -516,22 +516,16 @@ class HeterogeneousRounds:
       sums, measured = computation(
         trainable, sums, [c.dataset for c in clients]
       )
-      n = len(clients)
-      down, up = measured["distributor"], measured["aggregator"]
       train = measured["train"]
-      if int(down["clients"]) != n or int(up["clients"]) != n:
-        raise RuntimeError(
-          f"group {group.sent.name}->{group.trained.name}: {n} clients but"
-          f" {int(down['clients'])} downloads, {int(up['clients'])} uploads"
-          " measured"
+      traffic.extend(
+        learning_process.dense_cohort_traffic(
+          f"group {group.sent.name}->{group.trained.name}",
+          clients,
+          measured,
+          group.trained.training_flops_per_example,
         )
-      bytes_down = learning_process.per_client_bytes(
-        down["bytes_down"], n, "download"
       )
-      bytes_up = learning_process.per_client_bytes(
-        int(up["bytes_up"]) + int(train["uploaded_bytes"]), n, "upload"
-      )
-      sent_bytes += int(down["bytes_down"])
+      sent_bytes += int(measured["distributor"]["bytes_down"])
       returned_bytes += int(measured["returned_model_bytes"])
       group_examples = int(train["metrics"]["num_examples"])
       processed += group_examples
@@ -539,17 +533,6 @@ class HeterogeneousRounds:
       loss_sum += float(train["metrics"]["loss"]) * group_examples
       accuracy_sum += (
         float(train["metrics"]["sparse_categorical_accuracy"]) * group_examples
-      )
-      flops = group.trained.training_flops_per_example
-      traffic.extend(
-        ClientTraffic(
-          client_id=c.client_id,
-          bytes_down=bytes_down,
-          bytes_up=bytes_up,
-          flops=c.num_examples * flops,
-          examples=c.num_examples,
-        )
-        for c in clients
       )
     for sent, client in unserved:
       measured = self.delivery_computation(sent)(trainable, [client.dataset])

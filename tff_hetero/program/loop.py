@@ -261,38 +261,19 @@ def run_experiment(
 
   algorithm = experiment.algorithm
   fed = experiment.federated_data
-  population = experiment.population
   sampler = CohortSampler(config.seed)
   client_template = algorithm.initial_client_state()
 
   with runtime.execution_context(
     config.executor, config.workers, config.worker_timeout_s
   ):
-    server_state = algorithm.initialize()
-    client_states: dict[str, Any] = collections.OrderedDict()
-    ledger = CommLedger()
-    history: list[dict] = []
-    elapsed_s = 0.0
-    start_round = 1
-    if config.resume:
-      restored = checkpoints.load_latest(server_state, client_template)
-      if not config.same_results_as(
-        restored.fingerprint, ignore=registry.foreign_settings(config.algorithm)
-      ):
-        raise UsageError(
-          "--resume",
-          f"the checkpoint in {checkpoints.root_dir} was"
-          " written with different settings; use the same flags (only"
-          " --rounds, the executor flags and the checkpoint flags may"
-          " change)",
-        )
-      server_state = restored.server_state
-      client_states = collections.OrderedDict(restored.client_states)
-      ledger = restored.ledger
-      sampler.set_state(restored.rng_state)
-      history = [dict(r) for r in restored.history]
-      elapsed_s = restored.elapsed_s
-      start_round = restored.round_num + 1
+    start = _restore(config, checkpoints, algorithm, client_template, sampler)
+    server_state = start.server_state
+    client_states = collections.OrderedDict(start.client_states)
+    ledger = start.ledger
+    history = [dict(r) for r in start.history]
+    elapsed_s = start.elapsed_s
+    start_round = start.round_num + 1
 
     evaluator = CentralEvaluator(
       experiment.task.model_fn,
@@ -313,51 +294,18 @@ def run_experiment(
     try:
       for round_num in range(start_round, config.rounds + 1):
         round_start = time.monotonic()
-        available = population.available_clients(round_num)
-        assignments = algorithm.plan_round(
-          server_state, round_num, available, config.clients_per_round, sampler
+        clients = _round_clients(
+          experiment,
+          server_state,
+          client_states,
+          client_template,
+          round_num,
+          sampler,
         )
-        seeds = sampler.shuffle_seeds(len(assignments))
-        clients = []
-        for assignment, shuffle_seed in zip(assignments, seeds):
-          client_id = assignment.client_id
-          arrays = fed.client_train(client_id)
-          state = client_states.get(client_id, client_template)
-          clients.append(
-            api.ClientRound(
-              client_id=client_id,
-              dataset=algorithm.client_dataset(
-                arrays,
-                batch_size=config.batch_size,
-                local_epochs=config.local_epochs,
-                shuffle_seed=shuffle_seed,
-                augment=config.augment,
-                state=state,
-              ),
-              num_examples=len(arrays) * config.local_epochs,
-              capacity=population.capacity_at_round(client_id, round_num),
-              state=state,
-              tier=population.tier_of(client_id),
-              assignment=assignment.payload,
-            )
-          )
         output = algorithm.next(server_state, round_num, clients)
-        loss = float(output.metrics.get("loss", float("nan")))
-        # A round where no client could train anything (e.g. every sampled
-        # device too small for any sub-model) has no loss, and is no failure.
-        trained = any(t.examples > 0 for t in output.traffic)
-        if (trained and not math.isfinite(loss)) or not _all_finite(
-          algorithm.model_weights(output.state)
-        ):
-          where = (
-            f"round {last_checkpoint} in {checkpoints.root_dir}"
-            if last_checkpoint >= 1
-            else "none"
-          )
-          raise DivergenceError(
-            f"round {round_num}: training diverged (loss={loss}, non-finite"
-            f" loss or weights); last good checkpoint: {where}"
-          )
+        _check_not_diverged(
+          algorithm, output, round_num, last_checkpoint, checkpoints.root_dir
+        )
         server_state = output.state
         client_states.update(output.client_states)
         ledger = ledger.record(round_num, output.traffic)
@@ -416,10 +364,124 @@ def run_experiment(
           algorithm.evaluation_models(server_state, evaluation_data).values()
         )
       ).weights
+  return _finish(experiment, final_weights, ledger, history, elapsed_s)
+
+
+def _restore(
+  config: ExperimentConfig,
+  checkpoints: checkpoint_lib.CheckpointManager,
+  algorithm: api.FederatedAlgorithm,
+  client_template: Any,
+  sampler: CohortSampler,
+) -> checkpoint_lib.ProgramState:
+  """Where the run starts: its latest checkpoint with `--resume` (checked to
+  hold the same settings; the sampler's RNG restored), else round 0."""
+  server_state = algorithm.initialize()
+  if not config.resume:
+    return checkpoint_lib.ProgramState(
+      round_num=0,
+      server_state=server_state,
+      client_states=collections.OrderedDict(),
+      ledger=CommLedger(),
+      rng_state=sampler.get_state(),
+      elapsed_s=0.0,
+      history=(),
+      fingerprint=config.fingerprint(),
+    )
+  restored = checkpoints.load_latest(server_state, client_template)
+  if not config.same_results_as(
+    restored.fingerprint, ignore=registry.foreign_settings(config.algorithm)
+  ):
+    raise UsageError(
+      "--resume",
+      f"the checkpoint in {checkpoints.root_dir} was"
+      " written with different settings; use the same flags (only"
+      " --rounds, the executor flags and the checkpoint flags may"
+      " change)",
+    )
+  sampler.set_state(restored.rng_state)
+  return restored
+
+
+def _round_clients(
+  experiment: Experiment,
+  server_state: Any,
+  client_states: dict,
+  client_template: Any,
+  round_num: int,
+  sampler: CohortSampler,
+) -> list[api.ClientRound]:
+  """The round's cohort as the algorithm plans it, each client with its
+  seeded dataset, capacity, tier and persistent state."""
+  config, algorithm = experiment.config, experiment.algorithm
+  population, fed = experiment.population, experiment.federated_data
+  available = population.available_clients(round_num)
+  assignments = algorithm.plan_round(
+    server_state, round_num, available, config.clients_per_round, sampler
+  )
+  seeds = sampler.shuffle_seeds(len(assignments))
+  clients = []
+  for assignment, shuffle_seed in zip(assignments, seeds):
+    client_id = assignment.client_id
+    arrays = fed.client_train(client_id)
+    state = client_states.get(client_id, client_template)
+    clients.append(
+      api.ClientRound(
+        client_id=client_id,
+        dataset=algorithm.client_dataset(
+          arrays,
+          batch_size=config.batch_size,
+          local_epochs=config.local_epochs,
+          shuffle_seed=shuffle_seed,
+          augment=config.augment,
+          state=state,
+        ),
+        num_examples=len(arrays) * config.local_epochs,
+        capacity=population.capacity_at_round(client_id, round_num),
+        state=state,
+        tier=population.tier_of(client_id),
+        assignment=assignment.payload,
+      )
+    )
+  return clients
+
+
+def _check_not_diverged(
+  algorithm: api.FederatedAlgorithm,
+  output: api.RoundOutput,
+  round_num: int,
+  last_checkpoint: int,
+  checkpoint_dir: str,
+) -> None:
+  """`DivergenceError` naming the round and the last good checkpoint if the
+  round's loss or new weights are not finite."""
+  loss = float(output.metrics.get("loss", float("nan")))
+  # A round where no client could train anything (e.g. every sampled
+  # device too small for any sub-model) has no loss, and is no failure.
+  trained = any(t.examples > 0 for t in output.traffic)
+  if (trained and not math.isfinite(loss)) or not _all_finite(
+    algorithm.model_weights(output.state)
+  ):
+    where = (
+      f"round {last_checkpoint} in {checkpoint_dir}"
+      if last_checkpoint >= 1
+      else "none"
+    )
+    raise DivergenceError(
+      f"round {round_num}: training diverged (loss={loss}, non-finite"
+      f" loss or weights); last good checkpoint: {where}"
+    )
+
+
+def _finish(
+  experiment: Experiment, final_weights, ledger, history, elapsed_s
+) -> RunResult:
+  """Saves the final model, report.json and the plots."""
+  config = experiment.config
+  experiment_dir = config.experiment_dir
   save_model_weights(
     os.path.join(experiment_dir, outputs.FINAL_WEIGHTS), final_weights
   )
-
   report = _build_report(experiment, ledger, history, elapsed_s)
   outputs.write_report(
     os.path.join(experiment_dir, outputs.REPORT_JSON), report

@@ -57,19 +57,6 @@ class SparseState(NamedTuple):
   memory: Any  # computations.MemoryRows (zero rows without memory)
 
 
-def _combined(traffic: ClientTraffic, more) -> ClientTraffic:
-  """One client's round traffic plus its traffic in `prepare_round`."""
-  if more is None:
-    return traffic
-  return ClientTraffic(
-    client_id=traffic.client_id,
-    bytes_down=traffic.bytes_down + more.bytes_down,
-    bytes_up=traffic.bytes_up + more.bytes_up,
-    flops=traffic.flops + more.flops,
-    examples=traffic.examples + more.examples,
-  )
-
-
 def _ratio(numerator: float, denominator: float) -> float:
   return numerator / denominator if denominator else math.nan
 
@@ -278,7 +265,8 @@ class SparseTraining(api.FederatedAlgorithm):
       )
       for c, r in zip(clients, reports)
     )
-    traffic = tuple(_combined(t, extra.get(t.client_id)) for t in traffic)
+    # Plus each client's traffic in `prepare_round`.
+    traffic = tuple(t.plus(extra.get(t.client_id)) for t in traffic)
     processed = int(train["metrics"]["num_examples"])
     expected = sum(c.num_examples for c in clients)
     loss = float(train["metrics"]["loss"])
