@@ -92,16 +92,24 @@ def supervise(command: list[str]) -> int:
   if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
     log("prctl(PR_SET_CHILD_SUBREAPER) failed: orphans escape supervision")
   env = dict(os.environ, **{REAPER_VARIABLE: str(os.getpid())})
-  child = subprocess.Popen(command, env=env)
+  started = []  # The child, once started; signals before that end the run.
 
   def forward(sig, _):
+    if not started:
+      sys.exit(128 + sig)
     try:
-      child.send_signal(sig)
+      # os.kill, not Popen.send_signal: that polls, and could reap the child
+      # here, unseen by the waitpid loop below.
+      os.kill(started[0].pid, sig)
     except ProcessLookupError:
       pass
 
+  # Installed before the child starts: a signal in between must not kill
+  # the supervisor and leave the command running unsupervised.
   for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, forward)
+  child = subprocess.Popen(command, env=env)
+  started.append(child)
   # Reap every child, not only CMD: orphans re-parented to us must not
   # linger as zombies (the Bazel client waits for its server's pid to go).
   while True:

@@ -272,3 +272,27 @@ def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
       reference.get_model_weights(ref_state).trainable,
     )
   )
+
+
+def test_fedprox_uniform_weighting_is_tffs_unweighted_fedavg(tff_context):
+  del tff_context
+  # prox_mu = 0 and every client weighted 1 (clients of 5 and 3 examples):
+  # TFF's unweighted FedAvg.
+  prox = fedprox.build_fedprox_process(
+    _TASK.model_fn,
+    input_spec=_TASK.element_spec,
+    prox_mu=0.0,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
+  reference = tff.learning.algorithms.build_unweighted_fed_avg(
+    _TASK.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
+  prox_state = prox.next(prox.initialize(), _datasets()).state
+  ref_state = reference.next(reference.initialize(), _datasets()).state
+  for a, b in zip(
+    prox.get_model_weights(prox_state).trainable,
+    reference.get_model_weights(ref_state).trainable,
+  ):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

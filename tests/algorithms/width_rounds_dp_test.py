@@ -64,7 +64,11 @@ _CATALOG = width_rounds.LevelCatalog(_TASK, [("half", (3,)), ("full", (6,))])
 _HALF, _FULL = _CATALOG.levels
 
 
-def _client(i, n=6):
+_SIZES = {0: 6, 1: 4, 2: 10, 3: 6}
+
+
+def _client(i):
+  n = _SIZES[i]
   rng = np.random.default_rng(i)
   data = tf.data.Dataset.from_tensor_slices(
     collections.OrderedDict(
@@ -121,16 +125,22 @@ def test_clipped_uniform_masked_mean_by_hand(tff_context):
   clipped = [u * min(1.0, clip / n) for u, n in zip(updates, norms)]
   counts = np.sum(coverages, axis=0)
   assert set(counts) == {1, 3}  # Full-only elements, and shared ones.
-  expected = w0 - np.sum(clipped, axis=0) / counts
-
+  # DP weighs clients uniformly: per element, the mean of the clipped updates
+  # of the clients holding it.
+  uniform = w0 - np.sum(clipped, axis=0) / counts
   no_noise = masked_dp.MaskedAggregation(clip_norm=clip, noise_multiplier=0.0)
   np.testing.assert_allclose(
-    _run(_rounds(0.5, no_noise), assignment), expected, atol=1e-5
+    _run(_rounds(0.5, no_noise), assignment), uniform, atol=1e-5
   )
-  # `clip` alone keeps example weights: equal data sizes here, so the same.
+  # `clip` alone keeps example weights (6, 4 and 10 examples, one epoch).
+  n = np.array([_SIZES[i] for _, i in assignment], np.float64)[:, None]
+  weighted = w0 - np.sum(n * np.array(clipped), axis=0) / np.sum(
+    n * np.array(coverages), axis=0
+  )
+  assert np.max(np.abs(weighted - uniform)) > 1e-3
   clip_only = masked_dp.MaskedAggregation(clip_norm=clip)
   np.testing.assert_allclose(
-    _run(_rounds(0.5, clip_only), assignment), expected, atol=1e-5
+    _run(_rounds(0.5, clip_only), assignment), weighted, atol=1e-5
   )
 
 
@@ -179,6 +189,19 @@ def test_gaussian_noise_of_sums_and_counts():
   assert len(set(weights[cover == 1])) == 1
   assert len(set(weights[cover == 0])) == 1
   assert weights[cover == 1][0] != weights[cover == 0][0]
+  # Count noise std z: 600 levels, each covering one element of its own.
+  one_hots = []
+  for i in range(600):
+    c = np.zeros(600, np.float32)
+    c[i] = 1
+    one_hots.append([c])
+  counts = masked_dp.add_gaussian_noise(
+    MaskedSums([tf.zeros(600)], [tf.zeros(600)]),
+    one_hots,
+    aggregation,
+    tf.constant([4, 2], tf.int64),
+  ).weight_sum[0]
+  assert np.std(counts) == pytest.approx(1.5, rel=0.1)
 
 
 def test_settings_are_checked():
@@ -186,3 +209,23 @@ def test_settings_are_checked():
     masked_dp.MaskedAggregation(noise_multiplier=1.0)
   with pytest.raises(ValueError, match="clip_norm must be finite and > 0"):
     masked_dp.MaskedAggregation(clip_norm=0.0)
+
+
+def test_aggregator_setting_reaches_the_width_algorithms(tmp_path):
+  from tff_hetero.aggregators import model_aggregators  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import all_large  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+
+  expected = {
+    ("mean", None, None): masked_dp.MaskedAggregation(),
+    ("clip", 2.0, None): masked_dp.MaskedAggregation(clip_norm=2.0),
+    ("dp", 2.0, 0.5): masked_dp.MaskedAggregation(2.0, 0.5),
+  }
+  for (kind, clip, noise), aggregation in expected.items():
+    config = ExperimentConfig(
+      aggregator=kind, clip_norm=clip, noise_multiplier=noise, seed=7
+    )
+    options = model_aggregators.width_round_options(config)
+    assert options == dict(aggregation=aggregation, noise_seed=7)
+  built = all_large.build_all_large(config, _TASK)
+  assert built.rounds.aggregation == masked_dp.MaskedAggregation(2.0, 0.5)

@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import tff_hetero
 from tff_hetero.runtime import testing as runtime_testing
 
@@ -44,12 +46,13 @@ def test_example_uses_only_the_public_api():
   assert used <= set(tff_hetero.__all__)
 
 
-def test_example_trains_and_measures_by_hand_count():
+@pytest.mark.parametrize("aggregator", ["mean", "dp"])
+def test_example_trains_and_measures_by_hand_count(aggregator):
   tag, env = runtime_testing.tagged_env()
   env["PYTHONPATH"] = str(REPO)
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
   completed = subprocess.run(
-    [sys.executable, str(EXAMPLE), "--rounds=4"],
+    [sys.executable, str(EXAMPLE), "--rounds=4", f"--aggregator={aggregator}"],
     cwd=REPO / "examples",
     env=env,
     capture_output=True,

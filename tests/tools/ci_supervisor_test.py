@@ -70,7 +70,7 @@ def test_orphan_is_killed_but_does_not_fail_the_run(tmp_path):
   assert done.returncode == 0, done.stdout + done.stderr
   pid = int(pid_file.read_text())
   assert "outlived it, killing them" in done.stdout
-  assert f"pid {pid}: sleep 300" in done.stdout
+  assert f"pid {pid}: " in done.stdout
   assert _gone(pid)
 
 

@@ -19,16 +19,28 @@ clients covered it. `MaskedAggregation` states how those sums are formed:
         or not):                                               N(0, z^2)
 
   and divides element e's value sum by max(sum_l n~_l cov_l(e), 1), where
-  cov_l is level l's coverage (1 where level l holds the element). Adding or
-  removing one client changes the value sums by at most C in L2 (its clipped
-  update, scattered) and exactly one level count by 1, so the pair
-  (value sums / C, counts) has L2 sensitivity sqrt(2) and the release is the
-  Gaussian mechanism with noise multiplier z / sqrt(2) per round. Every level
+  cov_l is level l's coverage (1 where level l holds the element).
+  Neighbouring rounds differ by adding or removing one client (user-level,
+  add/remove; replacing a client by one at another level is two steps). That
+  changes the value sums by at most C in L2 (its clipped update, scattered)
+  and exactly one level count by 1, so the pair (value sums / C, counts) has
+  L2 sensitivity sqrt(2) and each round's release is the Gaussian mechanism
+  with noise multiplier z / sqrt(2). An algorithm in which one client trains
+  k separate models in a round (Decoupled: up to one per model it can hold)
+  releases k such mechanisms about it: their composition, not one. Every level
   gets count noise, present or not, so which levels trained is not revealed;
   the elements only absent levels hold then move by noise alone. The clamp
   at 1 keeps a near-zero noised count from amplifying the noise; it is
   post-processing. With z = 0 the step is the masked mean of clipped updates
   with uniform weights (tested against a hand computation).
+
+The noise is drawn from TF's stateless generator seeded by `(noise_seed,
+round)`, `noise_seed` being the run's `--seed` in the pipelines: runs are
+reproducible and a resumed run draws the noise an uninterrupted one does. It
+is a simulation of the mechanism: whoever knows the seed (it is in the run's
+report) can recompute the noise, so a model released to others is private
+only with a seed kept secret (`HeterogeneousRounds(noise_seed=...)` from the
+library).
 
 No (epsilon, delta) is computed or reported: our cohorts are sampled
 uniformly without replacement, not by the Poisson sampling the usual RDP

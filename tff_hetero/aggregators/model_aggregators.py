@@ -28,7 +28,7 @@ other `tff.aggregators` factory can be passed to the builders directly.
 
 The width-heterogeneous algorithms sum masked updates of several shapes; the
 same three choices are `masked_dp.MaskedAggregation`s there
-(`masked_aggregation`): `mean` the example-weighted masked mean, `clip` the
+(`AggregatorEntry.masked`, `width_round_options`): `mean` the example-weighted masked mean, `clip` the
 same of clipped updates, `dp` the masked Gaussian mechanism of `masked_dp`
 (uniform weights, noised value sums and noised level counts).
 """
@@ -78,6 +78,7 @@ MODEL_AGGREGATORS: "collections.OrderedDict[str, AggregatorEntry]" = (
       ),
       tff.learning.ClientWeighting.NUM_EXAMPLES,
       ("clip_norm",),
+      lambda clip, noise: masked_dp.MaskedAggregation(clip_norm=clip),
     ),
     dp=AggregatorEntry(
       lambda clip, noise, cohort: (
@@ -87,6 +88,7 @@ MODEL_AGGREGATORS: "collections.OrderedDict[str, AggregatorEntry]" = (
       ),
       tff.learning.ClientWeighting.UNIFORM,
       ("clip_norm", "noise_multiplier"),
+      lambda clip, noise: masked_dp.MaskedAggregation(clip, noise),
     ),
   )
 )

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import contextlib
 import json
 import os
+import tempfile
 from typing import IO
 from typing import Any
 
@@ -19,13 +20,22 @@ from typing import Any
 def atomic_write(path: str, mode: str = "w") -> Iterator[IO]:
   """Yields a file whose contents replace `path` when the block succeeds.
 
-  Written to `<path>.tmp`, flushed and fsynced, then renamed over `path`
-  (atomic on POSIX). If the block raises, the temporary file is removed and
-  `path` is left as it was.
+  Written to a temporary file of its own in `path`'s directory (so that two
+  processes writing the same path never share one), flushed and fsynced,
+  renamed over `path` (atomic on POSIX), then the directory is fsynced so
+  that the rename itself survives a power cut. If the block raises, the
+  temporary file is removed and `path` is left as it was.
   """
-  temp = f"{path}.tmp"
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, temp = tempfile.mkstemp(
+    dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+  )
+  # mkstemp makes the file 0600: give it the mode `open` would.
+  umask = os.umask(0)
+  os.umask(umask)
+  os.fchmod(fd, 0o666 & ~umask)
   try:
-    with open(temp, mode) as f:
+    with os.fdopen(fd, mode) as f:
       yield f
       f.flush()
       os.fsync(f.fileno())
@@ -34,6 +44,11 @@ def atomic_write(path: str, mode: str = "w") -> Iterator[IO]:
     with contextlib.suppress(FileNotFoundError):
       os.remove(temp)
     raise
+  dir_fd = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(dir_fd)
+  finally:
+    os.close(dir_fd)
 
 
 def write_json(path: str, value: Any) -> None:

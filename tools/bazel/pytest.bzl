@@ -46,7 +46,8 @@ def pytest_tests(
       ci: files (relative to the package) that CI runs under Bazel: tagged "bazel_ci".
         A name that matches no file in `srcs` is an error, so a renamed file cannot
         silently drop out of CI.
-      overrides: {file: {attr: value}} per-file attributes (size, timeout, tags, ...),
+      overrides: {file: {attr: value}} per-file attributes (size, timeout, tags, ...;
+        "data" adds to `data`),
         e.g. {"runtime/remote_test.py": {"flaky": True}}.
       **kwargs: passed to every py_test (e.g. local = True).
     """
@@ -78,12 +79,13 @@ def pytest_tests(
             t.append("bazel_ci")
         o = dict(overrides.get(src, {}))
         t += o.pop("tags", [])
+        test_data = data + o.pop("data", [])
         attrs.update(o)
         pytest_test(
             name = name,
             src = src,
             deps = deps,
-            data = data,
+            data = test_data,
             tags = t,
             **attrs
         )
