@@ -65,6 +65,18 @@ def _clients():
   ]
 
 
+def _assert_one_round_equal(process, reference):
+  """One round of each from its initial state on `_datasets()`: the same
+  trainable weights (to float32 rounding)."""
+  state = process.next(process.initialize(), _datasets()).state
+  ref_state = reference.next(reference.initialize(), _datasets()).state
+  for a, b in zip(
+    process.get_model_weights(state).trainable,
+    reference.get_model_weights(ref_state).trainable,
+  ):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
 def test_fedavg_process_signature():
   process = fedavg.build_fedavg_process(
     _TASK.model_fn,
@@ -89,13 +101,7 @@ def test_measured_fedavg_equals_tff_fedavg(tff_context):
     _TASK.tff_model_fn(),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
-  ours_state = ours.next(ours.initialize(), _datasets()).state
-  ref_state = reference.next(reference.initialize(), _datasets()).state
-  for a, b in zip(
-    ours.get_model_weights(ours_state).trainable,
-    reference.get_model_weights(ref_state).trainable,
-  ):
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  _assert_one_round_equal(ours, reference)
 
 
 def test_round_reports_measured_traffic_per_client(tff_context):
@@ -289,10 +295,4 @@ def test_fedprox_uniform_weighting_is_tffs_unweighted_fedavg(tff_context):
     _TASK.tff_model_fn(),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
-  prox_state = prox.next(prox.initialize(), _datasets()).state
-  ref_state = reference.next(reference.initialize(), _datasets()).state
-  for a, b in zip(
-    prox.get_model_weights(prox_state).trainable,
-    reference.get_model_weights(ref_state).trainable,
-  ):
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  _assert_one_round_equal(prox, reference)
