@@ -20,25 +20,23 @@ import psutil
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _supervise(script, timeout=60, env=None):
+_TOOL = [sys.executable, "-m", "tools.ci_supervisor"]
+
+
+def _tool(*args, timeout=60):
+  """`python -m tools.ci_supervisor *args` from the repo root, finished."""
   return subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "tools.ci_supervisor",
-      "supervise",
-      "--",
-      "bash",
-      "-c",
-      script,
-    ],
+    [*_TOOL, *args],
     cwd=REPO,
     capture_output=True,
     text=True,
     timeout=timeout,
-    env=env,
     check=False,
   )
+
+
+def _supervise(script):
+  return _tool("supervise", "--", "bash", "-c", script)
 
 
 def _fake_worker(tmp_path) -> str:
@@ -77,7 +75,12 @@ def test_orphan_is_killed_but_does_not_fail_the_run(tmp_path):
 def test_orphaned_worker_fails_the_run(tmp_path):
   worker = _fake_worker(tmp_path)
   pid_file = tmp_path / "pid"
-  done = _supervise(f"({worker} 300 & echo $! > {pid_file}) ; exit 0")
+  # The script ends once the orphan runs the binary (not a bash fork of it).
+  done = _supervise(
+    f"({worker} 300 & echo $! > {pid_file}); pid=$(cat {pid_file});"
+    ' until [ "$(cat /proc/$pid/comm)" = worker_binary ]; do sleep 0.05;'
+    " done; exit 0"
+  )
   assert done.returncode == 1
   assert "FAILED: a TFF worker_binary outlived the run" in done.stdout
   assert _gone(int(pid_file.read_text()))
@@ -87,9 +90,7 @@ def test_sigterm_reaches_the_command(tmp_path):
   marker = tmp_path / "got_term"
   proc = subprocess.Popen(
     [
-      sys.executable,
-      "-m",
-      "tools.ci_supervisor",
+      *_TOOL,
       "supervise",
       "--",
       "bash",
@@ -111,42 +112,14 @@ def test_sigterm_reaches_the_command(tmp_path):
 def test_leftovers_finds_workers_by_run_id(tmp_path):
   worker = _fake_worker(tmp_path)
   env = dict(os.environ, TFF_HETERO_CI_RUN_ID="run-under-test")
-  before = subprocess.run(
-    [sys.executable, "-m", "tools.ci_supervisor", "workers"],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    check=True,
-    timeout=60,
-  ).stdout
+  before = _tool("workers").stdout
   ours = subprocess.Popen([worker, "300"], env=env, start_new_session=True)
   others = subprocess.Popen([worker, "300"], start_new_session=True)
   try:
-    listed = subprocess.run(
-      [sys.executable, "-m", "tools.ci_supervisor", "workers"],
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      check=True,
-      timeout=60,
-    ).stdout.split()
+    listed = _tool("workers").stdout.split()
     assert {str(ours.pid), str(others.pid)} <= set(listed)
-    done = subprocess.run(
-      [
-        sys.executable,
-        "-m",
-        "tools.ci_supervisor",
-        "leftovers",
-        "--run-id",
-        "run-under-test",
-        "--preexisting",
-        before,
-      ],
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      timeout=60,
-      check=False,
+    done = _tool(
+      "leftovers", "--run-id", "run-under-test", "--preexisting", before
     )
     assert done.returncode == 1, done.stdout
     assert f"pid {ours.pid}" in done.stdout
