@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 import os
 import sys
@@ -30,6 +31,22 @@ warnings.filterwarnings(
 )
 
 USAGE_EXIT = 2
+_TFF_DEFAULT_CONTEXT = (
+  "tensorflow_federated.python.core.impl.context_stack.set_default_context"
+)
+
+
+def _drop_tff_default_context() -> None:
+  """At exit, replaces TFF's default execution context (made when TFF is
+  imported; the pipelines never use it) while the interpreter is whole: left
+  to module teardown, its `__del__` prints a traceback after our last line.
+  """
+  module = sys.modules.get(_TFF_DEFAULT_CONTEXT)
+  if module is not None:
+    module.set_no_default_context()
+
+
+atexit.register(_drop_tff_default_context)
 
 
 def fail(message: str, status: int = USAGE_EXIT) -> None:

@@ -12,7 +12,10 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
   workers this process owns).
-* The training program: `ExperimentConfig`, `run_experiment`.
+* The training program: `make_config` (an `ExperimentConfig` from flat
+  settings, each algorithm's own checked by its settings class),
+  `evolve_config`, `run_experiment`; `AlgorithmSettings` and `setting` to
+  declare a new algorithm's settings (`tff_hetero.settings`).
 * Errors: `HeteroError` and its family (`tff_hetero.errors`).
 
 Subpackages keep their own `__all__` (`tff_hetero.models`, `.data`,
@@ -35,6 +38,10 @@ _EXPORTS = {
   "local_execution": "tff_hetero.runtime.contexts",
   "remote_execution": "tff_hetero.runtime.contexts",
   "ExperimentConfig": "tff_hetero.program.config",
+  "make_config": "tff_hetero.program.configs",
+  "evolve_config": "tff_hetero.program.configs",
+  "AlgorithmSettings": "tff_hetero.settings",
+  "setting": "tff_hetero.settings",
   "run_experiment": "tff_hetero.program.loop",
   "HeteroError": "tff_hetero.errors",
   "UsageError": "tff_hetero.errors",

@@ -179,7 +179,7 @@ CLIENT_LR = 0.05
 
 
 def _config(**overrides):
-  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
 
   settings = dict(
     algorithm="fedavg",
@@ -196,7 +196,7 @@ def _config(**overrides):
     progress=False,
   )
   settings.update(overrides)
-  return ExperimentConfig(**settings)
+  return make_config(**settings)
 
 
 _DEFAULT_MODELS = {"hetero": "vgg16_eighth", "gkt": "fedgkt_edge_resnet8"}
@@ -534,6 +534,7 @@ def bench_hetero() -> collections.OrderedDict:
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
   from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
   from tff_hetero.submodels import pools  # pylint: disable=g-import-not-at-top
@@ -600,7 +601,9 @@ def bench_hetero() -> collections.OrderedDict:
 
     mixed = adaptivefl.AdaptiveFL(
       task,
-      adaptivefl.pool_from_config(config, task),
+      adaptivefl.pool_from_config(
+        evolve_config(config, algorithm="adaptivefl"), task
+      ),
       fed.client_ids,
       client_lr=config.client_lr,
       client_momentum=config.client_momentum,
@@ -638,7 +641,6 @@ def bench_hetero() -> collections.OrderedDict:
 
 
 def bench_sparse() -> collections.OrderedDict:
-  import attrs  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -646,12 +648,13 @@ def bench_sparse() -> collections.OrderedDict:
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import feddst  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import fedsgc  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   timed = _ROUNDS.value
   clients_total = max(_CLIENTS.value, 100)
   config = _config(
-    rounds=1, num_clients=clients_total, sparsity=0.8, min_samples_per_client=1
+    rounds=1, num_clients=clients_total, min_samples_per_client=1
   )
   experiment = loop.build_experiment(config)
   fed, task = experiment.federated_data, experiment.task
@@ -704,8 +707,10 @@ def bench_sparse() -> collections.OrderedDict:
     )
     for key, build, every in runs:
       algorithm = build(
-        attrs.evolve(
+        evolve_config(
           config,
+          algorithm=key.split("_")[0],
+          sparsity=0.8,
           readjust_every=every,
           readjust_begin_epoch=1,
           readjust_end_epoch=10**6,

@@ -25,8 +25,8 @@ heap.configure_process_heap()
 
 
 def main() -> None:
-  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
 
   rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 50
   mode = sys.argv[2] if len(sys.argv) > 2 else "sync"
@@ -48,7 +48,7 @@ def main() -> None:
 
   with tempfile.TemporaryDirectory() as root:
     loop.run_experiment(
-      ExperimentConfig(
+      make_config(
         algorithm="fedgkt",
         dataset="mnist5k",
         model="fedgkt_edge_resnet8",

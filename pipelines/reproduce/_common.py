@@ -33,7 +33,9 @@ from typing import Any
 from absl import flags
 import attrs
 
+from tff_hetero import settings as settings_lib
 from tff_hetero.program import atomic_files
+from tff_hetero.program import configs
 
 REPORT_JSON = "report.json"
 
@@ -67,20 +69,32 @@ class Run:
 class RunPlan:
   """The runs of a reproduction, each once, under `<base dir>/runs/<name>`."""
 
-  def __init__(self, base):
+  def __init__(self, base, given=None):
+    """`given`: algorithm settings for every run whose algorithm reads them
+    (default: those given on the command line), below each run's changes."""
     self._base = base
+    self._given = given_algorithm_settings() if given is None else given
     self._runs_dir = os.path.join(
       base.root_output_dir, base.experiment_name, "runs"
     )
     self._runs: dict[str, Run] = {}
 
   def add(self, name: str, **changes) -> str:
-    """Adds run `name`: the base settings with `changes` (once per name)."""
+    """Adds run `name`: the base settings with `changes` (flat settings;
+    with another `algorithm`, the settings it shares with the base's carry
+    over: `tff_hetero.program.evolve_config`), once per name."""
     if name not in self._runs:
+      read = configs.algorithm_settings(
+        changes.get("algorithm", self._base.algorithm)
+      )
+      given = {
+        k: v for k, v in self._given.items() if k in read and k not in changes
+      }
       self._runs[name] = Run(
         name,
-        attrs.evolve(
+        configs.evolve_config(
           self._base,
+          **given,
           root_output_dir=self._runs_dir,
           experiment_name=name,
           resume=False,
@@ -267,11 +281,8 @@ def _saved_report(run: Run) -> dict | None:
     return None
   with open(report_path) as f:
     report = json.load(f)
-  from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
-
-  ignore = registry.foreign_settings(config.algorithm)
   if (
-    config.same_results_as(report.get("config") or {}, ignore=ignore)
+    config.same_results_as(report.get("config") or {})
     and report.get("rounds_completed") == config.rounds
   ):
     return report
@@ -375,25 +386,34 @@ def markdown_table(
 
 
 def base_config(defaults: Mapping[str, Any]):
-  """An `ExperimentConfig` from `pipelines.train`'s flags.
+  """The reproduction's base `ExperimentConfig` from `pipelines.train`'s flags.
 
   A reproduction accepts every flag of `pipelines.train` (same names, same
   checks); a flag not given on the command line takes the reproduction's
-  default from `defaults`, else train's.
+  default from `defaults` (which names the reproduction's main
+  `algorithm`), else train's. The base is a config of the main algorithm; a
+  given flag that only other algorithms read reaches their runs through
+  `RunPlan` (`given_algorithm_settings`).
   """
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
-  from pipelines import train  # pylint: disable=g-import-not-at-top
-
-  config = train.config_from_flags()
-  given = {
-    name
-    for name in defaults
-    if name in flags.FLAGS and flags.FLAGS[name].present
-  }
-  return attrs.evolve(
-    config, **{k: v for k, v in defaults.items() if k not in given}
+  values, given = settings_lib.values_from_flags(
+    flags.FLAGS, configs.flag_specs()
   )
+  values.update((k, v) for k, v in defaults.items() if k not in given)
+  read = configs.COMMON_SETTINGS | set(
+    configs.algorithm_settings(values["algorithm"])
+  )
+  return configs.config_from_values(values, given & read)
+
+
+def given_algorithm_settings() -> dict[str, Any]:
+  """The algorithm settings given on the command line ({} before flags are
+  parsed): `RunPlan` applies each to the runs whose algorithm reads it."""
+  if not flags.FLAGS.is_parsed():
+    return {}
+  values, given = settings_lib.values_from_flags(
+    flags.FLAGS, configs.flag_specs()
+  )
+  return {k: values[k] for k in given if k not in configs.COMMON_SETTINGS}
 
 
 def curve(
@@ -487,7 +507,9 @@ def reproduce_main(
     )
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
-  base = base_config(defaults)
+  base = _cli.run_guarded(
+    lambda: base_config(defaults), resume_hint="run again to continue"
+  )
   out_dir = os.path.join(base.root_output_dir, base.experiment_name)
 
   def run():

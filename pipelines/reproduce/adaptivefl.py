@@ -102,6 +102,7 @@ from tff_hetero.submodels import pools
 PARTS = ("2", "3", "4", "5", "sim")
 DEFAULT_SEEDS = (0, 1, 2)
 OFFLINE_DEFAULTS = collections.OrderedDict(
+  algorithm="adaptivefl",
   dataset="mnist5k",
   model="mnist_cnn",
   num_clients=50,
@@ -203,8 +204,8 @@ def _variant_name(selection: str) -> str:
 
 
 def _start_indices(base) -> list[int]:
-  if base.pool_start_indices:
-    return [int(i) for i in base.pool_start_indices.split(":")]
+  if base.settings.pool_start_indices:
+    return [int(i) for i in base.settings.pool_start_indices.split(":")]
   return list(models.MODELS[base.model].default_start_indices)
 
 
@@ -406,7 +407,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS, capacities=""):
   """Markdown tables (ours beside the paper's), claims, and the numbers."""
   scale = (
     f"Ours: {base.dataset}, {base.model} (pool r_M:r_S ="
-    f" {base.pool_ratios}, I = {':'.join(map(str, _start_indices(base)))}),"
+    f" {base.settings.pool_ratios}, I = {':'.join(map(str, _start_indices(base)))}),"
     f" {base.num_clients} clients, {base.clients_per_round} per round,"
     f" {base.rounds} rounds of {base.local_epochs} local epochs, batch"
     f" {base.batch_size}, SGD lr {base.client_lr} momentum"

@@ -74,16 +74,16 @@ import functools
 import math
 import os
 
-import attrs
-
 from pipelines import _cli
 from pipelines import train  # noqa: F401  (defines the shared flags)
 from pipelines.reproduce import _common
+from tff_hetero.program import configs
 
 PARTS = ("1", "2", "3", "comm", "4", "5")
 DEFAULT_PARTS = ("1", "2", "3", "comm")
 DEFAULT_SEEDS = (0, 1, 2)
 OFFLINE_DEFAULTS = collections.OrderedDict(
+  algorithm="fedgkt",
   dataset="digits",
   model="fedgkt_edge_resnet8",
   gkt_server_model="fedgkt_server_resnet19",
@@ -135,7 +135,7 @@ PAPER = collections.OrderedDict(
 def _full_model(base) -> str:
   from tff_hetero.models import fedgkt as gkt_models  # pylint: disable=g-import-not-at-top
 
-  return gkt_models.FULL_MODEL_OF_SERVER[base.gkt_server_model]
+  return gkt_models.FULL_MODEL_OF_SERVER[base.settings.gkt_server_model]
 
 
 def _distribution(dist: str) -> dict:
@@ -154,7 +154,7 @@ def async_rounds(base, seed: int) -> tuple[int, float]:
   simulated time, and that time (the event simulation is pure)."""
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
-  config = attrs.evolve(
+  config = configs.evolve_config(
     base,
     algorithm="fedgkt",
     gkt_mode="async",
@@ -359,16 +359,16 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
   full = _full_model(base)
   scale = (
     f"Ours: {base.dataset}, edge {base.model} (split after its stem),"
-    f" server {base.gkt_server_model} (extractor + server = {full}),"
+    f" server {base.settings.gkt_server_model} (extractor + server = {full}),"
     f" {base.num_clients} clients all training every round,"
     f" {base.rounds} rounds of {base.local_epochs} client epoch(s)"
     f" (SGD lr {base.client_lr}, momentum {base.client_momentum}) and"
-    f" {base.gkt_server_epochs} server epochs (IID:"
-    f" {base.gkt_server_optimizer} lr {base.gkt_server_lr}; non-IID:"
+    f" {base.settings.gkt_server_epochs} server epochs (IID:"
+    f" {base.settings.gkt_server_optimizer} lr {base.settings.gkt_server_lr}; non-IID:"
     f" {NONIID_SERVER['gkt_server_optimizer']} lr"
     f" {NONIID_SERVER['gkt_server_lr']}, momentum 0.9), server LR x"
-    f" {base.gkt_lr_factor} after {base.gkt_lr_patience} rounds on a"
-    f" plateau, batch {base.batch_size}, T = {base.gkt_temperature},"
+    f" {base.settings.gkt_lr_factor} after {base.settings.gkt_lr_patience} rounds on a"
+    f" plateau, batch {base.batch_size}, T = {base.settings.gkt_temperature},"
     f" KD x T^2 unless marked, non-IID = Dirichlet alpha {base.alpha};"
     f" seeds {', '.join(map(str, seeds))} (rows marked ¹: seed"
     f" {first} only). Test accuracy (%) at the last round, mean ±"
@@ -830,7 +830,7 @@ def plot(out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
 def _check(base) -> None:
   from tff_hetero.algorithms import fedgkt  # pylint: disable=g-import-not-at-top
 
-  fedgkt.check_flags(attrs.evolve(base, algorithm="fedgkt"))
+  fedgkt.check_flags(configs.evolve_config(base, algorithm="fedgkt"))
 
 
 def main(argv):

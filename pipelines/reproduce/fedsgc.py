@@ -52,6 +52,7 @@ PARTS = ("table", "ablation", "sparsity", "baselines", "dirichlet")
 DEFAULT_PARTS = ("table", "ablation", "sparsity", "baselines")
 DEFAULT_SEEDS = (0, 1, 2)
 OFFLINE_DEFAULTS = collections.OrderedDict(
+  algorithm="fedsgc",
   dataset="mnist5k",
   model="mnist_cnn_feddst",
   num_clients=100,
@@ -284,8 +285,8 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
     f" {base.num_clients} clients, {base.clients_per_round} per round,"
     f" {base.rounds} rounds of {base.local_epochs} local epochs, batch"
     f" {base.batch_size}, SGD lr {base.client_lr}, sparsity"
-    f" {base.sparsity}, prune alpha {base.prune_alpha}, congruity"
-    f" lambda {base.congruity_lambda}, seeds"
+    f" {base.settings.sparsity}, prune alpha {base.settings.prune_alpha}, congruity"
+    f" lambda {base.settings.congruity_lambda}, seeds"
     f" {', '.join(str(s) for s in seeds)}. Best test accuracy (%)"
     " reached within each cumulative upload budget (all clients,"
     " measured), mean ± sample standard deviation over seeds."

@@ -28,8 +28,8 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import loop
+from tff_hetero.program import make_config
 
 CLASSES = 10
 SHAPE = (8, 8, 1)
@@ -364,7 +364,7 @@ def _config(**overrides):
     tier_capacities="0.25:1",
   )
   settings.update(overrides)
-  return ExperimentConfig(**settings)
+  return make_config(**settings)
 
 
 _RUNS = {}

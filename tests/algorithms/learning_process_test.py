@@ -18,7 +18,7 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedprox
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
 
 _SPEC = collections.OrderedDict(
   x=tf.TensorSpec([None, 3], tf.float32), y=tf.TensorSpec([None], tf.int32)
@@ -106,7 +106,7 @@ def test_measured_fedavg_equals_tff_fedavg(tff_context):
 
 def test_round_reports_measured_traffic_per_client(tff_context):
   del tff_context
-  config = ExperimentConfig(client_lr=0.1, client_momentum=0.0, server_lr=1.0)
+  config = make_config(client_lr=0.1, client_momentum=0.0, server_lr=1.0)
   algorithm = fedavg.build_fedavg(config, _TASK)
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   assert [t.client_id for t in output.traffic] == ["c0", "c1"]
@@ -208,7 +208,7 @@ def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
     "tiny_bn", _bn_keras_model, (3,), 4, _SPEC, training_flops_per_example=1
   )
   algorithm = fedavg.build_fedavg(
-    ExperimentConfig(client_lr=0.0, client_momentum=0.0, server_lr=1.0), task
+    make_config(client_lr=0.0, client_momentum=0.0, server_lr=1.0), task
   )
   state = algorithm.initialize()
   # TFF's FedAvg leaves the moving statistics at their initial values.
@@ -244,7 +244,7 @@ def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
   del tff_context
   # --aggregator=dp with a bound no update reaches and no noise: the sum of
   # the updates over --clients_per_round, i.e. TFF's unweighted FedAvg.
-  config = ExperimentConfig(
+  config = make_config(
     client_lr=0.1,
     clients_per_round=2,
     aggregator="dp",

@@ -11,8 +11,8 @@ from tff_hetero import models
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import split_learning
 from tff_hetero.errors import UsageError
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import loop
+from tff_hetero.program import make_config
 
 SHAPE, CLASSES, LR = (8, 8, 1), 10, 0.1
 
@@ -98,4 +98,4 @@ def test_bad_flags_name_the_flag():
     )
     settings.update(changes)
     with pytest.raises(UsageError, match=flag):
-      loop.build_experiment(ExperimentConfig(**settings))
+      loop.build_experiment(make_config(**settings))

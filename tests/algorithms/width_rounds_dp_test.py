@@ -214,7 +214,7 @@ def test_settings_are_checked():
 def test_aggregator_setting_reaches_the_width_algorithms(tmp_path):
   from tff_hetero.aggregators import model_aggregators  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import all_large  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
 
   expected = {
     ("mean", None, None): masked_dp.MaskedAggregation(),
@@ -222,7 +222,7 @@ def test_aggregator_setting_reaches_the_width_algorithms(tmp_path):
     ("dp", 2.0, 0.5): masked_dp.MaskedAggregation(2.0, 0.5),
   }
   for (kind, clip, noise), aggregation in expected.items():
-    config = ExperimentConfig(
+    config = make_config(
       aggregator=kind, clip_norm=clip, noise_multiplier=noise, seed=7
     )
     options = model_aggregators.width_round_options(config)

@@ -35,8 +35,9 @@ from tff_hetero.algorithms import width_rounds
 from tff_hetero.devices import Capacity
 from tff_hetero.errors import UsageError
 from tff_hetero.models.width import WidthUnit
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import checkpoint
+from tff_hetero.program import evolve_config
+from tff_hetero.program import make_config
 from tff_hetero.program.sampling import CohortSampler
 from tff_hetero.submodels import pools
 
@@ -635,7 +636,8 @@ def test_no_query_without_batch_norm():
 def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
   ids = [f"c{i}" for i in range(10)]
   full = 385  # test_pool_of_the_toy
-  config = ExperimentConfig()  # weak,medium,strong 4:3:3, 0.25:0.5:1.
+  # weak,medium,strong 4:3:3, 0.25:0.5:1.
+  config = make_config(algorithm="heterofl")
   population = task_devices.build_population(config, ids, _TASK)
   # floor(f x 385 + 0.5): 96.25 -> 96, 192.5 -> 193.
   assert [t.capacity_params for t in population.tiers] == [96, 193, full]
@@ -659,7 +661,7 @@ def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
   assert heterofl.sub_model_params(_TASK, 0.76) == 345
   # Given rates are checked against the capacities.
   assert heterofl.tier_rates_from_config(
-    attrs.evolve(given, heterofl_rates="0.25:0.5:1"), _TASK
+    evolve_config(given, heterofl_rates="0.25:0.5:1"), _TASK
   ) == {"weak": 0.25, "medium": 0.5, "strong": 1.0}
   with pytest.raises(
     UsageError,
@@ -669,7 +671,7 @@ def test_capacities_belong_to_the_population_and_heterofl_rates_fit_them():
     ),
   ):
     heterofl.tier_rates_from_config(
-      attrs.evolve(given, heterofl_rates="0.5:0.76:1"), _TASK
+      evolve_config(given, heterofl_rates="0.5:0.76:1"), _TASK
     )
   # A tier that holds nothing trains nothing.
   assert (

@@ -7,11 +7,12 @@ import pytest
 
 from pipelines import _cli
 from pipelines.reproduce import adaptivefl as reproduce
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
 
 
 def test_plan_puts_every_method_on_one_population_per_seed():
-  base = ExperimentConfig(
+  base = make_config(
+    algorithm="adaptivefl",
     model="mnist_cnn",
     pool_start_indices="2:1",
     tier_capacities="9743:15402:22714",
@@ -33,10 +34,12 @@ def test_plan_puts_every_method_on_one_population_per_seed():
   assert by_name["adaptivefl_iid_181_seed0"].tier_proportions == "1:8:1"
   assert "all_large_iid_181_seed0" not in by_name
   assert by_name["decoupled_alpha_0_6_seed1"].alpha == 0.6
-  assert by_name["adaptivefl_coarse_iid_seed1"].pool_start_indices == "2"
-  assert by_name["adaptivefl_curiosity_iid_seed0"].adaptivefl_selection == (
-    "curiosity"
+  assert (
+    by_name["adaptivefl_coarse_iid_seed1"].settings.pool_start_indices == "2"
   )
+  assert by_name[
+    "adaptivefl_curiosity_iid_seed0"
+  ].settings.adaptivefl_selection == ("curiosity")
   assert "adaptivefl_curiosity_iid_seed1" not in by_name
   assert by_name["all_large_iid_seed0"].root_output_dir == "/r/x/runs"
   # Same population, partition and seed for the four methods.
@@ -66,7 +69,8 @@ def test_default_capacities_follow_the_pool():
   # S1 (16, 9): 160 + (144*9 + 9) + (36*10 + 10) = 1835;
   # M1 (16, 21): 160 + (144*21 + 21) + (84*10 + 10) = 4055;
   # L1 (16, 32): 6090. Weak 0.95 x S1, medium 0.95 x M1, strong 1.04 x L1.
-  base = ExperimentConfig(
+  base = make_config(
+    algorithm="adaptivefl",
     dataset="synthetic",
     model="small_cnn",
     pool_ratios="0.66:0.3",
@@ -177,8 +181,11 @@ def _report(full, avg, failed=()):
 
 
 def test_tables_2_3_4_and_claims_from_hand_made_reports():
-  base = ExperimentConfig(
-    model="mnist_cnn", pool_start_indices="2:1", tier_capacities="1:2:3"
+  base = make_config(
+    algorithm="adaptivefl",
+    model="mnist_cnn",
+    pool_start_indices="2:1",
+    tier_capacities="1:2:3",
   )
   parts = ["2", "3", "4"]
   reports = {}

@@ -6,17 +6,22 @@ import os
 import threading
 import time
 
-import attrs
+import pytest
 
 from pipelines.reproduce import _common
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.errors import UsageError
+from tff_hetero.program import evolve_config
+from tff_hetero.program import make_config
 
 
 def test_saved_settings_match_unless_a_result_setting_differs():
-  config = ExperimentConfig(root_output_dir="/a", rounds=10, checkpoint_every=5)
+  config = make_config(
+    algorithm="fedgkt", root_output_dir="/a", rounds=10, checkpoint_every=5
+  )
   saved = json.loads(json.dumps(config.to_json_dict()))
   # Where it ran and how often it checkpointed do not change results.
-  moved = ExperimentConfig(
+  moved = make_config(
+    algorithm="fedgkt",
     root_output_dir="/b",
     rounds=10,
     checkpoint_every=1,
@@ -24,20 +29,20 @@ def test_saved_settings_match_unless_a_result_setting_differs():
     workers=2,
   )
   assert moved.same_results_as(saved)
-  assert not ExperimentConfig(
-    root_output_dir="/a", rounds=10, seed=1
+  assert not make_config(
+    algorithm="fedgkt", root_output_dir="/a", rounds=10, seed=1
   ).same_results_as(saved)
   # A setting added after the report was written matches at its default.
   del saved["gkt_temperature"]
   assert config.same_results_as(saved)
-  assert not ExperimentConfig(rounds=10, gkt_temperature=1.0).same_results_as(
-    saved
-  )
+  assert not make_config(
+    algorithm="fedgkt", rounds=10, gkt_temperature=1.0
+  ).same_results_as(saved)
   # A checkpoint's fingerprint (a JSON string) likewise.
   fingerprint = json.loads(config.fingerprint())
   del fingerprint["augment"]
   assert moved.same_results_as(json.dumps(fingerprint))
-  assert not ExperimentConfig(augment="crop").same_results_as(
+  assert not evolve_config(moved, augment="crop").same_results_as(
     json.dumps(fingerprint)
   )
 
@@ -74,9 +79,7 @@ def test_run_stopped_before_its_first_checkpoint_restarts_keeping_outputs(
 
 def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
   plan = _common.RunPlan(
-    ExperimentConfig(
-      root_output_dir=str(tmp_path), experiment_name="r", rounds=3
-    )
+    make_config(root_output_dir=str(tmp_path), experiment_name="r", rounds=3)
   )
   for name in ("a", "b", "c"):
     plan.add(name, seed=ord(name))
@@ -114,24 +117,24 @@ def test_a_run_locked_by_another_process_is_waited_for_at_the_end(tmp_path):
 
 
 def test_settings_only_other_algorithms_read_do_not_count():
-  from tff_hetero.algorithms import registry  # pylint: disable=g-import-not-at-top
-
-  saved = json.loads(
-    json.dumps(
-      ExperimentConfig(
-        algorithm="fedavg", prunefl_initial_rounds=50
-      ).to_json_dict()
-    )
-  )
-  fedavg = ExperimentConfig(algorithm="fedavg", prunefl_initial_rounds=1)
-  assert "prunefl_initial_rounds" in registry.foreign_settings("fedavg")
-  assert fedavg.same_results_as(
-    saved, ignore=registry.foreign_settings("fedavg")
-  )
-  # PruneFL reads it; FedSGC reads the sparsity FedAvg does not.
+  # A report written when every run saved every algorithm's settings.
+  saved = json.loads(json.dumps(make_config().to_json_dict()))
+  saved.update(sparsity=0.5, prunefl_initial_rounds=50)
+  fedavg = make_config(algorithm="fedavg")
+  assert "prunefl_initial_rounds" not in fedavg.to_json_dict()
+  assert fedavg.same_results_as(saved)
+  # PruneFL reads both; with the saved values it matches, else not.
   saved["algorithm"] = "prunefl"
-  assert not attrs.evolve(fedavg, algorithm="prunefl").same_results_as(
-    saved, ignore=registry.foreign_settings("prunefl")
+  prunefl = evolve_config(fedavg, algorithm="prunefl", sparsity=0.5)
+  assert not prunefl.same_results_as(saved)
+  assert evolve_config(prunefl, prunefl_initial_rounds=50).same_results_as(
+    saved
   )
-  assert "sparsity" not in registry.foreign_settings("fedsgc")
-  assert "sparsity" in registry.foreign_settings("fedavg")
+  # A setting the algorithm does not read is refused, naming its readers.
+  with pytest.raises(UsageError, match="--prunefl_initial_rounds: is not a"):
+    make_config(algorithm="fedavg", prunefl_initial_rounds=1)
+  # Changing the algorithm carries the settings both read, no others.
+  fedsgc = make_config(algorithm="fedsgc", sparsity=0.6, congruity_lambda=0)
+  feddst = evolve_config(fedsgc, algorithm="feddst")
+  assert feddst.settings.sparsity == 0.6
+  assert "congruity_lambda" not in feddst.to_json_dict()

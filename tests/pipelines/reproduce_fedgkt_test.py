@@ -7,13 +7,14 @@ import pytest
 
 from pipelines import _cli
 from pipelines.reproduce import fedgkt as reproduce
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
 
 SEEDS = (0, 1, 2)
 
 
 def _base(**changes):
   settings = dict(
+    algorithm="fedgkt",
     root_output_dir="/r",
     experiment_name="x",
     model="fedgkt_edge_resnet8",
@@ -24,7 +25,7 @@ def _base(**changes):
     rounds=20,
   )
   settings.update(changes)
-  return ExperimentConfig(**settings)
+  return make_config(**settings)
 
 
 def test_plan_every_method_on_the_same_seeds_and_population():
@@ -53,17 +54,19 @@ def test_plan_every_method_on_the_same_seeds_and_population():
       } == {(configs[0].tiers, "4:3:3", "", 8, 8, 20)}
     assert by_name[f"fedavg_iid_seed{seed}"].model == "resnet20"
     # The paper's server optimizers: Adam on IID, SGD with momentum else.
-    assert by_name[f"fedgkt_both_iid_seed{seed}"].gkt_server_optimizer == (
-      "adam"
-    )
-    assert by_name[f"fedgkt_both_noniid_seed{seed}"].gkt_server_optimizer == (
-      "sgd"
-    )
-  assert by_name["fedgkt_both_iid_not2_seed0"].gkt_kd_t_squared is False
-  assert by_name["fedgkt_none_iid_seed0"].gkt_transfer == "none"
+    assert by_name[
+      f"fedgkt_both_iid_seed{seed}"
+    ].settings.gkt_server_optimizer == ("adam")
+    assert by_name[
+      f"fedgkt_both_noniid_seed{seed}"
+    ].settings.gkt_server_optimizer == ("sgd")
+  assert (
+    by_name["fedgkt_both_iid_not2_seed0"].settings.gkt_kd_t_squared is False
+  )
+  assert by_name["fedgkt_none_iid_seed0"].settings.gkt_transfer == "none"
   for dist, partition in (("iid", "iid"), ("noniid", "dirichlet")):
     by_client = by_name[f"fedgkt_server_to_edge_{dist}_by_client_seed0"]
-    assert (by_client.gkt_server_order, by_client.partition) == (
+    assert (by_client.settings.gkt_server_order, by_client.partition) == (
       "by_client",
       partition,
     )

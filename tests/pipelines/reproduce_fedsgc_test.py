@@ -6,11 +6,13 @@ import pytest
 
 from pipelines import _cli
 from pipelines.reproduce import fedsgc as reproduce
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
 
 
 def test_plan_covers_every_part_once_seed_by_seed():
-  base = ExperimentConfig(root_output_dir="/r", experiment_name="x")
+  base = make_config(
+    algorithm="fedsgc", root_output_dir="/r", experiment_name="x"
+  )
   runs = reproduce.plan_runs(
     base,
     ["table", "ablation", "sparsity", "baselines", "dirichlet"],
@@ -36,25 +38,30 @@ def test_plan_covers_every_part_once_seed_by_seed():
     )
   ]
   by_name = {r.name: r.config for r in runs}
-  assert by_name["fedsgc_mu_1_0_seed5"].prox_mu == 1.0
+  assert by_name["fedsgc_mu_1_0_seed5"].settings.prox_mu == 1.0
   assert by_name["fedsgc_mu_1_0_seed5"].seed == 5
-  assert by_name["fedprox_seed0"].prox_mu == 1.0
-  assert by_name["fedsgc_memory_none_seed0"].sgc_memory == "none"
-  assert by_name["fedsgc_lambda_0_seed5"].congruity_lambda == 0.0
-  assert by_name["feddst_shards_s60_seed0"].sparsity == 0.6
+  assert by_name["fedprox_seed0"].settings.prox_mu == 1.0
+  assert by_name["fedsgc_memory_none_seed0"].settings.sgc_memory == "none"
+  assert by_name["fedsgc_lambda_0_seed5"].settings.congruity_lambda == 0.0
+  assert by_name["feddst_shards_s60_seed0"].settings.sparsity == 0.6
   # FedDST's code passes its sparsity to GraSP as the fraction kept.
   assert by_name["grasp_kept_80_seed0"].algorithm == "grasp"
-  assert by_name["grasp_kept_80_seed0"].sparsity == pytest.approx(0.2)
+  assert by_name["grasp_kept_80_seed0"].settings.sparsity == pytest.approx(0.2)
   assert by_name["fedprox_dirichlet_0_1_seed0"].partition == "dirichlet"
   # CIFAR-10: the paper's table uses mu = 0.1.
   cifar = reproduce.plan_runs(
-    ExperimentConfig(
-      dataset="cifar10", root_output_dir="/r", experiment_name="x"
+    make_config(
+      algorithm="fedsgc",
+      dataset="cifar10",
+      root_output_dir="/r",
+      experiment_name="x",
     ),
     ["table"],
     seeds=(0,),
   )
-  assert {r.name: r.config.prox_mu for r in cifar}["fedsgc_mu_0_1_seed0"] == 0.1
+  by_name = {r.name: r.config for r in cifar}
+  assert by_name["fedsgc_mu_0_1_seed0"].settings.prox_mu == 0.1
+  assert "prox_mu" not in by_name["fedavg_seed0"].to_json_dict()
 
 
 @pytest.mark.parametrize(
@@ -102,7 +109,9 @@ def test_tiny_table_run(tmp_path):
   assert results["budgets_mib"] == [0.001, 100.0]
   assert results["seeds"] == [1]
   table = results["table"]
-  assert list(table) == list(reproduce.table_rows(ExperimentConfig()))
+  assert list(table) == list(
+    reproduce.table_rows(make_config(algorithm="fedsgc"))
+  )
   for per_budget in table.values():
     # Nothing fits in 1 kB of upload; everything in 100 MiB.
     assert all(v != v for v in per_budget[0])  # NaN
@@ -150,7 +159,8 @@ def _report(best_by_round):
 
 
 def test_tables_average_seeds_and_judge_claims(tmp_path):
-  base = ExperimentConfig(
+  base = make_config(
+    algorithm="fedsgc",
     root_output_dir=str(tmp_path),
     experiment_name="x",
     upload_budgets_mib="1:10",

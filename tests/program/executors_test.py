@@ -19,7 +19,7 @@ import pytest
 
 from tff_hetero import models
 from tff_hetero import runtime
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
 from tff_hetero.program import run_experiment
 from tff_hetero.runtime import testing as proc_testing
 
@@ -59,7 +59,7 @@ def two_workers():
 
 
 def _run(tmp_path, name, algorithm, augment, model, **executor):
-  config = ExperimentConfig(
+  config = make_config(
     algorithm=algorithm,
     augment=augment,
     dataset="synthetic",
@@ -144,7 +144,7 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # (unequal Dirichlet shares: a mix-up fails a gather or the comparison).
   def run(name, **executor):
     return run_experiment(
-      ExperimentConfig(
+      make_config(
         algorithm="fedgkt",
         dataset="synthetic",
         model="fedgkt_edge_resnet4",
@@ -178,7 +178,7 @@ def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # mix-up stores one client's upload under another and changes later rounds.
   def run(name, **executor):
     return run_experiment(
-      ExperimentConfig(
+      make_config(
         algorithm="fedsgc",
         dataset="synthetic",
         model="mlp",

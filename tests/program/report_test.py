@@ -1,7 +1,7 @@
 """The report's accuracy-by-upload table (FedSGC's Table 2 form)."""
 
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import loop
+from tff_hetero.program import make_config
 
 MIB = 1 << 20
 
@@ -17,7 +17,7 @@ def test_best_accuracy_within_each_upload_budget():
 
 
 def test_default_budgets_are_fractions_of_the_run():
-  config = ExperimentConfig()
+  config = make_config()
   assert loop.upload_budgets(config, 8 * MIB) == [1.0, 2.0, 4.0, 8.0]
-  explicit = ExperimentConfig(upload_budgets_mib="100:200")
+  explicit = make_config(upload_budgets_mib="100:200")
   assert loop.upload_budgets(explicit, 8 * MIB) == [100.0, 200.0]

@@ -146,9 +146,53 @@ from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
 from tff_hetero.parsing import parse_number_list
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import setting
 from tff_hetero.submodels import pools as pools_lib
 
 SELECTIONS = ("rl", "greedy", "random", "curiosity", "resource")
+
+
+def _tau_at_least_one(instance, attribute, value):
+  del instance
+  if value < 1:
+    raise UsageError(
+      f"--{attribute.name}",
+      f"must be >= 1 (tau: the first layer is never pruned), got {value}",
+    )
+
+
+@attrs.frozen(kw_only=True)
+class PoolSettings(AlgorithmSettings):
+  """The AdaptiveFL sub-model pool (AdaptiveFL, Decoupled)."""
+
+  pool_ratios: str = setting(
+    "0.66:0.4",
+    "AdaptiveFL/Decoupled pool: width ratios of the M and S levels, M:S.",
+  )
+  pool_start_indices: str = setting(
+    "",
+    "AdaptiveFL pool: start indices I_1:I_2:...:I_p, decreasing (default:"
+    " the model's, e.g. 8:6:4 for vgg16); one index is the coarse pool.",
+  )
+  prune_min_start_index: int = setting(
+    1,
+    "AdaptiveFL: tau, the smallest start index I of the pool (>= 1: the"
+    " first layer is never pruned).",
+    check=_tau_at_least_one,
+  )
+
+
+@attrs.frozen(kw_only=True)
+class AdaptiveFLSettings(PoolSettings):
+  adaptivefl_selection: str = setting(
+    "rl",
+    "AdaptiveFL client selection: rl (the paper's), greedy, random,"
+    " curiosity, resource.",
+    choices=SELECTIONS,
+  )
+
+
 _TYPE_ROWS = {c: i for i, c in enumerate(pools_lib.SIZE_CLASSES)}
 NOTHING = -1  # A device's answer when no part of what it received fits.
 
@@ -609,21 +653,22 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
   Only the start indices are checked here; `AdaptiveFL` checks that the
   sizes increase once the members are built.
   """
+  settings = config.settings
   if not task.width_units:
     raise UsageError("--model", f"{task.model_name} has no width knobs")
-  ratios = parse_number_list("--pool_ratios", config.pool_ratios)
+  ratios = parse_number_list("--pool_ratios", settings.pool_ratios)
   if len(ratios) != 2:
     raise UsageError(
       "--pool_ratios",
-      f"needs two ratios M:S (e.g. 0.66:0.4), got {config.pool_ratios!r}",
+      f"needs two ratios M:S (e.g. 0.66:0.4), got {settings.pool_ratios!r}",
     )
   if not 0 < ratios[1] < ratios[0] < 1:
     raise UsageError(
-      "--pool_ratios", f"needs 0 < S < M < 1, got {config.pool_ratios!r}"
+      "--pool_ratios", f"needs 0 < S < M < 1, got {settings.pool_ratios!r}"
     )
-  if config.pool_start_indices:
+  if settings.pool_start_indices:
     starts = parse_number_list(
-      "--pool_start_indices", config.pool_start_indices, int
+      "--pool_start_indices", settings.pool_start_indices, int
     )
   else:
     starts = list(models_lib.MODELS[task.model_name].default_start_indices)
@@ -636,7 +681,7 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
       )
   try:
     return pools_lib.adaptivefl_pool(
-      task.width_units, *ratios, starts, config.prune_min_start_index
+      task.width_units, *ratios, starts, settings.prune_min_start_index
     )
   except models_lib.ModelError as e:
     raise UsageError("--pool_start_indices", str(e)) from None
@@ -645,12 +690,7 @@ def pool_from_config(config, task: api.Task) -> pools_lib.SubModelPool:
 def build_adaptivefl(
   config, task: api.Task, client_ids: Sequence[str]
 ) -> AdaptiveFL:
-  if config.adaptivefl_selection not in SELECTIONS:
-    raise UsageError(
-      "--adaptivefl_selection",
-      f"unknown value {config.adaptivefl_selection!r}; accepted: "
-      + ", ".join(SELECTIONS),
-    )
+  settings = config.settings
   pool = pool_from_config(config, task)
   try:
     return AdaptiveFL(
@@ -661,12 +701,12 @@ def build_adaptivefl(
       client_momentum=config.client_momentum,
       server_lr=config.server_lr,
       **model_aggregators.width_round_options(config),
-      selection=config.adaptivefl_selection,
-      min_start_index=config.prune_min_start_index,
+      selection=settings.adaptivefl_selection,
+      min_start_index=settings.prune_min_start_index,
     )
   except models_lib.ModelError as e:
     raise UsageError(
       "--pool_start_indices",
-      f"{e} (--pool_ratios={config.pool_ratios}, --pool_start_indices="
-      f"{config.pool_start_indices or 'the model default'})",
+      f"{e} (--pool_ratios={settings.pool_ratios}, --pool_start_indices="
+      f"{settings.pool_start_indices or 'the model default'})",
     ) from None

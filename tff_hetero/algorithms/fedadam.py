@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import learning_process
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import positive_float
+from tff_hetero.settings import setting
 
 
 def build_fedadam_process(
@@ -54,6 +58,13 @@ def build_fedadam_process(
   )
 
 
+@attrs.frozen(kw_only=True)
+class FedAdamSettings(AlgorithmSettings):
+  server_adam_epsilon: float = setting(
+    1e-3, "FedAdam server epsilon (tau).", check=positive_float
+  )
+
+
 def build_fedadam(
   config, task: api.Task, client_ids=()
 ) -> api.FederatedAlgorithm:
@@ -63,6 +74,6 @@ def build_fedadam(
     input_spec=task.element_spec,
     **learning_process.process_options(config),
     server_learning_rate=config.server_lr,
-    epsilon=config.server_adam_epsilon,
+    epsilon=config.settings.server_adam_epsilon,
   )
   return learning_process.LearningProcessAlgorithm("fedadam", process, task)

@@ -189,6 +189,12 @@ from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import non_negative_float
+from tff_hetero.settings import non_negative_int
+from tff_hetero.settings import positive_float
+from tff_hetero.settings import positive_int
+from tff_hetero.settings import setting
 
 TRANSFERS = ("both", "server_to_edge", "none")
 MODES = ("sync", "async")
@@ -1141,8 +1147,8 @@ class FedGKT(api.FederatedAlgorithm):
 
 
 def check_flags(config) -> None:
-  """Raises `UsageError` naming the first `--model` / `--gkt_*` flag FedGKT
-  cannot take (the numeric ones are checked by `ExperimentConfig`)."""
+  """Raises `UsageError` if `--model` is not an edge model (one with a split
+  point); `FedGKTSettings` checks the `--gkt_*` flags when built."""
   if (
     config.model not in models_lib.MODELS
     or not models_lib.MODELS[config.model].split_layer
@@ -1154,25 +1160,6 @@ def check_flags(config) -> None:
       f" model with a split point); accepted:"
       f" {', '.join(edges)}",
     )
-  for flag, value, accepted in (
-    (
-      "--gkt_server_model",
-      config.gkt_server_model,
-      tuple(gkt_models.SERVER_MODELS),
-    ),
-    (
-      "--gkt_server_optimizer",
-      config.gkt_server_optimizer,
-      tuple(SERVER_OPTIMIZERS),
-    ),
-    ("--gkt_transfer", config.gkt_transfer, TRANSFERS),
-    ("--gkt_mode", config.gkt_mode, MODES),
-    ("--gkt_server_order", config.gkt_server_order, SERVER_ORDERS),
-  ):
-    if value not in accepted:
-      raise UsageError(
-        flag, f"unknown value {value!r}; accepted: {', '.join(accepted)}"
-      )
 
 
 def server_batch_order(
@@ -1191,22 +1178,112 @@ def server_batch_order(
   )
 
 
+def server_model_setting():
+  """`--gkt_server_model`, read by FedGKT and split learning."""
+  return setting(
+    "fedgkt_server_resnet55",
+    "The server model (fedgkt_server_resnet19 | _resnet55 | _resnet109 |"
+    " _resnet55_bottleneck | _resnet109_bottleneck); --model is the edge"
+    " model (fedgkt_edge_resnet4 | 6 | 8 | 8_bottleneck).",
+    choices=gkt_models.SERVER_MODELS,
+  )
+
+
+def _in_unit_interval(instance, attribute, value):
+  del instance
+  if not (math.isfinite(value) and 0 < value <= 1):
+    raise UsageError(
+      f"--{attribute.name}", f"must be in (0, 1] (1: never reduce), got {value}"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class FedGKTSettings(AlgorithmSettings):
+  """FedGKT's flags (`GKTSettings` is what the rounds read)."""
+
+  gkt_server_model: str = server_model_setting()
+  gkt_temperature: float = setting(
+    3.0, "FedGKT: distillation temperature T.", check=positive_float
+  )
+  gkt_client_kd_weight: float = setting(
+    1.0,
+    "FedGKT: weight of the server-to-edge KD term in the client loss.",
+    check=non_negative_float,
+  )
+  gkt_server_kd_weight: float = setting(
+    1.0,
+    "FedGKT: weight of the edge-to-server KD term in the server loss.",
+    check=non_negative_float,
+  )
+  gkt_server_epochs: int = setting(
+    1,
+    "FedGKT: server epochs over each round's features (client epochs:"
+    " --local_epochs).",
+    check=positive_int,
+  )
+  gkt_server_optimizer: str = setting(
+    "adam",
+    "FedGKT: server optimizer, adam | sgd (momentum 0.9).",
+    choices=SERVER_OPTIMIZERS,
+  )
+  gkt_server_lr: float = setting(
+    1e-3, "FedGKT: server learning rate.", check=positive_float
+  )
+  gkt_transfer: str = setting(
+    "both",
+    "FedGKT: knowledge transfer, both | server_to_edge | none (Table 2).",
+    choices=TRANSFERS,
+  )
+  gkt_mode: str = setting(
+    "sync",
+    "FedGKT: sync (server waits for the cohort) | async (trains on each"
+    " client's features as they arrive, in the order the device population's"
+    " simulated clock says; --clients_per_round devices work at once).",
+    choices=MODES,
+  )
+  gkt_kd_t_squared: bool = setting(
+    True,
+    "FedGKT: multiply the KL terms by T^2 (the official code; Eq. 6/7 have"
+    " no T^2: --nogkt_kd_t_squared).",
+  )
+  gkt_lr_patience: int = setting(
+    10,
+    "FedGKT: rounds without a new best server accuracy on fresh features"
+    " before its learning rate is reduced (PyTorch ReduceLROnPlateau).",
+    check=non_negative_int("reduce after the first round without a new best"),
+  )
+  gkt_lr_factor: float = setting(
+    0.1,
+    "FedGKT: factor of each server learning-rate reduction, in (0, 1]"
+    " (1: never reduce).",
+    check=_in_unit_interval,
+  )
+  gkt_server_order: str = setting(
+    "shuffled",
+    "FedGKT: the server's pass over a round's features, shuffled (over all"
+    " clients, each epoch) | by_client (client after client in sample order,"
+    " Algorithm 1 and the official code).",
+    choices=SERVER_ORDERS,
+  )
+
+
 def settings_from(config) -> GKTSettings:
-  """`GKTSettings` from the `--gkt_*` flags."""
+  """`GKTSettings` from the run's `FedGKTSettings` and batch size."""
+  flags = config.settings
   return GKTSettings(
-    temperature=config.gkt_temperature,
-    client_kd_weight=config.gkt_client_kd_weight,
-    server_kd_weight=config.gkt_server_kd_weight,
-    kd_t_squared=config.gkt_kd_t_squared,
-    server_epochs=config.gkt_server_epochs,
+    temperature=flags.gkt_temperature,
+    client_kd_weight=flags.gkt_client_kd_weight,
+    server_kd_weight=flags.gkt_server_kd_weight,
+    kd_t_squared=flags.gkt_kd_t_squared,
+    server_epochs=flags.gkt_server_epochs,
     server_batch_size=config.batch_size,
-    server_optimizer=config.gkt_server_optimizer,
-    server_lr=config.gkt_server_lr,
-    lr_patience=config.gkt_lr_patience,
-    lr_factor=config.gkt_lr_factor,
-    transfer=config.gkt_transfer,
-    mode=config.gkt_mode,
-    server_order=config.gkt_server_order,
+    server_optimizer=flags.gkt_server_optimizer,
+    server_lr=flags.gkt_server_lr,
+    lr_patience=flags.gkt_lr_patience,
+    lr_factor=flags.gkt_lr_factor,
+    transfer=flags.gkt_transfer,
+    mode=flags.gkt_mode,
+    server_order=flags.gkt_server_order,
   )
 
 
@@ -1217,7 +1294,7 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
   try:
     return FedGKT(
       task,
-      config.gkt_server_model,
+      config.settings.gkt_server_model,
       settings_from(config),
       client_lr=config.client_lr,
       client_momentum=config.client_momentum,

@@ -89,12 +89,17 @@ from collections.abc import Callable
 from typing import Any
 from typing import Optional
 
+import attrs
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import non_negative_float
+from tff_hetero.settings import optional
+from tff_hetero.settings import setting
 
 # `--prox_mu` when not given: FedProx's own default here; other algorithms
 # that accept a proximal term (FedDST, FedSGC) default to none.
@@ -360,11 +365,27 @@ def build_fedprox_process(
   )
 
 
+def prox_mu_setting():
+  """`--prox_mu`, read by FedProx and by the sparse-training algorithms."""
+  return setting(
+    None,
+    "Proximal strength (FedProx: default 0.01; FedDST/FedSGC: default 0).",
+    kind=float,
+    check=optional(non_negative_float),
+  )
+
+
+@attrs.frozen(kw_only=True)
+class FedProxSettings(AlgorithmSettings):
+  prox_mu: float | None = prox_mu_setting()
+
+
 def build_fedprox(
   config, task: api.Task, client_ids=()
 ) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedprox.
-  prox_mu = DEFAULT_PROX_MU if config.prox_mu is None else config.prox_mu
+  prox_mu = config.settings.prox_mu
+  prox_mu = DEFAULT_PROX_MU if prox_mu is None else prox_mu
   process = build_fedprox_process(
     task.model_fn,
     input_spec=task.element_spec,

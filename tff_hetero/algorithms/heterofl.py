@@ -57,6 +57,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Optional
 
+import attrs
+
 from tff_hetero import models as models_lib
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
@@ -66,6 +68,8 @@ from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
 from tff_hetero.parsing import parse_number_list
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import setting
 from tff_hetero.submodels import pools as pools_lib
 
 
@@ -182,6 +186,16 @@ RATE_STEP = 0.01
 FALLBACK_STEP = 0.05
 
 
+@attrs.frozen(kw_only=True)
+class HeteroFLSettings(AlgorithmSettings):
+  heterofl_rates: str = setting(
+    "",
+    "HeteroFL width rate per tier of --tiers, colon-separated, each checked"
+    " against the tier's capacity (default: per tier, the largest rate in"
+    " steps of 0.01 whose sub-model fits the tier's capacity).",
+  )
+
+
 def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
   """Trainable parameters of HeteroFL's sub-model at `rate`."""
   widths = width_lib.widths_for(task.width_units, rate, 0, "ceil")
@@ -223,12 +237,12 @@ def tier_rates_from_config(
   """HeteroFL's rate per tier of `--tiers` (module docstring)."""
   tiers = task_devices.resolve_tiers(config, task)
   cache = {}
-  if not config.heterofl_rates:
+  if not config.settings.heterofl_rates:
     return {
       t.name: largest_fitting_rate(task, t.capacity_params, cache)
       for t in tiers
     }
-  rates = parse_number_list("--heterofl_rates", config.heterofl_rates)
+  rates = parse_number_list("--heterofl_rates", config.settings.heterofl_rates)
   if len(rates) != len(tiers):
     raise UsageError(
       "--heterofl_rates",
@@ -237,7 +251,7 @@ def tier_rates_from_config(
   if not all(0 < r <= 1 for r in rates):
     raise UsageError(
       "--heterofl_rates",
-      f"rates must lie in (0, 1], got {config.heterofl_rates}",
+      f"rates must lie in (0, 1], got {config.settings.heterofl_rates}",
     )
   for tier, rate in zip(tiers, rates):
     if tier.capacity_params is None:

@@ -1,7 +1,9 @@
 """Registry of algorithms the program and CLI can run.
 
-Each entry names a builder `(config, task, client_ids) -> FederatedAlgorithm`; a new
-algorithm registers itself here instead of growing an if/elif chain.
+Each entry names a builder `(config, task, client_ids) -> FederatedAlgorithm`
+and the algorithm's settings class (whose fields become its flags); a new
+algorithm adds one `register(...)` line here instead of growing an if/elif
+chain.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import grasp
 from tff_hetero.algorithms.sparse import prunefl
+from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
+from tff_hetero.algorithms.sparse.settings import SparseSettings
+from tff_hetero.settings import AlgorithmSettings
 
 
 @attrs.frozen
@@ -34,9 +39,9 @@ class AlgorithmEntry:
   paper: str
   # `--client_optimizer` values the builder honours.
   client_optimizers: tuple[str, ...] = ("sgd",)
-  # `ExperimentConfig` fields only some algorithms read, declared by each
-  # algorithm that reads them (undeclared fields count for every algorithm).
-  settings: frozenset[str] = frozenset()
+  # The algorithm's own settings (`tff_hetero.settings.AlgorithmSettings`
+  # subclass); its fields become flags and `ExperimentConfig.settings`.
+  settings: type = AlgorithmSettings
   # `--aggregator` values the builder honours.
   aggregators: tuple[str, ...] = ("mean",)
 
@@ -51,26 +56,26 @@ def register(
   builder: Callable,
   paper: str,
   client_optimizers: tuple[str, ...] = ("sgd",),
-  settings: tuple[str, ...] = (),
+  settings: type = AlgorithmSettings,
   aggregators: tuple[str, ...] = ("mean",),
 ) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
+  if not (
+    isinstance(settings, type) and issubclass(settings, AlgorithmSettings)
+  ):
+    raise TypeError(
+      f"settings of {name!r} must be an AlgorithmSettings subclass,"
+      f" got {settings!r}"
+    )
   ALGORITHMS[name] = AlgorithmEntry(
     name,
     builder,
     paper,
     tuple(client_optimizers),
-    frozenset(settings),
+    settings,
     tuple(aggregators),
   )
-
-
-def foreign_settings(name: str) -> frozenset[str]:
-  """Settings other algorithms declare and `name` does not read: they do not
-  change its results (resume and reuse of runs ignore them)."""
-  declared = frozenset().union(*(e.settings for e in ALGORITHMS.values()))
-  return declared - ALGORITHMS[name].settings
 
 
 _SGD_OR_ADAM = ("sgd", "adam")
@@ -91,24 +96,28 @@ register(
   fedprox.build_fedprox,
   "Li et al. 2020",
   _SGD_OR_ADAM,
+  settings=fedprox.FedProxSettings,
   aggregators=_TFF_AGGREGATORS,
 )
 register(
   "fedadam",
   fedadam.build_fedadam,
   "Reddi et al. 2021",
+  settings=fedadam.FedAdamSettings,
   aggregators=_TFF_AGGREGATORS,
 )
 register(
   "adaptivefl",
   adaptivefl.build_adaptivefl,
   "Jia et al. 2024",
+  settings=adaptivefl.AdaptiveFLSettings,
   aggregators=_TFF_AGGREGATORS,
 )
 register(
   "heterofl",
   heterofl.build_heterofl,
   "Diao et al. 2021",
+  settings=heterofl.HeteroFLSettings,
   aggregators=_TFF_AGGREGATORS,
 )
 register(
@@ -121,53 +130,46 @@ register(
   "decoupled",
   decoupled.build_decoupled,
   "AdaptiveFL's Decoupled baseline (Jia et al. 2024)",
+  settings=adaptivefl.PoolSettings,
   aggregators=_TFF_AGGREGATORS,
-)
-_SPARSITY = ("sparsity",)
-_READJUST = (
-  "readjust_every",
-  "readjust_end_round",
-  "readjust_delta_epochs",
-  "readjust_begin_epoch",
-  "readjust_end_epoch",
-  "prune_alpha",
 )
 register(
   "fedsgc",
   fedsgc.build_fedsgc,
   "Gradient-Congruity Guided Federated Sparse Training",
   _SGD_OR_ADAM,
-  _SPARSITY + _READJUST + ("congruity_lambda", "sgc_memory"),
+  settings=fedsgc.FedSGCSettings,
 )
 register(
   "feddst",
   feddst.build_feddst,
   "Bibikar et al. 2022",
   _SGD_OR_ADAM,
-  _SPARSITY + _READJUST,
+  settings=DynamicSparseSettings,
 )
 register(
   "prunefl",
   prunefl.build_prunefl,
   "Jiang et al. 2022 (PruneFL), as FedSGC's baseline",
   _SGD_OR_ADAM,
-  _SPARSITY
-  + (
-    "prunefl_readjust_every",
-    "prunefl_initial_rounds",
-    "prunefl_initial_readjust_every",
-  ),
+  settings=prunefl.PruneFLSettings,
 )
 register(
   "grasp",
   grasp.build_grasp,
   "Wang et al. 2020 (GraSP) on one client, as FedSGC's baseline",
   _SGD_OR_ADAM,
-  _SPARSITY,
+  settings=SparseSettings,
 )
-register("fedgkt", fedgkt.build_fedgkt, "He et al. 2020 (FedGKT)")
+register(
+  "fedgkt",
+  fedgkt.build_fedgkt,
+  "He et al. 2020 (FedGKT)",
+  settings=fedgkt.FedGKTSettings,
+)
 register(
   "split_learning",
   split_learning.build_split_learning,
   "Gupta & Raskar 2018, FedGKT's communication baseline",
+  settings=split_learning.SplitLearningSettings,
 )

@@ -55,6 +55,7 @@ import math
 from typing import Any
 from typing import NamedTuple
 
+import attrs
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -64,8 +65,10 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms.fedgkt import server_model_setting
 from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
+from tff_hetero.settings import AlgorithmSettings
 
 
 class SplitState(NamedTuple):
@@ -371,6 +374,11 @@ class SplitLearning(api.FederatedAlgorithm):
     return collections.OrderedDict(split_learning_models=self.profile)
 
 
+@attrs.frozen(kw_only=True)
+class SplitLearningSettings(AlgorithmSettings):
+  gkt_server_model: str = server_model_setting()
+
+
 def build_split_learning(
   config, task: api.Task, client_ids=()
 ) -> SplitLearning:
@@ -384,16 +392,10 @@ def build_split_learning(
       f"split_learning cuts an edge model (a model"
       f" with a split point); accepted: {', '.join(edges)}",
     )
-  if config.gkt_server_model not in gkt_models.SERVER_MODELS:
-    raise UsageError(
-      "--gkt_server_model",
-      f"unknown value {config.gkt_server_model!r}; accepted: "
-      f"{', '.join(gkt_models.SERVER_MODELS)}",
-    )
   try:
     return SplitLearning(
       task,
-      config.gkt_server_model,
+      config.settings.gkt_server_model,
       client_lr=config.client_lr,
       client_momentum=config.client_momentum,
       seed=config.seed,

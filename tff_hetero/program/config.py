@@ -1,8 +1,12 @@
 """`ExperimentConfig`: every setting of a run, typed, validated, serialisable.
 
-Built from absl flags by `pipelines/train.py` (or directly by library users);
-`validate()` raises `UsageError` naming the flag and what it accepts. Checks
-that need the data (enough samples for the partition) live with the data.
+The settings every algorithm reads are its fields; the chosen algorithm's
+own are its `settings` (the algorithm's `AlgorithmSettings` class, which
+checks them when built). `tff_hetero.algorithms.registry.make_config`
+builds one from flat settings, `pipelines/train.py` from the flags generated
+from these fields. `validate()` raises `UsageError` naming the flag and what
+it accepts. Checks that need the data (enough samples for the partition)
+live with the data.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import attrs
 
 from tff_hetero.errors import UsageError
 from tff_hetero.parsing import parse_number_list
+from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import setting
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
@@ -41,95 +47,136 @@ RESUMABLE_SETTINGS = frozenset(
 
 @attrs.frozen(kw_only=True)
 class ExperimentConfig:
-  """All settings of one experiment (see `pipelines/train.py` for flags)."""
+  """The settings every algorithm reads, plus the chosen algorithm's own
+  (`settings`, an instance of the class the algorithm registers; build it
+  with `tff_hetero.algorithms.registry.make_config`).
 
-  algorithm: str = "fedavg"
-  dataset: str = "mnist5k"
-  data_dir: str | None = None
-  model: str = "mnist_cnn"
-  partition: str = "dirichlet"
-  alpha: float = 0.5
-  shards_per_client: int = 2
-  min_samples_per_client: int = 8
-  val_fraction: float = 0.0
-  num_clients: int = 20
-  clients_per_round: int = 5
-  rounds: int = 10
-  local_epochs: int = 1
-  batch_size: int = 20
-  augment: str = "none"
-  client_lr: float = 0.05
-  client_momentum: float = 0.0
-  client_optimizer: str = "sgd"
-  server_lr: float = 1.0
-  prox_mu: float | None = None
-  server_adam_epsilon: float = 1e-3
+  Each field is a `tff_hetero.settings.setting`: the CLI flag of the same
+  name and its help are generated from it.
+  """
+
+  algorithm: str = setting("fedavg", "Algorithm to run.")
+  dataset: str = setting(
+    "mnist5k",
+    "Data set: mnist5k (offline default), digits, synthetic, TFDS mnist,"
+    " emnist, cifar10, cifar100, or cinic10 (its release layout) (need"
+    " --data_dir).",
+  )
+  data_dir: str | None = setting(
+    None,
+    "Root of prepared TFDS data, or the directory holding cinic10/.",
+    kind=str,
+  )
+  model: str = setting("mnist_cnn", "Model registry name.")
+  partition: str = setting("dirichlet", "Partition: iid, dirichlet, shards.")
+  alpha: float = setting(0.5, "Dirichlet concentration (> 0).")
+  shards_per_client: int = setting(
+    2, "Label shards per client (--partition=shards)."
+  )
+  min_samples_per_client: int = setting(
+    8, "Fewest training samples per client."
+  )
+  val_fraction: float = setting(
+    0.0, "Per-client validation fraction, in [0, 1)."
+  )
+  num_clients: int = setting(20, "Clients in all.")
+  clients_per_round: int = setting(5, "Clients per round.")
+  rounds: int = setting(10, "Rounds to train.")
+  local_epochs: int = setting(1, "Local epochs per round.")
+  batch_size: int = setting(20, "Client batch size.")
+  augment: str = setting(
+    "none",
+    "Augmentation of training batches: none, crop (4-pixel padding and a"
+    " random crop), crop_flip (also a random horizontal flip; the papers'"
+    " CIFAR setting). Seeded per client batch.",
+  )
+  client_lr: float = setting(0.05, "Client learning rate.")
+  client_momentum: float = setting(0.0, "Client SGD momentum, in [0, 1).")
+  client_optimizer: str = setting(
+    "sgd",
+    "Client optimizer: sgd, or adam (FedAvg, FedProx and the sparse-training"
+    " algorithms; FedSGC's CIFAR-10 setting).",
+  )
+  server_lr: float = setting(1.0, "Server learning rate.")
   # Model aggregator (`tff_hetero.aggregators.model_aggregators`).
-  aggregator: str = "mean"
-  clip_norm: float | None = None
-  noise_multiplier: float | None = None
-  seed: int = 0
-  eval_every: int = 1
-  checkpoint_every: int = 5
-  keep_checkpoints: int = 2
-  root_output_dir: str = "runs"
-  experiment_name: str = "experiment"
-  resume: bool = False
-  executor: str = "local"
-  workers: tuple[str, ...] = ()
-  worker_timeout_s: float = 60.0
+  aggregator: str = setting(
+    "mean",
+    "Model aggregator (FedAvg, FedProx, FedAdam, and masked for AdaptiveFL,"
+    " HeteroFL, All-Large, Decoupled): mean (example-weighted),"
+    " clip (each update clipped to --clip_norm, then the mean), dp (DP-FedAvg"
+    " Gaussian sum: clipped to --clip_norm, noise --noise_multiplier x"
+    " --clip_norm, clients weighted uniformly; no epsilon is reported).",
+  )
+  clip_norm: float | None = setting(
+    None, "L2 bound of each client update (--aggregator=clip|dp).", kind=float
+  )
+  noise_multiplier: float | None = setting(
+    None,
+    "Gaussian noise std over --clip_norm (--aggregator=dp), >= 0.",
+    kind=float,
+  )
+  seed: int = setting(
+    0, "Seed of model init, partition, tiers, sampling and shuffles."
+  )
+  eval_every: int = setting(1, "Evaluate every N rounds.")
+  checkpoint_every: int = setting(
+    5, "Checkpoint every N rounds (and the last)."
+  )
+  keep_checkpoints: int = setting(2, "Newest checkpoints kept.")
+  root_output_dir: str = setting("runs", "Output root.")
+  experiment_name: str = setting(
+    "experiment", "Run directory name under --root_output_dir."
+  )
+  resume: bool = setting(False, "Continue from the newest checkpoint.")
+  executor: str = setting("local", "local (own TFF worker) or remote.")
+  workers: tuple[str, ...] = setting(
+    (), "host:port of TFF workers (--executor=remote)."
+  )
+  worker_timeout_s: float = setting(
+    60.0, "Seconds to wait for an unreachable or dead worker before failing."
+  )
   # Device tiers, as the flag strings `tff_hetero.devices.parse_tiers` reads.
-  tiers: str = "weak,medium,strong"
-  tier_proportions: str = "4:3:3"
-  tier_capacities: str = ""
-  tier_availability: str = ""
-  tier_fluctuation: str = ""
-  # Width-heterogeneous algorithms (AdaptiveFL, HeteroFL, Decoupled).
-  pool_ratios: str = "0.66:0.4"
-  pool_start_indices: str = ""
-  adaptivefl_selection: str = "rl"
-  prune_min_start_index: int = 1
-  heterofl_rates: str = ""
-  # Sparse training (FedSGC, FedDST).
-  sparsity: float = 0.8
-  readjust_every: int = 1
-  readjust_end_round: int = 0
-  readjust_delta_epochs: int = 0
-  readjust_begin_epoch: int = 0
-  readjust_end_epoch: int = 0
-  prune_alpha: float = 0.2
-  congruity_lambda: float = 0.5
-  sgc_memory: str = "models"
-  prunefl_readjust_every: int = 50
-  prunefl_initial_rounds: int = 1
-  prunefl_initial_readjust_every: int = 1
-  upload_budgets_mib: str = ""
-  # FedGKT.
-  gkt_server_model: str = "fedgkt_server_resnet55"
-  gkt_temperature: float = 3.0
-  gkt_client_kd_weight: float = 1.0
-  gkt_server_kd_weight: float = 1.0
-  gkt_server_epochs: int = 1
-  gkt_server_optimizer: str = "adam"
-  gkt_server_lr: float = 1e-3
-  gkt_transfer: str = "both"
-  gkt_mode: str = "sync"
-  gkt_kd_t_squared: bool = True
-  gkt_lr_patience: int = 10
-  gkt_lr_factor: float = 0.1
-  gkt_server_order: str = "shuffled"
-  progress: bool = True
+  tiers: str = setting(
+    "weak,medium,strong", "Device tier names, comma-separated."
+  )
+  tier_proportions: str = setting("4:3:3", "Tier proportions, colon-separated.")
+  tier_capacities: str = setting(
+    "",
+    "Tier capacities, one per tier, colon-separated: a fraction of the full"
+    " model in (0, 1] or a whole number of trainable parameters > 1 (default"
+    " 0.25:0.5:1 for weak:medium:strong). The same for every algorithm.",
+  )
+  tier_availability: str = setting(
+    "", "Per-tier probability of being available in a round (default 1)."
+  )
+  tier_fluctuation: str = setting(
+    "",
+    "Relative std of seeded per-round capacity fluctuation: one value or one"
+    " per tier, colon-separated (default 0).",
+  )
+  upload_budgets_mib: str = setting(
+    "",
+    "Report the best accuracy reached within these cumulative uploads (MiB,"
+    " colon-separated); default 1/8, 1/4, 1/2 and all of the run's upload.",
+  )
+  progress: bool = setting(True, "Show a progress bar.")
+  # The chosen algorithm's own settings (not a flag: its fields are).
+  settings: AlgorithmSettings = attrs.field(factory=AlgorithmSettings)
 
   @property
   def experiment_dir(self) -> str:
     return os.path.join(self.root_output_dir, self.experiment_name)
 
   def to_json_dict(self) -> collections.OrderedDict:
+    """Every setting by flag name: the common ones, then the algorithm's."""
     out = collections.OrderedDict()
     for field in attrs.fields(type(self)):
-      value = getattr(self, field.name)
-      out[field.name] = list(value) if isinstance(value, tuple) else value
-    return out
+      if field.name != "settings":
+        out[field.name] = getattr(self, field.name)
+    out.update(self.settings.to_json_dict())
+    return collections.OrderedDict(
+      (k, list(v) if isinstance(v, tuple) else v) for k, v in out.items()
+    )
 
   def fingerprint(self) -> str:
     """The settings that determine results, for checking a resume."""
@@ -140,26 +187,26 @@ class ExperimentConfig:
     }
     return json.dumps(settings, sort_keys=True)
 
-  def same_results_as(
-    self, saved: Mapping[str, Any] | str, ignore: frozenset[str] = frozenset()
-  ) -> bool:
+  def same_results_as(self, saved: Mapping[str, Any] | str) -> bool:
     """Whether settings saved earlier (a `fingerprint()` or a report's
     `to_json_dict()`) determine the same results as these.
 
-    `RESUMABLE_SETTINGS` and `ignore` (e.g. settings only other algorithms
-    read: `tff_hetero.algorithms.registry.foreign_settings`) are not
-    compared; a setting the saved ones lack (added to `ExperimentConfig`
-    after they were written) matches when this config leaves it at its
-    default.
+    Only this config's settings are compared (the common ones and its
+    algorithm's), less `RESUMABLE_SETTINGS`; settings the saved ones hold
+    beyond those (another algorithm's, as written before each algorithm
+    had its own settings class) do not change this algorithm's results. A
+    setting the saved ones lack (added after they were written) matches
+    when this config leaves it at its default.
     """
     if isinstance(saved, str):
       saved = json.loads(saved)
     current = json.loads(json.dumps(self.to_json_dict()))
-    defaults = json.loads(json.dumps(type(self)().to_json_dict()))
+    defaults = type(self)(settings=type(self.settings)()).to_json_dict()
+    defaults = json.loads(json.dumps(defaults))
     return all(
       saved[key] == value if key in saved else value == defaults[key]
       for key, value in current.items()
-      if key not in RESUMABLE_SETTINGS and key not in ignore
+      if key not in RESUMABLE_SETTINGS
     )
 
   def validate(
@@ -203,7 +250,6 @@ class ExperimentConfig:
       ("--client_lr", self.client_lr),
       ("--server_lr", self.server_lr),
       ("--worker_timeout_s", self.worker_timeout_s),
-      ("--server_adam_epsilon", self.server_adam_epsilon),
     ):
       if not (math.isfinite(value) and value > 0):
         raise UsageError(flag, f"must be a finite number > 0, got {value}")
@@ -218,75 +264,6 @@ class ExperimentConfig:
         "--client_momentum",
         f"only with --client_optimizer=sgd, got"
         f" --client_optimizer={self.client_optimizer}",
-      )
-    if self.prune_min_start_index < 1:
-      raise UsageError(
-        "--prune_min_start_index",
-        f"must be >= 1 (tau: the first layer is never pruned),"
-        f" got {self.prune_min_start_index}",
-      )
-    if self.prox_mu is not None and not (
-      math.isfinite(self.prox_mu) and self.prox_mu >= 0
-    ):
-      raise UsageError("--prox_mu", f"must be >= 0, got {self.prox_mu}")
-    if not (math.isfinite(self.sparsity) and 0 <= self.sparsity < 1):
-      raise UsageError("--sparsity", f"must be in [0, 1), got {self.sparsity}")
-    for flag, value, zero in (
-      ("--readjust_every", self.readjust_every, "never"),
-      ("--readjust_end_round", self.readjust_end_round, "no limit"),
-      ("--readjust_delta_epochs", self.readjust_delta_epochs, "--local_epochs"),
-      ("--readjust_begin_epoch", self.readjust_begin_epoch, "the algorithm's"),
-      (
-        "--readjust_end_epoch",
-        self.readjust_end_epoch,
-        "a client's expected total epochs",
-      ),
-    ):
-      if value < 0:
-        raise UsageError(flag, f"must be >= 0 (0: {zero}), got {value}")
-    for flag, value in (
-      ("--prunefl_initial_rounds", self.prunefl_initial_rounds),
-      ("--prunefl_initial_readjust_every", self.prunefl_initial_readjust_every),
-    ):
-      if value < 1:
-        raise UsageError(flag, f"must be a positive integer, got {value}")
-    if self.prunefl_readjust_every < 0:
-      raise UsageError(
-        "--prunefl_readjust_every",
-        f"must be >= 0 (0: never), got {self.prunefl_readjust_every}",
-      )
-    for flag, value in (
-      ("--prune_alpha", self.prune_alpha),
-      ("--congruity_lambda", self.congruity_lambda),
-    ):
-      if not (math.isfinite(value) and 0 <= value <= 1):
-        raise UsageError(flag, f"must be in [0, 1], got {value}")
-    for flag, value in (
-      ("--gkt_temperature", self.gkt_temperature),
-      ("--gkt_server_lr", self.gkt_server_lr),
-    ):
-      if not (math.isfinite(value) and value > 0):
-        raise UsageError(flag, f"must be a finite number > 0, got {value}")
-    for flag, value in (
-      ("--gkt_client_kd_weight", self.gkt_client_kd_weight),
-      ("--gkt_server_kd_weight", self.gkt_server_kd_weight),
-    ):
-      if not (math.isfinite(value) and value >= 0):
-        raise UsageError(flag, f"must be a finite number >= 0, got {value}")
-    if self.gkt_server_epochs < 1:
-      raise UsageError(
-        "--gkt_server_epochs",
-        f"must be a positive integer, got {self.gkt_server_epochs}",
-      )
-    if self.gkt_lr_patience < 0:
-      raise UsageError(
-        "--gkt_lr_patience",
-        f"must be an integer >= 0, got {self.gkt_lr_patience}",
-      )
-    if not (math.isfinite(self.gkt_lr_factor) and 0 < self.gkt_lr_factor <= 1):
-      raise UsageError(
-        "--gkt_lr_factor",
-        f"must be in (0, 1] (1: never reduce), got {self.gkt_lr_factor}",
       )
     if not 0 <= self.val_fraction < 1:
       raise UsageError(

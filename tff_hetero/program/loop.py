@@ -32,7 +32,6 @@ from tff_hetero import runtime
 from tff_hetero.accounting import CommLedger
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
-from tff_hetero.algorithms import registry
 from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms.registry import ALGORITHMS
 from tff_hetero.errors import DivergenceError
@@ -67,6 +66,14 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     executors=runtime.available_executors(),
     augmentations=data_lib.AUGMENTATIONS.keys(),
   )
+  settings_cls = ALGORITHMS[config.algorithm].settings
+  if type(config.settings) is not settings_cls:
+    raise UsageError(
+      "--algorithm",
+      f"{config.algorithm} reads {settings_cls.__name__}, the config holds"
+      f" {type(config.settings).__name__} (build configs with"
+      " tff_hetero.program.make_config)",
+    )
   accepted = ALGORITHMS[config.algorithm].client_optimizers
   if config.client_optimizer not in accepted:
     raise UsageError(
@@ -389,9 +396,7 @@ def _restore(
       fingerprint=config.fingerprint(),
     )
   restored = checkpoints.load_latest(server_state, client_template)
-  if not config.same_results_as(
-    restored.fingerprint, ignore=registry.foreign_settings(config.algorithm)
-  ):
+  if not config.same_results_as(restored.fingerprint):
     raise UsageError(
       "--resume",
       f"the checkpoint in {checkpoints.root_dir} was"

@@ -13,7 +13,8 @@ from tff_hetero import data as data_lib
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms.sparse import grasp
 from tff_hetero.algorithms.sparse import prunefl
-from tff_hetero.program import ExperimentConfig
+from tff_hetero.program import make_config
+from tff_hetero.program.configs import config_from_values
 from tff_hetero.submodels import masks as masks_lib
 
 # -- PruneFL's reconfiguration by hand ---------------------------------------
@@ -135,7 +136,9 @@ def _hessian_scores(kernels, batches, temperature=200.0):
 
 def test_grasp_scores_equal_theta_times_hessian_gradient(tff_context):
   del tff_context
-  algorithm = grasp.build_grasp(ExperimentConfig(sparsity=0.5), _TASK, _IDS)
+  algorithm = grasp.build_grasp(
+    make_config(algorithm="grasp", sparsity=0.5), _TASK, _IDS
+  )
   model = algorithm.rounds.model_fn()
   dataset = data_lib.make_client_dataset(
     _arrays(0, 1), batch_size=4, local_epochs=1, shuffle_seed=None
@@ -172,7 +175,7 @@ def _config(**changes):
     prunefl_initial_readjust_every=2,
   )
   settings.update(changes)
-  return ExperimentConfig(**settings)
+  return config_from_values(settings)
 
 
 def _round(algorithm, state, round_num, states):
@@ -205,7 +208,13 @@ def _sparse_bytes(masks):
 
 def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
   del tff_context
-  algorithm = grasp.build_grasp(_config(), _TASK, _IDS)
+  algorithm = grasp.build_grasp(
+    _config(
+      algorithm="grasp",
+    ),
+    _TASK,
+    _IDS,
+  )
   state = algorithm.initialize()
   assert all(np.all(np.asarray(m) == 1) for m in state.model.masks)
   first = _round(algorithm, state, 1, {})
@@ -242,7 +251,13 @@ def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
 
 def test_prunefl_reconfigures_from_uploaded_squared_gradients(tff_context):
   del tff_context
-  algorithm = prunefl.build_prunefl(_config(), _TASK, _IDS)
+  algorithm = prunefl.build_prunefl(
+    _config(
+      algorithm="prunefl",
+    ),
+    _TASK,
+    _IDS,
+  )
   assert algorithm.costs == [1.0, 1.0] and algorithm.constant_cost == 0.0
   first = _round(algorithm, algorithm.initialize(), 1, {})
   traffic = {t.client_id: t for t in first.traffic}

@@ -19,9 +19,10 @@ from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import prune_grow
-from tff_hetero.program import ExperimentConfig
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import loop
+from tff_hetero.program import make_config
+from tff_hetero.program.configs import config_from_values
 
 _SPEC = collections.OrderedDict(
   x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
@@ -65,7 +66,9 @@ def _arrays(client: int, round_num: int) -> data_lib.ArrayDataset:
 
 
 def _config(**changes):
+  """Settings of FedSGC (or of `algorithm`, less those it does not read)."""
   settings = dict(
+    algorithm="fedsgc",
     sparsity=0.2,
     prune_alpha=0.3,
     congruity_lambda=0.5,
@@ -80,7 +83,7 @@ def _config(**changes):
     readjust_delta_epochs=1,
   )
   settings.update(changes)
-  return ExperimentConfig(**settings)
+  return config_from_values(settings)
 
 
 def _clients(algorithm, round_num, ids, states):
@@ -150,7 +153,9 @@ def _union_average(rows, previous, memory):
 def sgc_run(tff_context):
   del tff_context
   algorithm = fedsgc.build_fedsgc(
-    _config(readjust_every=2, congruity_lambda=1.0), _TASK, _IDS
+    _config(algorithm="fedsgc", readjust_every=2, congruity_lambda=1.0),
+    _TASK,
+    _IDS,
   )
   return algorithm, _run(algorithm, [(0, 1, 2), (0,), (0, 1, 2)])
 
@@ -328,7 +333,10 @@ def test_readjust_timing_follows_cumulative_epochs(tff_context):
   # 9 would be, but it is E_end).
   algorithm = fedsgc.build_fedsgc(
     _config(
-      readjust_begin_epoch=3, readjust_delta_epochs=2, readjust_end_epoch=9
+      algorithm="fedsgc",
+      readjust_begin_epoch=3,
+      readjust_delta_epochs=2,
+      readjust_end_epoch=9,
     ),
     _TASK,
     _IDS,
@@ -362,7 +370,11 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   # FedDST's defaults: first at epoch E = 2, then every 2, i.e. at the end of
   # each round; lambda 0 and no memory.
   algorithm = feddst.build_feddst(
-    _config(readjust_begin_epoch=0, readjust_delta_epochs=0), _TASK, _IDS
+    _config(
+      algorithm="feddst", readjust_begin_epoch=0, readjust_delta_epochs=0
+    ),
+    _TASK,
+    _IDS,
   )
   assert (algorithm.schedule.begin_epoch, algorithm.schedule.delta_epochs) == (
     2,
@@ -392,6 +404,7 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   for begin in (2, 1):
     algorithm = fedsgc.build_fedsgc(
       _config(
+        algorithm="fedsgc",
         congruity_lambda=0.0,
         sparsity=0.5,
         readjust_begin_epoch=begin,
@@ -423,7 +436,7 @@ def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
   reference = feddst.build_feddst(
-    _config(sparsity=0.0, readjust_every=0), _TASK, _IDS
+    _config(algorithm="feddst", sparsity=0.0, readjust_every=0), _TASK, _IDS
   )
   fed_state = process.initialize()
   for r in (1, 2):
@@ -436,7 +449,14 @@ def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
     (feddst.build_feddst, "none"),
   ):
     algorithm = build(
-      _config(sparsity=0.0, readjust_every=0, sgc_memory=memory), _TASK, _IDS
+      _config(
+        algorithm=build.__name__.removeprefix("build_"),
+        sparsity=0.0,
+        readjust_every=0,
+        sgc_memory=memory,
+      ),
+      _TASK,
+      _IDS,
     )
     history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
     actual = algorithm.model_weights(history[-1][1].state).trainable
@@ -457,7 +477,9 @@ def test_fedprox_term_equals_fedprox(tff_context):
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
   )
   algorithm = feddst.build_feddst(
-    _config(sparsity=0.0, readjust_every=0, prox_mu=0.5), _TASK, _IDS
+    _config(algorithm="feddst", sparsity=0.0, readjust_every=0, prox_mu=0.5),
+    _TASK,
+    _IDS,
   )
   fed_state = process.initialize()
   for r in (1, 2):
@@ -466,7 +488,7 @@ def test_fedprox_term_equals_fedprox(tff_context):
   history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
   actual = algorithm.model_weights(history[-1][1].state).trainable
   without = feddst.build_feddst(
-    _config(sparsity=0.0, readjust_every=0), _TASK, _IDS
+    _config(algorithm="feddst", sparsity=0.0, readjust_every=0), _TASK, _IDS
   )
   plain = without.model_weights(_run(without, [(0, 1, 2)] * 2)[-1][1].state)
   for a, e, p in zip(
@@ -487,10 +509,10 @@ def test_memory_none_averages_this_round_only(tff_context):
   # (all three clients upload, no readjustment).
   settings = dict(readjust_every=0, sparsity=0.5)
   none = fedsgc.build_fedsgc(
-    _config(sgc_memory="none", **settings), _TASK, _IDS
+    _config(algorithm="fedsgc", sgc_memory="none", **settings), _TASK, _IDS
   )
   models = fedsgc.build_fedsgc(
-    _config(sgc_memory="models", **settings), _TASK, _IDS
+    _config(algorithm="fedsgc", sgc_memory="models", **settings), _TASK, _IDS
   )
   assert none.initialize().memory.weight.shape == (0,)
   cohorts = [(0, 1, 2), (0,)]
@@ -504,7 +526,9 @@ def test_memory_none_averages_this_round_only(tff_context):
 
 def test_memory_updates_by_hand(tff_context):
   del tff_context
-  algorithm = fedsgc.build_fedsgc(_config(sgc_memory="updates"), _TASK, _IDS)
+  algorithm = fedsgc.build_fedsgc(
+    _config(algorithm="fedsgc", sgc_memory="updates"), _TASK, _IDS
+  )
   (_, first), (before, second) = _run(algorithm, [(0, 1, 2), (1,)])
   # Rows hold changes to the model each client was sent: c0, c2 from round
   # 1 (sent the initial model), c1 from round 2.
@@ -528,7 +552,7 @@ def test_memory_updates_by_hand(tff_context):
 
 def test_fedsgc_learns(tmp_path):
   result = loop.run_experiment(
-    ExperimentConfig(
+    make_config(
       algorithm="fedsgc",
       dataset="digits",
       model="mlp",
@@ -556,7 +580,7 @@ def test_fedsgc_learns(tmp_path):
 
 def test_flags_reach_the_algorithm():
   experiment = loop.build_experiment(
-    ExperimentConfig(
+    make_config(
       algorithm="fedsgc",
       dataset="synthetic",
       model="mlp",
@@ -604,7 +628,13 @@ def _bn_mlp():
 def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   del tff_context
   task = attrs.evolve(_TASK, model_name="bn_mlp6", model_fn=_bn_mlp)
-  algorithm = fedsgc.build_fedsgc(_config(), task, _IDS)
+  algorithm = fedsgc.build_fedsgc(
+    _config(
+      algorithm="fedsgc",
+    ),
+    task,
+    _IDS,
+  )
   state = _run(algorithm, [(0, 1, 2)])[-1][1].state
   weights = algorithm.model_weights(state)
   wrapped = algorithm.keras_fn()

@@ -105,8 +105,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 import math
 
+import attrs
+
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import training
+from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
+from tff_hetero.settings import in_interval
+from tff_hetero.settings import setting
+
+
+@attrs.frozen(kw_only=True)
+class FedSGCSettings(DynamicSparseSettings):
+  congruity_lambda: float = setting(
+    0.5,
+    "FedSGC: share of each prune/grow guided by gradient congruity.",
+    check=in_interval(0, 1, closed_high=True),
+  )
+  sgc_memory: str = setting(
+    "models",
+    "FedSGC: what the server remembers of clients absent this round: models"
+    " (their last uploaded values and masks, the paper's literal reading),"
+    " updates (their last change to the model they were sent), none (this"
+    " round's uploads only, as FedDST).",
+    choices=computations.MEMORIES,
+  )
 
 
 def build_fedsgc(
@@ -117,8 +140,8 @@ def build_fedsgc(
     config,
     task,
     client_ids,
-    congruity_lambda=config.congruity_lambda,
-    memory=config.sgc_memory,
+    congruity_lambda=config.settings.congruity_lambda,
+    memory=config.settings.sgc_memory,
     begin_epoch=math.ceil(config.local_epochs / 2),
     growth_gradient="accumulated",
   )

@@ -129,14 +129,14 @@ def build_grasp(
     "grasp",
     task,
     client_ids,
-    sparsity=config.sparsity,
+    sparsity=config.settings.sparsity,
     schedule=schedule,
     congruity_lambda=0.0,
     memory="none",
     client_optimizer=learning_process.client_optimizer(
       config.client_optimizer, config.client_lr, config.client_momentum
     ),
-    prox_mu=config.prox_mu or 0.0,
+    prox_mu=config.settings.prox_mu or 0.0,
     local_epochs=config.local_epochs,
     seed=config.seed,
   )

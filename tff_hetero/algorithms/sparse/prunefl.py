@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 import tensorflow as tf
 
@@ -70,9 +71,34 @@ from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import initial_pruning
 from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.algorithms.sparse.settings import SparseSettings
 from tff_hetero.models import counting
+from tff_hetero.settings import non_negative_int
+from tff_hetero.settings import positive_int
+from tff_hetero.settings import setting
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
+
+
+@attrs.frozen(kw_only=True)
+class PruneFLSettings(SparseSettings):
+  prunefl_readjust_every: int = setting(
+    50,
+    "PruneFL: the server reconfigures the mask from the clients' squared"
+    " gradients every N rounds (0: never).",
+    check=non_negative_int("never"),
+  )
+  prunefl_initial_rounds: int = setting(
+    1,
+    "PruneFL: local rounds of the initial pruning on the first client.",
+    check=positive_int,
+  )
+  prunefl_initial_readjust_every: int = setting(
+    1,
+    "PruneFL: the initial pruning reconfigures the mask every N local"
+    " rounds (and after the last).",
+    check=positive_int,
+  )
 
 
 def reconfigure_masks(
@@ -236,17 +262,17 @@ def build_prunefl(
     "prunefl",
     task,
     client_ids,
-    sparsity=config.sparsity,
+    sparsity=config.settings.sparsity,
     schedule=schedule,
     congruity_lambda=0.0,
     memory="none",
     client_optimizer=learning_process.client_optimizer(
       config.client_optimizer, config.client_lr, config.client_momentum
     ),
-    prox_mu=config.prox_mu or 0.0,
+    prox_mu=config.settings.prox_mu or 0.0,
     local_epochs=config.local_epochs,
     seed=config.seed,
-    readjust_every=config.prunefl_readjust_every,
-    initial_rounds=config.prunefl_initial_rounds,
-    initial_readjust_every=config.prunefl_initial_readjust_every,
+    readjust_every=config.settings.prunefl_readjust_every,
+    initial_rounds=config.settings.prunefl_initial_rounds,
+    initial_readjust_every=config.settings.prunefl_initial_readjust_every,
   )

@@ -387,26 +387,27 @@ def build_sparse_training(
       epochs * config.rounds * config.clients_per_round / config.num_clients
     ),
   )
+  settings = config.settings
   schedule = prune_grow.ReadjustSchedule(
-    alpha=config.prune_alpha,
-    delta_epochs=config.readjust_delta_epochs or epochs,
-    begin_epoch=config.readjust_begin_epoch or begin_epoch,
-    end_epoch=config.readjust_end_epoch or expected_epochs,
-    request_every=config.readjust_every,
-    request_end_round=config.readjust_end_round,
+    alpha=settings.prune_alpha,
+    delta_epochs=settings.readjust_delta_epochs or epochs,
+    begin_epoch=settings.readjust_begin_epoch or begin_epoch,
+    end_epoch=settings.readjust_end_epoch or expected_epochs,
+    request_every=settings.readjust_every,
+    request_end_round=settings.readjust_end_round,
   )
   return SparseTraining(
     name,
     task,
     client_ids,
-    sparsity=config.sparsity,
+    sparsity=settings.sparsity,
     schedule=schedule,
     congruity_lambda=congruity_lambda,
     memory=check_memory(memory),
     client_optimizer=learning_process.client_optimizer(
       config.client_optimizer, config.client_lr, config.client_momentum
     ),
-    prox_mu=config.prox_mu or 0.0,
+    prox_mu=settings.prox_mu or 0.0,
     local_epochs=epochs,
     seed=config.seed,
     growth_gradient=growth_gradient,

@@ -1,0 +1,262 @@
+"""Typed settings: attrs fields that carry their own flag, help and checks.
+
+Every setting of a run is an attrs field made by `setting(...)`: its
+default, its help text, its kind (the absl flag type) and its checks, in one
+place. `ExperimentConfig` (`tff_hetero.program.config`) holds the settings
+every algorithm reads; each algorithm declares the settings only it reads in
+one frozen `AlgorithmSettings` subclass in its own module and registers it
+(`tff_hetero.algorithms.registry`). The CLI's absl flags and their
+`--helpfull` text are generated from these fields (`define_flags`), so a new
+algorithm adds its flags by declaring its settings class.
+
+A check raises `UsageError` naming the flag (`--<field name>`) and what it
+accepts, when the settings object is built.
+
+This module imports neither TensorFlow nor TFF.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+import math
+from typing import Any
+
+from absl import flags
+import attrs
+
+from tff_hetero.errors import UsageError
+
+# `setting(kind=...)` -> absl's DEFINE_* of that kind.
+_FLAG_KINDS = {
+  bool: "bool",
+  int: "integer",
+  float: "float",
+  str: "string",
+  tuple: "list",
+}
+
+
+def flag_name(attribute: attrs.Attribute) -> str:
+  return f"--{attribute.name}"
+
+
+def setting(
+  default: Any,
+  help: str,  # noqa: A002 (absl's own parameter name)
+  *,
+  kind: type | None = None,
+  choices: Iterable[str] | None = None,
+  check: Callable[[Any, attrs.Attribute, Any], None] | None = None,
+):
+  """An attrs field that is also a CLI flag.
+
+  Args:
+    default: The default value (also the flag's default).
+    help: The flag's help text.
+    kind: bool, int, float, str or tuple (a comma-separated list flag);
+      `type(default)` when not given (give it when the default is None).
+    choices: The accepted values of a string setting (an enum flag).
+    check: An attrs validator; raise `UsageError` via the helpers below.
+  """
+  kind = kind or type(default)
+  if kind not in _FLAG_KINDS:
+    raise TypeError(f"setting kind {kind!r} is not one of {list(_FLAG_KINDS)}")
+  choices = tuple(choices) if choices is not None else None
+  validators = []
+  if choices is not None:
+    validators.append(one_of(choices))
+  if check is not None:
+    validators.append(check)
+  return attrs.field(
+    default=default,
+    validator=validators or None,
+    metadata={"help": help, "kind": kind, "choices": choices},
+  )
+
+
+# Checks (attrs validators) with the project's one-line messages.
+
+
+def one_of(choices: Iterable[str]):
+  choices = tuple(choices)
+
+  def check(instance, attribute, value):
+    del instance
+    if value not in choices:
+      raise UsageError(
+        flag_name(attribute),
+        f"unknown value {value!r}; accepted: " + ", ".join(choices),
+      )
+
+  return check
+
+
+def positive_int(instance, attribute, value):
+  del instance
+  if value < 1:
+    raise UsageError(
+      flag_name(attribute), f"must be a positive integer, got {value}"
+    )
+
+
+def non_negative_int(zero_means: str):
+  def check(instance, attribute, value):
+    del instance
+    if value < 0:
+      raise UsageError(
+        flag_name(attribute), f"must be >= 0 (0: {zero_means}), got {value}"
+      )
+
+  return check
+
+
+def positive_float(instance, attribute, value):
+  del instance
+  if not (math.isfinite(value) and value > 0):
+    raise UsageError(
+      flag_name(attribute), f"must be a finite number > 0, got {value}"
+    )
+
+
+def non_negative_float(instance, attribute, value):
+  del instance
+  if not (math.isfinite(value) and value >= 0):
+    raise UsageError(
+      flag_name(attribute), f"must be a finite number >= 0, got {value}"
+    )
+
+
+def in_interval(low: float, high: float, *, closed_high: bool, note=""):
+  """Finite and in [low, high] (closed_high) or [low, high)."""
+  shown = f"[{low:g}, {high:g}{']' if closed_high else ')'}{note}"
+
+  def check(instance, attribute, value):
+    del instance
+    inside = value <= high if closed_high else value < high
+    if not (math.isfinite(value) and low <= value and inside):
+      raise UsageError(flag_name(attribute), f"must be in {shown}, got {value}")
+
+  return check
+
+
+def optional(check):
+  """`check`, skipped when the value is None (the algorithm's default)."""
+
+  def optional_check(instance, attribute, value):
+    if value is not None:
+      check(instance, attribute, value)
+
+  return optional_check
+
+
+@attrs.frozen(kw_only=True)
+class AlgorithmSettings:
+  """The settings of an algorithm that reads none beyond the common ones
+  (FedAvg, All-Large); the base of every algorithm's settings class."""
+
+  def to_json_dict(self) -> collections.OrderedDict:
+    return collections.OrderedDict(
+      (field.name, getattr(self, field.name))
+      for field in attrs.fields(type(self))
+    )
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+  return tuple(field.name for field in attrs.fields(cls))
+
+
+@attrs.frozen
+class FlagSpec:
+  """One flag: the field it is made from and the algorithms that read it
+  (empty: a common setting, read by every algorithm)."""
+
+  field: attrs.Attribute
+  readers: tuple[str, ...] = ()
+
+
+def flag_specs(
+  common: type, algorithms: Mapping[str, type]
+) -> "collections.OrderedDict[str, FlagSpec]":
+  """Every flag of `common`'s fields and of each algorithm's settings class.
+
+  A setting several algorithms read (e.g. `sparsity`) is one flag; its
+  definitions must agree (same default, kind, choices and help), and no
+  algorithm setting may reuse a common setting's name.
+
+  Raises:
+    ValueError: two definitions of one name disagree.
+  """
+  specs = collections.OrderedDict()
+  for field in attrs.fields(common):
+    if "help" in field.metadata:
+      specs[field.name] = FlagSpec(field)
+  for algorithm, cls in algorithms.items():
+    for field in attrs.fields(cls):
+      if "help" not in field.metadata:
+        raise ValueError(
+          f"{cls.__name__}.{field.name} of {algorithm!r} is not a setting()"
+        )
+      known = specs.get(field.name)
+      if known is None:
+        specs[field.name] = FlagSpec(field, (algorithm,))
+        continue
+      if not known.readers:
+        raise ValueError(
+          f"{cls.__name__}.{field.name} of {algorithm!r} shadows the common"
+          f" setting {field.name!r}"
+        )
+      if _definition(known.field) != _definition(field):
+        raise ValueError(
+          f"{cls.__name__}.{field.name} of {algorithm!r} disagrees with the"
+          f" definition read by {', '.join(known.readers)}"
+        )
+      specs[field.name] = FlagSpec(known.field, known.readers + (algorithm,))
+  return specs
+
+
+def _definition(field: attrs.Attribute):
+  meta = field.metadata
+  return (field.default, meta["kind"], meta["choices"], meta["help"])
+
+
+def define_flags(
+  specs: Mapping[str, FlagSpec], flag_values, module_name: str
+) -> None:
+  """Defines one absl flag per spec in `flag_values`, owned by
+  `module_name` (so that `--help` of that program lists them)."""
+  for name, spec in specs.items():
+    meta = spec.field.metadata
+    help_text = meta["help"]
+    if spec.readers:
+      help_text += f" [{', '.join(spec.readers)}]"
+    default = spec.field.default
+    common = dict(flag_values=flag_values, module_name=module_name)
+    if meta["choices"] is not None:
+      flags.DEFINE_enum(
+        name, default, list(meta["choices"]), help_text, **common
+      )
+      continue
+    kind = _FLAG_KINDS[meta["kind"]]
+    if kind == "list":
+      default = list(default) if default is not None else None
+    getattr(flags, f"DEFINE_{kind}")(name, default, help_text, **common)
+
+
+def values_from_flags(flag_values, specs: Mapping[str, FlagSpec]):
+  """(values of every flag in `specs`, names of the flags given).
+
+  List flags become tuples.
+  """
+  values = collections.OrderedDict()
+  given = set()
+  for name in specs:
+    flag = flag_values[name]
+    values[name] = (
+      tuple(flag.value) if isinstance(flag.value, list) else (flag.value)
+    )
+    if flag.present:
+      given.add(name)
+  return values, frozenset(given)
