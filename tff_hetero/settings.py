@@ -72,6 +72,8 @@ def setting(
     validators.append(check)
   return attrs.field(
     default=default,
+    # A list flag's value (or a list from JSON) is kept as a tuple.
+    converter=tuple if kind is tuple else None,
     validator=validators or None,
     metadata={"help": help, "kind": kind, "choices": choices},
   )

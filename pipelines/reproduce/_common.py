@@ -34,6 +34,7 @@ from absl import flags
 import attrs
 
 from tff_hetero import settings as settings_lib
+from tff_hetero.errors import UsageError
 from tff_hetero.program import atomic_files
 from tff_hetero.program import configs
 
@@ -398,6 +399,10 @@ def base_config(defaults: Mapping[str, Any]):
   values, given = settings_lib.values_from_flags(
     flags.FLAGS, configs.flag_specs()
   )
+  if "algorithm" in given:
+    raise UsageError(
+      "--algorithm", "a reproduction sets each run's algorithm; drop the flag"
+    )
   values.update((k, v) for k, v in defaults.items() if k not in given)
   read = configs.COMMON_SETTINGS | set(
     configs.algorithm_settings(values["algorithm"])
@@ -474,6 +479,21 @@ def plot_curves(
   return path
 
 
+def _check_given_settings_are_read(runs: Sequence[Run]) -> None:
+  """`UsageError` for a given flag that no planned run's algorithm reads."""
+  read = set()
+  for run in runs:
+    read.update(configs.algorithm_settings(run.config.algorithm))
+  for name in given_algorithm_settings():
+    if name not in read:
+      raise UsageError(
+        f"--{name}",
+        "no run of this reproduction reads it (its runs: "
+        + ", ".join(sorted({r.config.algorithm for r in runs}))
+        + ")",
+      )
+
+
 def reproduce_main(
   argv: Sequence[str],
   *,
@@ -517,6 +537,7 @@ def reproduce_main(
     if check is not None:
       check(base)
     runs = plan_runs(base, parts)
+    _check_given_settings_are_read(runs)
     print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
     return run_all(runs, log=lambda m: print(m, flush=True))
 

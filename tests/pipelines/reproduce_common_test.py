@@ -26,7 +26,7 @@ def test_saved_settings_match_unless_a_result_setting_differs():
     rounds=10,
     checkpoint_every=1,
     executor="remote",
-    workers=2,
+    workers=("127.0.0.1:5000",),
   )
   assert moved.same_results_as(saved)
   assert not make_config(

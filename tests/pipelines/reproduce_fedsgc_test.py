@@ -71,6 +71,9 @@ def test_plan_covers_every_part_once_seed_by_seed():
     (["--seeds=a,b"], "--seeds"),
     (["--seeds=1,1"], "--seeds"),
     (["--upload_budgets_mib="], "--upload_budgets_mib"),
+    (["--sparsity=1.5"], "--sparsity: must be in [0, 1)"),
+    (["--algorithm=fedavg"], "--algorithm: a reproduction sets each run's"),
+    (["--gkt_mode=async"], "--gkt_mode: no run of this reproduction reads"),
   ],
 )
 def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):

@@ -51,7 +51,13 @@ CASES = [
   (["--checkpoint_every=0"], "--checkpoint_every"),
   (["--seed=-1"], "--seed"),
   (["--val_fraction=1.5"], "--val_fraction"),
-  (["--prox_mu=-0.1"], "--prox_mu"),
+  (["--algorithm=fedprox", "--prox_mu=-0.1"], "--prox_mu: must be"),
+  (["--prox_mu=0.1"], "--prox_mu: is not a setting of --algorithm=fedavg"),
+  (
+    ["--algorithm=heterofl", "--pool_ratios=0.5:0.25"],
+    "--pool_ratios: is not a setting of --algorithm=heterofl; it is read by"
+    " adaptivefl, decoupled",
+  ),
   (["--aggregator=median"], "--aggregator"),
   (["--aggregator=dp", "--clip_norm=1"], "--noise_multiplier"),
   (["--aggregator=clip"], "--clip_norm"),
@@ -94,7 +100,10 @@ CASES = [
   ),
   (["--dataset=digits", "--model=mnist_cnn"], "mnist_cnn"),
   (["--client_momentum=1"], "--client_momentum"),
-  (["--prune_min_start_index=-1"], "--prune_min_start_index"),
+  (
+    ["--algorithm=decoupled", "--prune_min_start_index=-1"],
+    "--prune_min_start_index: must be >= 1",
+  ),
   (["--algorithm=adaptivefl", "--pool_ratios=0.4:0.66"], "--pool_ratios"),
   (["--algorithm=adaptivefl", "--pool_ratios=0.5"], "--pool_ratios"),
   (["--algorithm=adaptivefl", "--pool_ratios=a:b"], "--pool_ratios"),
@@ -199,11 +208,42 @@ CASES = [
     ],
     "--gkt_server_optimizer",
   ),
-  (["--gkt_temperature=0"], "--gkt_temperature"),
-  (["--gkt_server_lr=-1"], "--gkt_server_lr"),
-  (["--gkt_client_kd_weight=-1"], "--gkt_client_kd_weight"),
-  (["--gkt_server_kd_weight=nan"], "--gkt_server_kd_weight"),
-  (["--gkt_server_epochs=0"], "--gkt_server_epochs"),
+  (
+    [
+      "--algorithm=fedgkt",
+      "--model=fedgkt_edge_resnet4",
+      "--gkt_temperature=0",
+    ],
+    "--gkt_temperature: must be",
+  ),
+  (
+    ["--algorithm=fedgkt", "--model=fedgkt_edge_resnet4", "--gkt_server_lr=-1"],
+    "--gkt_server_lr: must be",
+  ),
+  (
+    [
+      "--algorithm=fedgkt",
+      "--model=fedgkt_edge_resnet4",
+      "--gkt_client_kd_weight=-1",
+    ],
+    "--gkt_client_kd_weight: must be",
+  ),
+  (
+    [
+      "--algorithm=fedgkt",
+      "--model=fedgkt_edge_resnet4",
+      "--gkt_server_kd_weight=nan",
+    ],
+    "--gkt_server_kd_weight: must be",
+  ),
+  (
+    [
+      "--algorithm=fedgkt",
+      "--model=fedgkt_edge_resnet4",
+      "--gkt_server_epochs=0",
+    ],
+    "--gkt_server_epochs: must be",
+  ),
   (["--upload_budgets_mib=10:x"], "--upload_budgets_mib"),
   (["--upload_budgets_mib=0"], "--upload_budgets_mib"),
 ]
@@ -228,6 +268,8 @@ def test_bad_input_exits_2_with_one_line(extra, expected, tmp_path, capsys):
   assert len(err) == 1, err
   assert err[0].startswith("error: ")
   assert expected in err[0]
+  # Each case fails on its own check, not on a flag its algorithm ignores.
+  assert ("is not a setting" in err[0]) == ("is not a setting" in expected)
 
 
 def test_unexpected_positional_argument(tmp_path, capsys):

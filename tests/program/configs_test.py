@@ -150,7 +150,8 @@ def test_flat_settings_round_trip_and_carry_over():
   flat = config.to_json_dict()
   assert flat["sparsity"] == 0.6 and flat["rounds"] == 3
   assert "settings" not in flat and "gkt_mode" not in flat
-  assert make_config(**flat).to_json_dict() == flat
+  assert make_config(**flat) == config  # `workers` comes back a tuple.
+  assert make_config(workers=["h:1"]).workers == ("h:1",)
   feddst = evolve_config(config, algorithm="feddst", readjust_every=2)
   assert feddst.settings.sparsity == 0.6
   assert feddst.settings.readjust_every == 2

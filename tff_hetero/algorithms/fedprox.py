@@ -369,7 +369,8 @@ def prox_mu_setting():
   """`--prox_mu`, read by FedProx and by the sparse-training algorithms."""
   return setting(
     None,
-    "Proximal strength (FedProx: default 0.01; FedDST/FedSGC: default 0).",
+    "Proximal strength (FedProx: default 0.01; the sparse-training"
+    " algorithms: default 0).",
     kind=float,
     check=optional(non_negative_float),
   )

@@ -2,7 +2,7 @@
 
 The settings every algorithm reads are its fields; the chosen algorithm's
 own are its `settings` (the algorithm's `AlgorithmSettings` class, which
-checks them when built). `tff_hetero.algorithms.registry.make_config`
+checks them when built). `tff_hetero.program.make_config`
 builds one from flat settings, `pipelines/train.py` from the flags generated
 from these fields. `validate()` raises `UsageError` naming the flag and what
 it accepts. Checks that need the data (enough samples for the partition)
@@ -49,7 +49,7 @@ RESUMABLE_SETTINGS = frozenset(
 class ExperimentConfig:
   """The settings every algorithm reads, plus the chosen algorithm's own
   (`settings`, an instance of the class the algorithm registers; build it
-  with `tff_hetero.algorithms.registry.make_config`).
+  with `tff_hetero.program.make_config`).
 
   Each field is a `tff_hetero.settings.setting`: the CLI flag of the same
   name and its help are generated from it.
