@@ -131,14 +131,21 @@ def non_negative_float(instance, attribute, value):
     )
 
 
-def in_interval(low: float, high: float, *, closed_high: bool, note=""):
-  """Finite and in [low, high] (closed_high) or [low, high)."""
-  shown = f"[{low:g}, {high:g}{']' if closed_high else ')'}{note}"
+def in_interval(
+  low: float, high: float, *, closed_high: bool, closed_low=True, note=""
+):
+  """Finite and between `low` and `high`, each end included if closed;
+  `note` follows the interval in the message."""
+  shown = (
+    f"{'[' if closed_low else '('}{low:g}, {high:g}"
+    f"{']' if closed_high else ')'}{note}"
+  )
 
   def check(instance, attribute, value):
     del instance
-    inside = value <= high if closed_high else value < high
-    if not (math.isfinite(value) and low <= value and inside):
+    above = low <= value if closed_low else low < value
+    below = value <= high if closed_high else value < high
+    if not (math.isfinite(value) and above and below):
       raise UsageError(flag_name(attribute), f"must be in {shown}, got {value}")
 
   return check

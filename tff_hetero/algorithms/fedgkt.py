@@ -190,6 +190,7 @@ from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import in_interval
 from tff_hetero.settings import non_negative_float
 from tff_hetero.settings import non_negative_int
 from tff_hetero.settings import positive_float
@@ -1189,14 +1190,6 @@ def server_model_setting():
   )
 
 
-def _in_unit_interval(instance, attribute, value):
-  del instance
-  if not (math.isfinite(value) and 0 < value <= 1):
-    raise UsageError(
-      f"--{attribute.name}", f"must be in (0, 1] (1: never reduce), got {value}"
-    )
-
-
 @attrs.frozen(kw_only=True)
 class FedGKTSettings(AlgorithmSettings):
   """FedGKT's flags (`GKTSettings` is what the rounds read)."""
@@ -1256,7 +1249,9 @@ class FedGKTSettings(AlgorithmSettings):
     0.1,
     "FedGKT: factor of each server learning-rate reduction, in (0, 1]"
     " (1: never reduce).",
-    check=_in_unit_interval,
+    check=in_interval(
+      0, 1, closed_low=False, closed_high=True, note=" (1: never reduce)"
+    ),
   )
   gkt_server_order: str = setting(
     "shuffled",

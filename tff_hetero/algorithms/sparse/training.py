@@ -100,7 +100,7 @@ class SparseTraining(api.FederatedAlgorithm):
     self.name = name
     self.sparsity = float(sparsity)
     self.schedule = schedule
-    self.memory = memory
+    self.memory = check_memory(memory)
     self.local_epochs = int(local_epochs)
     self._rows = {c: i for i, c in enumerate(client_ids)}
     # What TensorFlow computes: dense kernels times 0/1 masks, so the dense
@@ -403,7 +403,7 @@ def build_sparse_training(
     sparsity=settings.sparsity,
     schedule=schedule,
     congruity_lambda=congruity_lambda,
-    memory=check_memory(memory),
+    memory=memory,
     client_optimizer=learning_process.client_optimizer(
       config.client_optimizer, config.client_lr, config.client_momentum
     ),
