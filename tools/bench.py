@@ -59,7 +59,11 @@ Suite `hetero` (`--model` defaults to vgg16_eighth there) times
     0.40, the model's start indices), RL selection and the default
     weak/medium/strong tiers 4:3:3, timed after warm-up rounds that build
     the group computations; `adaptivefl_mixed_groups` is the mean number of
-    (sent, trained) groups per timed round.
+    (sent, trained) groups per timed round;
+  * `<run>_rpc_mib_sent` / `_received`: for each of the three, the mean
+    serialized gRPC bytes per timed round between the driver and its local
+    TFF worker (`ExecutionHandle.rpc_bytes`: models, sums, client data and
+    computations alike), in MiB.
 Suite `sparse` (default model mnist_cnn) times, on the same cohort and data
 (100 clients, so FedSGC's server remembers 100 uploads):
   * `fedavg_round_s`: FedAvg;
@@ -508,17 +512,21 @@ def bench_base() -> collections.OrderedDict:
 
 
 def _median_next_s(
-  algorithm, clients_for_round, warmup: int, timed: int
-) -> tuple[float, list]:
+  algorithm, clients_for_round, warmup: int, timed: int, handle=None
+) -> tuple[float, list, dict]:
   """Median seconds of `algorithm.next` over `timed` rounds after `warmup`.
 
   `clients_for_round(state, round_num, client_states)` gives the cohort;
-  `client_states` holds what earlier rounds left (FedSGC's uploads).
+  `client_states` holds what earlier rounds left (FedSGC's uploads). With the
+  execution `handle`, also the mean serialized RPC bytes per timed round
+  between driver and worker (`sent`, `received`).
   """
   state = algorithm.initialize()
   times, cohorts, client_states = [], [], {}
+  rpc = collections.Counter()
   for round_num in range(1, warmup + timed + 1):
     clients = clients_for_round(state, round_num, client_states)
+    before = handle.rpc_bytes() if handle else {}
     start = time.perf_counter()
     output = algorithm.next(state, round_num, clients)
     state = output.state
@@ -526,7 +534,11 @@ def _median_next_s(
     if round_num > warmup:
       times.append(time.perf_counter() - start)
       cohorts.append(clients)
-  return float(statistics.median(times)), cohorts
+      if handle:
+        for direction, total in handle.rpc_bytes().items():
+          rpc[direction] += total - before[direction]
+  per_round = {d: int(round(n / timed)) for d, n in rpc.items()}
+  return float(statistics.median(times)), cohorts, per_round
 
 
 def bench_hetero() -> collections.OrderedDict:
@@ -566,11 +578,19 @@ def bench_hetero() -> collections.OrderedDict:
 
   cohort = list(fed.client_ids)[: _COHORT.value]
   results = collections.OrderedDict()
-  with runtime.local_execution():
+
+  def record_bytes(name, per_round):
+    for direction in ("sent", "received"):
+      results[f"{name}_rpc_mib_{direction}"] = round(
+        per_round[direction] / 2**20, 2
+      )
+
+  with runtime.local_execution() as handle:
     fedavg = experiment.algorithm  # config.algorithm == "fedavg"
-    results["fedavg_round_s"], _ = _median_next_s(
-      fedavg, lambda s, r, _: [client(c) for c in cohort], 1, timed
+    results["fedavg_round_s"], _, rpc = _median_next_s(
+      fedavg, lambda s, r, _: [client(c) for c in cohort], 1, timed, handle
     )
+    record_bytes("fedavg", rpc)
 
     full_pool = pools.SubModelPool(
       task.width_units,
@@ -592,12 +612,14 @@ def bench_hetero() -> collections.OrderedDict:
       client_lr=config.client_lr,
       client_momentum=config.client_momentum,
     )
-    results["adaptivefl_full_pool_round_s"], _ = _median_next_s(
+    results["adaptivefl_full_pool_round_s"], _, rpc = _median_next_s(
       full_only,
       lambda s, r, _: [client(c, 0, capacity=False) for c in cohort],
       1,
       timed,
+      handle,
     )
+    record_bytes("adaptivefl_full_pool", rpc)
 
     mixed = adaptivefl.AdaptiveFL(
       task,
@@ -616,9 +638,10 @@ def bench_hetero() -> collections.OrderedDict:
       )
       return [client(a.client_id, a.payload) for a in plan]
 
-    results["adaptivefl_mixed_round_s"], cohorts = _median_next_s(
-      mixed, planned, 6, timed
+    results["adaptivefl_mixed_round_s"], cohorts, rpc = _median_next_s(
+      mixed, planned, 6, timed, handle
     )
+    record_bytes("adaptivefl_mixed", rpc)
     groups = []
     for clients in cohorts:
       kinds = set()

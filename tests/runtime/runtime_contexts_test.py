@@ -402,10 +402,18 @@ def test_messages_above_grpc_default_4mb_limit():
   def total(x):
     return tf.reduce_sum(x), x * 2.0
 
-  with runtime.local_execution(worker_timeout_s=30):
+  with runtime.local_execution(worker_timeout_s=30) as handle:
+    before = handle.rpc_bytes()
     sum_, doubled = total(big)
+    after = handle.rpc_bytes()
   assert sum_ == pytest.approx(float(big.sum()), rel=1e-3)
   np.testing.assert_allclose(doubled, big * 2.0)
+  # The 12,000,000-byte argument went out once and the 12,000,004-byte
+  # result came back once; the rest is the computation and proto framing.
+  sent = after["sent"] - before["sent"]
+  received = after["received"] - before["received"]
+  assert 12_000_000 <= sent < 12_100_000, sent
+  assert 12_000_004 <= received < 12_100_000, received
 
 
 # ---------------------------------------------------------------------------

@@ -231,6 +231,9 @@ def _make_bounded_stub_class():
       self._given_up = False
       self._stale_retries = 0
       self.rpc_counts: collections.Counter[str] = collections.Counter()
+      # Serialized bytes of every successful call's request and response
+      # (the gRPC messages' payloads), by direction.
+      self.rpc_bytes: collections.Counter[str] = collections.Counter()
       self._state = None
       self._channel.subscribe(self._on_state, try_to_connect=True)
 
@@ -291,6 +294,8 @@ def _make_bounded_stub_class():
             self._given_up = False
             self._stale_retries = 0
             self.rpc_counts[name] += 1
+            self.rpc_bytes["sent"] += request.ByteSize()
+            self.rpc_bytes["received"] += response.ByteSize()
             return response
           except grpc.FutureTimeoutError:
             pass

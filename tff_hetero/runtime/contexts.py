@@ -180,6 +180,15 @@ class ExecutionHandle:
     """Successful RPCs so far, by worker address and RPC name (diagnostics)."""
     return {s.address: dict(s.stub.rpc_counts) for s in self._stacks}
 
+  def rpc_bytes(self) -> dict[str, int]:
+    """Serialized bytes of the successful RPCs so far, summed over workers:
+    `sent` (driver to workers: values, computations, calls) and `received`
+    (workers to driver: computed values)."""
+    return {
+      direction: sum(s.stub.rpc_bytes[direction] for s in self._stacks)
+      for direction in ("sent", "received")
+    }
+
   def client_cardinalities(self) -> dict[str, list[int]]:
     """CLIENTS cardinality of each executor created on each worker, in order:
     shows how the mergeable context split the clients (diagnostics)."""
