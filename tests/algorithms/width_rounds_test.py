@@ -482,9 +482,22 @@ def test_group_computation_signature():
   rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
   computation = rounds.group_computation(catalog.levels[2], catalog.levels[0])
   signature = computation.type_signature
+  # Only the sent level (2) goes in; the sums come back at the trained
+  # level's (0) shapes with one scalar weight sum.
+  sent_shapes = [
+    w.shape for w in catalog.initial_weights(catalog.levels[2]).trainable
+  ]
+  trained_shapes = [
+    w.shape for w in catalog.initial_weights(catalog.levels[0]).trainable
+  ]
+  assert sent_shapes != trained_shapes
   assert signature.parameter[0].placement == tff.SERVER
-  assert signature.parameter[2].placement == tff.CLIENTS
-  assert signature.result[0].member == rounds._sums_type  # pylint: disable=protected-access
+  assert [t.shape for t in signature.parameter[0].member] == sent_shapes
+  assert signature.parameter[1].placement == tff.CLIENTS
+  weighted_sum, weight_sum = signature.result[0].member
+  assert signature.result[0].placement == tff.SERVER
+  assert [t.shape for t in weighted_sum] == trained_shapes
+  assert weight_sum == tff.TensorType(np.float32)
   measurements = str(signature.result[1].member)
   assert "bytes_down=int64" in measurements
   assert "returned_model_bytes=int64" in measurements

@@ -25,6 +25,7 @@ import tensorflow as tf
 from tff_hetero import models
 from tff_hetero.models import width as width_lib
 from tff_hetero.submodels import pools
+from tff_hetero.submodels.maps import SliceSpec
 from tff_hetero.submodels.maps import SubModelMap
 
 _SHAPES = {
@@ -111,6 +112,19 @@ def test_round_trip_coverage_and_composition(name):
     to_small.extract(to_small.scatter(small_values)), small_values
   ):
     np.testing.assert_array_equal(again, s)
+  # The driver's NumPy forms agree with the TensorFlow ones.
+  for a, b in zip(to_small.extract_arrays(weights), extracted):
+    np.testing.assert_array_equal(a, b)
+  targets = [w.copy() for w in weights]
+  to_small.add_scattered(targets, small_values)
+  for t, w, back in zip(
+    targets, weights, to_small.scatter(small_values), strict=True
+  ):
+    np.testing.assert_array_equal(t, w + np.asarray(back))
+  counts = [np.zeros_like(w) for w in weights]
+  to_small.add_scattered(counts, [2.0] * len(counts))
+  for c, mask in zip(counts, coverage, strict=True):
+    np.testing.assert_array_equal(c, 2.0 * mask)
   small_params = models.count_params(small).trainable
   assert sum(m.sum() for m in coverage) == small_params
   assert to_small.num_elements() == small_params
@@ -124,6 +138,22 @@ def test_round_trip_coverage_and_composition(name):
     )
     for a, b in zip(composed, extracted):
       np.testing.assert_array_equal(a, b)
+
+
+def test_numpy_forms_on_a_flatten_view_by_hand():
+  # A dense kernel reading a flattened (2, 2, 3) map, 4 units, narrowed to
+  # 1 channel and 2 units: its rows are outer rows 0, 3, 6, 9 (h, w, c=0).
+  spec = SliceSpec("k", (12, 4), (4, 2), (2, 2, 3, 4), (2, 2, 1, 2))
+  kernel_map = SubModelMap((spec,), ())
+  outer = np.arange(48, dtype=np.float32).reshape(12, 4)
+  (inner,) = kernel_map.extract_arrays([outer])
+  np.testing.assert_array_equal(inner, [[0, 1], [12, 13], [24, 25], [36, 37]])
+  target = np.zeros((12, 4), np.float32)
+  kernel_map.add_scattered([target], [np.ones((4, 2), np.float32)])
+  kernel_map.add_scattered([target], [np.float32(0.5)])
+  expected = np.zeros((12, 4), np.float32)
+  expected[[0, 3, 6, 9], :2] = 1.5
+  np.testing.assert_array_equal(target, expected)
 
 
 @pytest.mark.parametrize("name", _CHECK_FUNCTION)

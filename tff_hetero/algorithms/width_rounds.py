@@ -12,33 +12,34 @@ running per-element sums on the server, and one server step applies them.
 Per group (sent level `s`, trained level `t`, both width sub-models of the
 server model `O`, `t` part of `s`), `group_round` is
 
-    (<O@SERVER, Sums@SERVER, {D*}@CLIENTS> -> <Sums@SERVER, M@SERVER>)
+    (<S@SERVER, {D*}@CLIENTS> -> <MaskedSums<T, float32>@SERVER, M@SERVER>)
 
-built from typed parts, each a `tff.tensorflow.computation` or a TFF process:
+built from typed parts, each a `tff.tensorflow.computation` or a TFF process.
+Before it, the driver slices the server model's trainable weights to level
+`s` in NumPy (`SubModelMap.extract_arrays`), so only S travels to the TFF
+worker, and the group's sums come back at the trained size T:
 
-1. `extract_sent` (server):  (O -> S)  slices the server model's trainable
-   weights to level `s` (`tff_hetero.submodels.SubModelMap`);
-2. the measured broadcast of `tff_measure` sends S to each client and counts
+1. the measured broadcast of `tff_measure` sends S to each client and counts
    the bytes each received;
-3. `prune` (client):  (S -> W_t)  slices what the client received to the
+2. `prune` (client):  (S -> W_t)  slices what the client received to the
    level it trains (the same level unless the device prunes further) and
    adds the level's initial non-trainable values: with static batch norm
    (`static_batch_norm.py`) running statistics are never sent or trained;
-4. local training: FedProx's client work (`fedprox.py`; with `prox_mu = 0`
+3. local training: FedProx's client work (`fedprox.py`; with `prox_mu = 0`
    exactly TFF FedAvg's) on the level-`t` model, giving the update
    `w_received - w_trained` (T = W_t.trainable) weighted by the number of
    examples processed;
-5. the upload: `tff_measure.MeasuredUploadFactory` around
+4. the upload: `tff_measure.MeasuredUploadFactory` around
    `tff_hetero.aggregators.MaskedSumFactory` sums n_c x update and n_c
    (with `aggregation`, a `masked_dp.MaskedAggregation`: each update
    clipped first, and with DP n_c = 1 and seeded Gaussian noise added to the
-   round's sums and level counts before the server step);
-6. `fold` (server):  (<MaskedSums<T, float32>, Sums> -> Sums)  scatters the
-   group's sums into the server model's shapes (the weight sum times the
-   level's coverage mask) and adds them to the running sums.
+   round's sums and level counts before the server step).
 
-`Sums = MaskedSums<weighted_sum=O.trainable, weight_sum=O.trainable>`. After
-the last group, `apply_sums`
+The driver folds each group's sums into the round's running sums
+`Sums = MaskedSums<weighted_sum=O.trainable, weight_sum=O.trainable>` in
+NumPy (`SubModelMap.add_scattered`: the weighted sum into the level's
+elements, the weight sum onto every element the level covers), and after the
+last group runs the server step once, `apply_sums`
 
     (<O.trainable, Sums, float32> -> O.trainable)
 
@@ -46,7 +47,10 @@ computes `w - server_lr * masked_mean_or_zero(Sums)`: with `server_lr = 1`
 every element some client trained becomes the example-weighted mean of the
 trained values, every other element keeps its value (AdaptiveFL's Algorithm 2,
 HeteroFL's aggregation of overlapping sub-matrices weighted by data size).
-Computations are built once per group kind and cached.
+Computations are built once per group kind and cached. Per group only S
+goes to the worker and T + 1 values (plus measurements) come back; the
+server model and the two model-sized sums cross once per round, in
+`apply_sums` (`tools/bench.py --suite=hetero` measures the bytes).
 
 Local training is SGD with the client learning rate and momentum held
 constant over rounds, no weight decay, over every batch of the client's
@@ -83,7 +87,6 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import MaskedSums
-from tff_hetero.aggregators import add_masked_sums
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import masked_mean_or_zero
 from tff_hetero.algorithms import api
@@ -342,27 +345,20 @@ class HeterogeneousRounds:
     )
 
   def _sender(self, sent: Level):
-    """Server slice to `sent` and the measured broadcast of it (per level)."""
-
-    def build():
-      sent_map = self.catalog.map(self.catalog.outer, sent)
-
-      @tff.tensorflow.computation(self._outer_trainable_type)
-      def extract_sent(trainable):
-        return sent_map.extract(trainable)
-
-      return extract_sent, tff_measure.build_measured_broadcast_process(
+    """The measured broadcast of level `sent` (per level)."""
+    return self._cached(
+      "sender",
+      sent,
+      lambda: tff_measure.build_measured_broadcast_process(
         self._trainable_type(sent)
-      )
-
-    return self._cached("sender", sent, build)
+      ),
+    )
 
   def _trainer(self, trained: Level):
-    """Client work, measured upload and server fold for `trained` (per level)."""
+    """Client work and measured upload for `trained` (per level)."""
 
     def build():
       trained_type = self._trainable_type(trained)
-      scatter_map = self.catalog.map(self.catalog.outer, trained)
       client_work = fedprox.build_proximal_client_work(
         self.catalog.task.tff_model_fn(trained.keras_fn),
         learning_process.client_sgd(self._client_lr, self._client_momentum),
@@ -373,27 +369,12 @@ class HeterogeneousRounds:
       aggregator = tff_measure.MeasuredUploadFactory(
         self.aggregation.sum_factory()
       ).create(trained_type, tff.TensorType(np.float32))
-      group_sums_type = aggregator.next.type_signature.result.result.member
 
       @tff.tensorflow.computation(trained_type)
       def update_nbytes(update):
         return payload.tf_dense_nbytes(update)
 
-      @tff.tensorflow.computation(group_sums_type, self._sums_type)
-      def fold(group_sums, running):
-        weighted_sum, weight_sum = group_sums
-        # The level's coverage, built in the graph (not a model-sized
-        # constant): every client of the group covers the same elements.
-        coverage = scatter_map.scatter(
-          [tf.ones(s.inner_shape) for s in scatter_map.trainable]
-        )
-        scattered = MaskedSums(
-          scatter_map.scatter(list(weighted_sum)),
-          [c * weight_sum for c in coverage],
-        )
-        return add_masked_sums(MaskedSums(*running), scattered)
-
-      return client_work, aggregator, update_nbytes, fold
+      return client_work, aggregator, update_nbytes
 
     return self._cached("trainer", trained, build)
 
@@ -406,8 +387,8 @@ class HeterogeneousRounds:
     key = (sent.index, trained.index)
     if key in self._groups:
       return self._groups[key]
-    extract_sent, distributor = self._sender(sent)
-    client_work, aggregator, update_nbytes, fold = self._trainer(trained)
+    distributor = self._sender(sent)
+    client_work, aggregator, update_nbytes = self._trainer(trained)
     prune_map = self.catalog.map(sent, trained)
     trained_non_trainable = self.catalog.initial_weights(trained).non_trainable
 
@@ -419,12 +400,10 @@ class HeterogeneousRounds:
       )
 
     @tff.federated_computation(
-      tff.FederatedType(self._outer_trainable_type, tff.SERVER),
-      tff.FederatedType(self._sums_type, tff.SERVER),
+      tff.FederatedType(self._trainable_type(sent), tff.SERVER),
       tff.FederatedType(self._data_type(), tff.CLIENTS),
     )
-    def group_round(server_trainable, running_sums, client_data):
-      sent_weights = tff.federated_map(extract_sent, server_trainable)
+    def group_round(sent_weights, client_data):
       delivered = distributor.next(distributor.initialize(), sent_weights)
       start = tff.federated_map(prune, delivered.result)
       work = client_work.next(client_work.initialize(), start, client_data)
@@ -434,7 +413,6 @@ class HeterogeneousRounds:
       uploaded = aggregator.next(
         aggregator.initialize(), work.result.update, work.result.update_weight
       )
-      new_sums = tff.federated_map(fold, (uploaded.result, running_sums))
       measurements = tff.federated_zip(
         collections.OrderedDict(
           distributor=delivered.measurements,
@@ -443,7 +421,7 @@ class HeterogeneousRounds:
           returned_model_bytes=returned,
         )
       )
-      return new_sums, measurements
+      return uploaded.result, measurements
 
     self._groups[key] = group_round
     return group_round
@@ -451,22 +429,19 @@ class HeterogeneousRounds:
   def delivery_computation(self, sent: Level) -> tff.Computation:
     """Sends level `sent` to clients that then train nothing (measured).
 
-    (<O@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
+    (<S@SERVER, {D*}@CLIENTS> -> <bytes_down=int64, clients=int64>@SERVER)
     """
 
     def build():
-      extract_sent, distributor = self._sender(sent)
+      distributor = self._sender(sent)
 
       @tff.federated_computation(
-        tff.FederatedType(self._outer_trainable_type, tff.SERVER),
+        tff.FederatedType(self._trainable_type(sent), tff.SERVER),
         tff.FederatedType(self._data_type(), tff.CLIENTS),
       )
-      def deliver(server_trainable, client_data):
+      def deliver(sent_weights, client_data):
         del client_data  # Only sets the number of clients.
-        delivered = distributor.next(
-          distributor.initialize(),
-          tff.federated_map(extract_sent, server_trainable),
-        )
+        delivered = distributor.next(distributor.initialize(), sent_weights)
         return delivered.measurements
 
       return deliver
@@ -502,8 +477,17 @@ class HeterogeneousRounds:
     """
     if self.aggregation.private and round_num is None:
       raise ValueError("a private aggregation needs the round number")
-    trainable = [np.asarray(w) for w in weights.trainable]
+    trainable = [np.asarray(w, np.float32) for w in weights.trainable]
     sums = self.zero_sums()
+    sent_slices: dict[int, list[np.ndarray]] = {}
+
+    def sent_slice(level: Level) -> list[np.ndarray]:
+      if level.index not in sent_slices:
+        sent_slices[level.index] = self.catalog.map(
+          self.catalog.outer, level
+        ).extract_arrays(trainable)
+      return sent_slices[level.index]
+
     traffic = []
     loss_sum = accuracy_sum = 0.0
     processed = expected = 0
@@ -513,8 +497,14 @@ class HeterogeneousRounds:
       if not clients:
         continue
       computation = self.group_computation(group.sent, group.trained)
-      sums, measured = computation(
-        trainable, sums, [c.dataset for c in clients]
+      group_sums, measured = computation(
+        sent_slice(group.sent), [c.dataset for c in clients]
+      )
+      weighted_sum, weight_sum = group_sums
+      trained_map = self.catalog.map(self.catalog.outer, group.trained)
+      trained_map.add_scattered(sums.weighted_sum, list(weighted_sum))
+      trained_map.add_scattered(
+        sums.weight_sum, [weight_sum] * len(sums.weight_sum)
       )
       train = measured["train"]
       traffic.extend(
@@ -535,7 +525,9 @@ class HeterogeneousRounds:
         float(train["metrics"]["sparse_categorical_accuracy"]) * group_examples
       )
     for sent, client in unserved:
-      measured = self.delivery_computation(sent)(trainable, [client.dataset])
+      measured = self.delivery_computation(sent)(
+        sent_slice(sent), [client.dataset]
+      )
       traffic.append(
         ClientTraffic(
           client_id=client.client_id,

@@ -18,6 +18,11 @@ factory, so their variables come in the same order).
 * `scatter(weights)`: the sub-model's weights placed in the larger shape,
   zero elsewhere; `coverage()`: the 0/1 mask of the elements it covers.
 
+For the driver, which holds the server model as NumPy arrays between
+rounds, `extract_arrays` slices in NumPy and `add_scattered` adds a
+sub-model-shaped value into the larger arrays in place (no larger-shaped
+temporary).
+
 Maps compose: the map from the full model to sub-model B equals the map from
 the full model to A followed by the map from A to B whenever B is part of A
 (tested), which is how a client prunes the sub-model it received further.
@@ -67,6 +72,14 @@ class SliceSpec:
       view, [[0, o - i] for o, i in zip(self.outer_view, self.inner_view)]
     )
     return tf.reshape(padded, self.outer_shape)
+
+  def inner_part(self, outer: np.ndarray) -> np.ndarray:
+    """The elements of the outer-shaped NumPy array `outer` that the inner
+    variable holds, as a writable view shaped like `inner_view` (so
+    `spec.inner_part(a)[...] += x` adds in place)."""
+    view = outer.view()
+    view.shape = self.outer_view  # Raises rather than copy.
+    return view[tuple(slice(0, d) for d in self.inner_view)]
 
   def coverage(self) -> np.ndarray:
     mask = np.zeros(self.outer_view, np.float32)
@@ -191,6 +204,27 @@ class SubModelMap:
   def scatter(self, weights) -> Any:
     """The inner model's weights in the outer shapes, zero elsewhere."""
     return self._apply(weights, "scatter")
+
+  def extract_arrays(self, trainable: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """`extract` of the trainable variables in NumPy, on the driver."""
+    if len(trainable) != len(self.trainable):
+      raise ValueError(f"expected {len(self.trainable)} trainable values")
+    return [
+      np.ascontiguousarray(s.inner_part(np.asarray(v))).reshape(s.inner_shape)
+      for s, v in zip(self.trainable, trainable)
+    ]
+
+  def add_scattered(
+    self, targets: Sequence[np.ndarray], values: Sequence[Any]
+  ) -> None:
+    """`targets[i] += scatter(values)[i]` in place, in NumPy (outer-shaped,
+    C-contiguous targets; a scalar value is added to every covered element)."""
+    if len(targets) != len(self.trainable) or len(values) != len(targets):
+      raise ValueError(f"expected {len(self.trainable)} targets and values")
+    for spec, target, value in zip(self.trainable, targets, values):
+      value = np.asarray(value, target.dtype)
+      part = spec.inner_part(target)
+      part += value.reshape(spec.inner_view) if value.ndim else value
 
   def coverage(self, trainable_only: bool = True) -> Any:
     """0/1 float32 masks, outer-shaped, of the elements the inner model holds."""
