@@ -475,12 +475,14 @@ def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
   )
 
 
-def test_group_computation_signature():
+def test_group_round_signature():
   catalog = width_rounds.LevelCatalog(
     _TASK, [(m.level, m.widths) for m in _POOL.members]
   )
   rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
-  computation = rounds.group_computation(catalog.levels[2], catalog.levels[0])
+  computation = rounds.computations.group_round(
+    catalog.levels[2], catalog.levels[0]
+  )
   signature = computation.type_signature
   # Only the sent level (2) goes in; the sums come back at the trained
   # level's (0) shapes with one scalar weight sum.

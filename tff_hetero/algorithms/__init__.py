@@ -2,7 +2,8 @@
 
 Homogeneous algorithms are TFF `LearningProcess`es (`build_<name>_process`).
 Width-heterogeneous ones run one federated computation per sub-model group
-(`width_rounds.HeterogeneousRounds.group_computation`) and are driven as
+(`width_computations.WidthComputations.group_round`, run by
+`width_rounds.HeterogeneousRounds`) and are driven as
 `FederatedAlgorithm`s (`AdaptiveFL`, `HeteroFL`, `AllLarge`, `Decoupled`).
 """
 

@@ -59,9 +59,10 @@ this is Algorithm 1 exactly.
 
 Deviations from the paper and from its reference code
 (mastlab-T3S/AdaptiveFL), each with its reason:
-* Local training (`width_rounds.py`, shared by every width algorithm): SGD
-  with a constant learning rate and momentum, no weight decay, and every
-  batch trained (a client's last batch may be smaller). The paper states
+* Local training (`width_computations.py`, shared by every width
+  algorithm): SGD with a constant learning rate and momentum, no weight
+  decay, and every batch trained (a client's last batch may be smaller).
+  The paper states
   only "SGD with a learning rate of 0.01 and a momentum of 0.5 for all
   methods"; the reference code also multiplies the learning rate by 0.998
   each round, adds weight decay 1e-4 and drops each client's last incomplete
