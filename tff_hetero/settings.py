@@ -82,18 +82,25 @@ def setting(
 # Checks (attrs validators) with the project's one-line messages.
 
 
-def one_of(choices: Iterable[str]):
-  choices = tuple(choices)
+# Checks built from parameters are frozen attrs callables, so two settings
+# with the same check compare equal (`flag_specs` compares definitions).
 
-  def check(instance, attribute, value):
+
+@attrs.frozen
+class _OneOf:
+  choices: tuple[str, ...]
+
+  def __call__(self, instance, attribute, value):
     del instance
-    if value not in choices:
+    if value not in self.choices:
       raise UsageError(
         flag_name(attribute),
-        f"unknown value {value!r}; accepted: " + ", ".join(choices),
+        f"unknown value {value!r}; accepted: " + ", ".join(self.choices),
       )
 
-  return check
+
+def one_of(choices: Iterable[str]) -> _OneOf:
+  return _OneOf(tuple(choices))
 
 
 def positive_int(instance, attribute, value):
@@ -104,15 +111,21 @@ def positive_int(instance, attribute, value):
     )
 
 
-def non_negative_int(zero_means: str):
-  def check(instance, attribute, value):
+@attrs.frozen
+class _NonNegativeInt:
+  zero_means: str
+
+  def __call__(self, instance, attribute, value):
     del instance
     if value < 0:
       raise UsageError(
-        flag_name(attribute), f"must be >= 0 (0: {zero_means}), got {value}"
+        flag_name(attribute),
+        f"must be >= 0 (0: {self.zero_means}), got {value}",
       )
 
-  return check
+
+def non_negative_int(zero_means: str) -> _NonNegativeInt:
+  return _NonNegativeInt(zero_means)
 
 
 def positive_float(instance, attribute, value):
@@ -131,34 +144,46 @@ def non_negative_float(instance, attribute, value):
     )
 
 
-def in_interval(
-  low: float, high: float, *, closed_high: bool, closed_low=True, note=""
-):
-  """Finite and between `low` and `high`, each end included if closed;
-  `note` follows the interval in the message."""
-  shown = (
-    f"{'[' if closed_low else '('}{low:g}, {high:g}"
-    f"{']' if closed_high else ')'}{note}"
-  )
+@attrs.frozen
+class _InInterval:
+  low: float
+  high: float
+  closed_high: bool
+  closed_low: bool
+  note: str
 
-  def check(instance, attribute, value):
+  def __call__(self, instance, attribute, value):
     del instance
-    above = low <= value if closed_low else low < value
-    below = value <= high if closed_high else value < high
+    above = self.low <= value if self.closed_low else self.low < value
+    below = value <= self.high if self.closed_high else value < self.high
     if not (math.isfinite(value) and above and below):
+      shown = (
+        f"{'[' if self.closed_low else '('}{self.low:g}, {self.high:g}"
+        f"{']' if self.closed_high else ')'}{self.note}"
+      )
       raise UsageError(flag_name(attribute), f"must be in {shown}, got {value}")
 
-  return check
+
+def in_interval(
+  low: float, high: float, *, closed_high: bool, closed_low=True, note=""
+) -> _InInterval:
+  """Finite and between `low` and `high`, each end included if closed;
+  `note` follows the interval in the message."""
+  return _InInterval(low, high, closed_high, closed_low, note)
 
 
-def optional(check):
-  """`check`, skipped when the value is None (the algorithm's default)."""
+@attrs.frozen
+class _Optional:
+  check: Callable[[Any, attrs.Attribute, Any], None]
 
-  def optional_check(instance, attribute, value):
+  def __call__(self, instance, attribute, value):
     if value is not None:
-      check(instance, attribute, value)
+      self.check(instance, attribute, value)
 
-  return optional_check
+
+def optional(check) -> _Optional:
+  """`check`, skipped when the value is None (the algorithm's default)."""
+  return _Optional(check)
 
 
 @attrs.frozen(kw_only=True)
@@ -192,7 +217,7 @@ def flag_specs(
   """Every flag of `common`'s fields and of each algorithm's settings class.
 
   A setting several algorithms read (e.g. `sparsity`) is one flag; its
-  definitions must agree (same default, kind, choices and help), and no
+  definitions must agree (same default, kind, choices, help and checks), and no
   algorithm setting may reuse a common setting's name.
 
   Raises:
@@ -228,7 +253,13 @@ def flag_specs(
 
 def _definition(field: attrs.Attribute):
   meta = field.metadata
-  return (field.default, meta["kind"], meta["choices"], meta["help"])
+  return (
+    field.default,
+    meta["kind"],
+    meta["choices"],
+    meta["help"],
+    field.validator,
+  )
 
 
 def define_flags(

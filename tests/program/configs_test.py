@@ -71,6 +71,32 @@ def test_conflicting_definitions_of_one_flag_are_refused():
     settings_lib.flag_specs(_Common, {"toy": _Toy, "strong": Stronger})
 
   @attrs.frozen(kw_only=True)
+  class Unchecked(settings_lib.AlgorithmSettings):
+    strength: float = settings_lib.setting(0.5, "Toy strength.")
+
+  with pytest.raises(ValueError, match="disagrees with the definition read"):
+    settings_lib.flag_specs(_Common, {"toy": _Toy, "unchecked": Unchecked})
+
+  # Checks built from parameters compare by their parameters.
+  def bounded(high):
+    @attrs.frozen(kw_only=True)
+    class Bounded(settings_lib.AlgorithmSettings):
+      share: float = settings_lib.setting(
+        0.5,
+        "Toy share.",
+        check=settings_lib.optional(
+          settings_lib.in_interval(0, high, closed_high=True)
+        ),
+      )
+
+    return Bounded
+
+  specs = settings_lib.flag_specs(_Common, {"a": bounded(1), "b": bounded(1)})
+  assert specs["share"].readers == ("a", "b")
+  with pytest.raises(ValueError, match="disagrees with the definition read"):
+    settings_lib.flag_specs(_Common, {"a": bounded(1), "b": bounded(2)})
+
+  @attrs.frozen(kw_only=True)
   class Shadow(settings_lib.AlgorithmSettings):
     rounds: int = settings_lib.setting(10, "Rounds.")
 
