@@ -118,13 +118,14 @@ class _NonNegativeInt:
   def __call__(self, instance, attribute, value):
     del instance
     if value < 0:
+      meaning = f" (0: {self.zero_means})" if self.zero_means else ""
       raise UsageError(
-        flag_name(attribute),
-        f"must be >= 0 (0: {self.zero_means}), got {value}",
+        flag_name(attribute), f"must be >= 0{meaning}, got {value}"
       )
 
 
-def non_negative_int(zero_means: str) -> _NonNegativeInt:
+def non_negative_int(zero_means: str = "") -> _NonNegativeInt:
+  """An integer >= 0; `zero_means` explains 0 in the message if given."""
   return _NonNegativeInt(zero_means)
 
 

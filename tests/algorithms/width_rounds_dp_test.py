@@ -226,6 +226,49 @@ def test_aggregator_setting_reaches_the_width_algorithms(tmp_path):
       aggregator=kind, clip_norm=clip, noise_multiplier=noise, seed=7
     )
     options = model_aggregators.width_round_options(config)
-    assert options == dict(aggregation=aggregation, noise_seed=7)
+    # The run's --seed is not the noise seed: unset, it is drawn in secret.
+    assert options == dict(aggregation=aggregation, noise_seed=None)
   built = all_large.build_all_large(config, _TASK)
   assert built.rounds.aggregation == masked_dp.MaskedAggregation(2.0, 0.5)
+  given = make_config(
+    aggregator="dp", clip_norm=2.0, noise_multiplier=0.5, dp_noise_seed=11
+  )
+  assert model_aggregators.width_round_options(given)["noise_seed"] == 11
+
+
+def test_noise_seed_is_a_secret_kept_in_the_state(tmp_path):
+  from tff_hetero.accounting import CommLedger  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import all_large  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import checkpoint  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
+
+  dp = dict(aggregator="dp", clip_norm=2.0, noise_multiplier=0.5, seed=7)
+  config = make_config(**dp)
+  algorithm = all_large.build_all_large(config, _TASK)
+  first, second = algorithm.initialize(), algorithm.initialize()
+  # 60 random bits per run: two runs of one config draw different noise.
+  assert first.noise_seed != second.noise_seed
+  assert 0 <= first.noise_seed < 2**60
+  # Neither is in what the run reports (its settings).
+  assert str(int(first.noise_seed)) not in str(config.to_json_dict())
+  # The checkpoint keeps it: a resumed run draws the same noise.
+  manager = checkpoint.CheckpointManager(str(tmp_path))
+  manager.save(
+    checkpoint.ProgramState(
+      round_num=1,
+      server_state=first,
+      client_states={},
+      ledger=CommLedger(),
+      rng_state={},
+      elapsed_s=0.0,
+      history=(),
+      fingerprint="",
+    )
+  )
+  restored = manager.load_latest(second, None).server_state
+  assert int(restored.noise_seed) == int(first.noise_seed)
+  # Given, it is the state's seed; without DP the seed is 0 and unused.
+  given = all_large.build_all_large(make_config(**dp, dp_noise_seed=11), _TASK)
+  assert given.initialize().noise_seed == 11
+  plain = all_large.build_all_large(make_config(seed=7), _TASK)
+  assert plain.initialize().noise_seed == 0

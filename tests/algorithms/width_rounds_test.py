@@ -772,10 +772,10 @@ def test_four_algorithms_train_within_one_population(tff_context, monkeypatch):
   trained = []
   run = width_rounds.HeterogeneousRounds.run
 
-  def recording_run(self, weights, groups, unserved=(), round_num=None):
+  def recording_run(self, weights, groups, unserved=(), **kwargs):
     for group in groups:
       trained.extend((c.client_id, group.trained.params) for c in group.clients)
-    return run(self, weights, groups, unserved, round_num)
+    return run(self, weights, groups, unserved, **kwargs)
 
   monkeypatch.setattr(width_rounds.HeterogeneousRounds, "run", recording_run)
   hetero_rates = {"weak": 0.5, "medium": 0.75, "strong": 1.0}

@@ -35,12 +35,15 @@ clients covered it. `MaskedAggregation` states how those sums are formed:
   with uniform weights (tested against a hand computation).
 
 The noise is drawn from TF's stateless generator seeded by `(noise_seed,
-round)`, `noise_seed` being the run's `--seed` in the pipelines: runs are
-reproducible and a resumed run draws the noise an uninterrupted one does. It
-is a simulation of the mechanism: whoever knows the seed (it is in the run's
-report) can recompute the noise, so a model released to others is private
-only with a seed kept secret (`HeterogeneousRounds(noise_seed=...)` from the
-library).
+round)`. Whoever knows `noise_seed` can recompute the noise and remove it,
+so by default it is a secret: `initial_noise_seed` draws 60 bits from the
+operating system's entropy (`secrets`) when a run's state is initialized,
+and the algorithm keeps it in its server state. It is thus in the run's
+checkpoints (a resumed run draws the noise an uninterrupted one does; keep
+checkpoints as private as the data) and in no report, metric or log. A
+given seed (`--dp_noise_seed`, `noise_seed=` in the library) makes a
+reproducible simulation instead, and is written in the report like every
+setting.
 
 No (epsilon, delta) is computed or reported: our cohorts are sampled
 uniformly without replacement, not by the Poisson sampling the usual RDP
@@ -51,14 +54,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import math
+import secrets
 from typing import Optional
 
 import attrs
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.aggregators.masked import MaskedSumFactory
 from tff_hetero.aggregators.masked import MaskedSums
+
+
+def initial_noise_seed(
+  aggregation: "MaskedAggregation", given: Optional[int]
+) -> np.int64:
+  """The noise seed a new run keeps in its state (module docstring): `given`
+  if set, a secret one if the aggregation is private, else 0 (unused)."""
+  if given is not None:
+    return np.int64(given)
+  if aggregation.private:
+    return np.int64(secrets.randbits(60))
+  return np.int64(0)
 
 
 def _check_optional(name, value, lowest):

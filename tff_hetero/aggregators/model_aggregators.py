@@ -145,10 +145,11 @@ def build_model_aggregator(
 def width_round_options(config) -> dict:
   """The width algorithms' aggregation options a run's settings choose:
   `aggregation` (`masked_dp.MaskedAggregation` of `--aggregator`,
-  `--clip_norm`, `--noise_multiplier`) and `noise_seed` (`--seed`)."""
+  `--clip_norm`, `--noise_multiplier`) and `noise_seed` (`--dp_noise_seed`:
+  None draws a secret one, `masked_dp.initial_noise_seed`)."""
   check_settings(config.aggregator, config.clip_norm, config.noise_multiplier)
   entry = MODEL_AGGREGATORS[config.aggregator]
   return dict(
     aggregation=entry.masked(config.clip_norm, config.noise_multiplier),
-    noise_seed=config.seed,
+    noise_seed=config.dp_noise_seed,
   )

@@ -217,6 +217,7 @@ class AdaptiveFLState:
 
   model: Any  # tff.learning.models.ModelWeights of L1
   tables: SelectionTables
+  noise_seed: Any = np.int64(0)  # The DP noise seed (a secret by default).
 
 
 def initial_tables(pool_size: int, num_clients: int) -> SelectionTables:
@@ -519,7 +520,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
     min_start_index: int = 1,
     prox_mu: float = 0.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
-    noise_seed: int = 0,
+    noise_seed: Optional[int] = None,
   ):
     if selection not in SELECTIONS:
       raise ValueError(
@@ -552,6 +553,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
     return AdaptiveFLState(
       model=self.catalog.initial_weights(self.catalog.outer),
       tables=initial_tables(len(self.pool.members), len(self.client_ids)),
+      noise_seed=self.rounds.initial_noise_seed(),
     )
 
   def plan_round(
@@ -602,7 +604,13 @@ class AdaptiveFL(api.FederatedAlgorithm):
       width_rounds.Group(levels[s], levels[t], tuple(members))
       for (s, t), members in sorted(by_group.items())
     ]
-    result = self.rounds.run(state.model, groups, unserved, round_num=round_num)
+    result = self.rounds.run(
+      state.model,
+      groups,
+      unserved,
+      round_num=round_num,
+      noise_seed=state.noise_seed,
+    )
     tables = state.tables
     for client_id, sent, trained in outcomes:
       tables = update_tables(
@@ -627,7 +635,9 @@ class AdaptiveFL(api.FederatedAlgorithm):
     )
     metrics["failed"] = float(len(unserved))
     return api.RoundOutput(
-      state=AdaptiveFLState(model=result.model, tables=tables),
+      state=AdaptiveFLState(
+        model=result.model, tables=tables, noise_seed=state.noise_seed
+      ),
       metrics=metrics,
       traffic=result.traffic,
     )

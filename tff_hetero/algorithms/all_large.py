@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Optional
+
+import attrs
 
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
@@ -36,7 +39,7 @@ class AllLarge(api.FederatedAlgorithm):
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
-    noise_seed: int = 0,
+    noise_seed: Optional[int] = None,
   ):
     self.catalog = width_rounds.LevelCatalog(
       task, [("L1", width_lib.full_widths(task.width_units))]
@@ -53,7 +56,8 @@ class AllLarge(api.FederatedAlgorithm):
 
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
-      model=self.catalog.initial_weights(self.catalog.outer)
+      model=self.catalog.initial_weights(self.catalog.outer),
+      noise_seed=self.rounds.initial_noise_seed(),
     )
 
   def next(
@@ -67,9 +71,10 @@ class AllLarge(api.FederatedAlgorithm):
       state.model,
       [width_rounds.Group(full, full, tuple(clients))],
       round_num=round_num,
+      noise_seed=state.noise_seed,
     )
     return api.RoundOutput(
-      state=width_rounds.WidthState(model=result.model),
+      state=attrs.evolve(state, model=result.model),
       metrics=result.metrics,
       traffic=result.traffic,
     )

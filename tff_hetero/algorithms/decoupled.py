@@ -36,8 +36,10 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from typing import Any
+from typing import Optional
 
 import attrs
+import numpy as np
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.aggregators import masked_dp
@@ -52,9 +54,11 @@ DECOUPLED_LEVELS = ("L1", "M1", "S1")
 
 @attrs.frozen
 class DecoupledState:
-  """One `ModelWeights` per level, in `DECOUPLED_LEVELS` order."""
+  """One `ModelWeights` per level, in `DECOUPLED_LEVELS` order, and the DP
+  noise seed (a secret by default; model i draws from seed x 3 + i)."""
 
   models: tuple[Any, ...]
+  noise_seed: Any = np.int64(0)
 
 
 class Decoupled(api.FederatedAlgorithm):
@@ -72,7 +76,7 @@ class Decoupled(api.FederatedAlgorithm):
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
-    noise_seed: int = 0,
+    noise_seed: Optional[int] = None,
   ):
     self.members = tuple(pool.member(level) for level in DECOUPLED_LEVELS)
     self._population = None
@@ -87,16 +91,19 @@ class Decoupled(api.FederatedAlgorithm):
           prox_mu=prox_mu,
           server_lr=server_lr,
           aggregation=aggregation,
-          # One noise stream per model.
-          noise_seed=noise_seed * len(DECOUPLED_LEVELS) + len(self.runners),
         )
       )
+    self._aggregation = aggregation
+    self._noise_seed = noise_seed
 
   def initialize(self) -> DecoupledState:
     return DecoupledState(
       models=tuple(
         r.catalog.initial_weights(r.catalog.outer) for r in self.runners
-      )
+      ),
+      noise_seed=masked_dp.initial_noise_seed(
+        self._aggregation, self._noise_seed
+      ),
     )
 
   def attach(self, population: Any, client_sizes) -> None:
@@ -167,6 +174,8 @@ class Decoupled(api.FederatedAlgorithm):
         models[i],
         [width_rounds.Group(level, level, tuple(by_level[i]))],
         round_num=round_num,
+        # One noise stream per model.
+        noise_seed=int(state.noise_seed) * len(self.runners) + i,
       )
       models[i] = result.model
       traffic.extend(result.traffic)
@@ -183,7 +192,7 @@ class Decoupled(api.FederatedAlgorithm):
     for i, member in enumerate(self.members):
       metrics[f"{member.level}_clients"] = float(len(by_level[i]))
     return api.RoundOutput(
-      state=DecoupledState(models=tuple(models)),
+      state=attrs.evolve(state, models=tuple(models)),
       metrics=metrics,
       traffic=_per_client(traffic),
     )

@@ -88,7 +88,7 @@ class HeteroFL(api.FederatedAlgorithm):
     server_lr: float = 1.0,
     prox_mu: float = 0.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
-    noise_seed: int = 0,
+    noise_seed: Optional[int] = None,
   ):
     self.tier_rates = dict(tier_rates)
     rates = sorted(
@@ -126,7 +126,8 @@ class HeteroFL(api.FederatedAlgorithm):
 
   def initialize(self) -> width_rounds.WidthState:
     return width_rounds.WidthState(
-      model=self.catalog.initial_weights(self.catalog.outer)
+      model=self.catalog.initial_weights(self.catalog.outer),
+      noise_seed=self.rounds.initial_noise_seed(),
     )
 
   def level_of(self, client: api.ClientRound) -> Optional[width_rounds.Level]:
@@ -155,13 +156,15 @@ class HeteroFL(api.FederatedAlgorithm):
       width_rounds.Group(levels[i], levels[i], tuple(members))
       for i, members in sorted(by_level.items())
     ]
-    result = self.rounds.run(state.model, groups, round_num=round_num)
+    result = self.rounds.run(
+      state.model, groups, round_num=round_num, noise_seed=state.noise_seed
+    )
     metrics = result.metrics
     metrics["idle_clients"] = float(
       len(clients) - sum(len(m) for m in by_level.values())
     )
     return api.RoundOutput(
-      state=width_rounds.WidthState(model=result.model),
+      state=attrs.evolve(state, model=result.model),
       metrics=metrics,
       traffic=result.traffic,
     )

@@ -24,7 +24,8 @@ O as NumPy arrays between rounds:
    (`SubModelMap.add_scattered`: the weighted sum into the level's elements,
    the weight sum onto every element the level covers);
 3. after the last group, runs the server step `apply_sums` once (with DP,
-   `apply_noised_sums` with the seed `(noise_seed, round_num)`).
+   `apply_noised_sums` with the seed `(noise_seed, round_num)`; the
+   algorithm keeps `noise_seed` in its state, `masked_dp.initial_noise_seed`).
 
 So per group only S goes to the worker and T + 1 values (plus measurements)
 come back; O and the two O-sized sums cross once per round
@@ -113,7 +114,7 @@ class HeterogeneousRounds:
     prox_mu: float = 0.0,
     server_lr: float = 1.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
-    noise_seed: int = 0,
+    noise_seed: Optional[int] = None,
   ):
     self.catalog = catalog
     self.computations = WidthComputations(
@@ -123,13 +124,18 @@ class HeterogeneousRounds:
       prox_mu=prox_mu,
       aggregation=aggregation,
     )
-    self._noise_seed = int(noise_seed)
+    self._noise_seed = noise_seed
     self._server_lr = float(server_lr)
     self._static_bn: dict[int, static_batch_norm.StaticBatchNorm] = {}
 
   @property
   def aggregation(self) -> masked_dp.MaskedAggregation:
     return self.computations.aggregation
+
+  def initial_noise_seed(self) -> np.int64:
+    """The DP noise seed a new run keeps in its state: the given one, a
+    secret one (private aggregation), or 0 (`masked_dp.initial_noise_seed`)."""
+    return masked_dp.initial_noise_seed(self.aggregation, self._noise_seed)
 
   # -- running -----------------------------------------------------------
 
@@ -149,6 +155,7 @@ class HeterogeneousRounds:
     groups: Sequence[Group],
     unserved: Sequence[tuple[Level, api.ClientRound]] = (),
     round_num: Optional[int] = None,
+    noise_seed: Optional[int] = None,
   ) -> GroupedRoundResult:
     """Runs every group on the server model `weights`, then the server step.
 
@@ -156,10 +163,15 @@ class HeterogeneousRounds:
     their download is measured, they upload nothing. With a private
     aggregation the DP noise is drawn from `(noise_seed, round_num)`, so a
     resumed run draws what an uninterrupted one does; `round_num` is then
-    required.
+    required, and `noise_seed` (the state's; default: the constructor's).
     """
-    if self.computations.aggregation.private and round_num is None:
-      raise ValueError("a private aggregation needs the round number")
+    noise_seed = self._noise_seed if noise_seed is None else noise_seed
+    if self.computations.aggregation.private and (
+      round_num is None or noise_seed is None
+    ):
+      raise ValueError(
+        "a private aggregation needs the round number and the noise seed"
+      )
     trainable = [np.asarray(w, np.float32) for w in weights.trainable]
     sums = self.zero_sums()
     sent_slices: dict[int, list[np.ndarray]] = {}
@@ -226,7 +238,7 @@ class HeterogeneousRounds:
         trainable,
         sums,
         np.float32(self._server_lr),
-        np.asarray([self._noise_seed, round_num], np.int64),
+        np.asarray([noise_seed, round_num], np.int64),
       )
     else:
       new_trainable = self.computations.apply_sums(
@@ -283,3 +295,4 @@ class WidthState:
   """Server state of a width-heterogeneous algorithm: the server model."""
 
   model: Any  # tff.learning.models.ModelWeights of the catalog's outer level
+  noise_seed: Any = np.int64(0)  # The DP noise seed (a secret by default).

@@ -24,6 +24,8 @@ import attrs
 from tff_hetero.errors import UsageError
 from tff_hetero.parsing import parse_number_list
 from tff_hetero.settings import AlgorithmSettings
+from tff_hetero.settings import non_negative_int
+from tff_hetero.settings import optional
 from tff_hetero.settings import setting
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -114,6 +116,16 @@ class ExperimentConfig:
     None,
     "Gaussian noise std over --clip_norm (--aggregator=dp), >= 0.",
     kind=float,
+  )
+  dp_noise_seed: int | None = setting(
+    None,
+    "Seed of the DP noise of the width algorithms (--aggregator=dp). Unset:"
+    " a secret seed drawn from the OS when the run starts, kept only in its"
+    " checkpoints (none in the report); set it for a reproducible simulation"
+    " whose noise anyone with the report can recompute. (FedAvg, FedProx and"
+    " FedAdam use TFF's DP factory, whose noise is unseeded.)",
+    kind=int,
+    check=optional(non_negative_int()),
   )
   seed: int = setting(
     0, "Seed of model init, partition, tiers, sampling and shuffles."
