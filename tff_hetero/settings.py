@@ -79,11 +79,9 @@ def setting(
   )
 
 
-# Checks (attrs validators) with the project's one-line messages.
-
-
-# Checks built from parameters are frozen attrs callables, so two settings
-# with the same check compare equal (`flag_specs` compares definitions).
+# Checks (attrs validators) with the project's one-line messages. Those built
+# from parameters are frozen attrs callables, so two settings with the same
+# check compare equal (`flag_specs` compares definitions).
 
 
 @attrs.frozen
@@ -243,13 +241,24 @@ def flag_specs(
           f"{cls.__name__}.{field.name} of {algorithm!r} shadows the common"
           f" setting {field.name!r}"
         )
-      if _definition(known.field) != _definition(field):
+      differing = [
+        part
+        for part, a, b in zip(
+          _DEFINITION_PARTS, _definition(known.field), _definition(field)
+        )
+        if a != b
+      ]
+      if differing:
         raise ValueError(
           f"{cls.__name__}.{field.name} of {algorithm!r} disagrees with the"
-          f" definition read by {', '.join(known.readers)}"
+          f" definition read by {', '.join(known.readers)}:"
+          f" {', '.join(differing)} differ"
         )
       specs[field.name] = FlagSpec(known.field, known.readers + (algorithm,))
   return specs
+
+
+_DEFINITION_PARTS = ("default", "kind", "choices", "help", "checks")
 
 
 def _definition(field: attrs.Attribute):

@@ -517,7 +517,7 @@ def _median_next_s(
   """Median seconds of `algorithm.next` over `timed` rounds after `warmup`.
 
   `clients_for_round(state, round_num, client_states)` gives the cohort;
-  `client_states` holds what earlier rounds left (FedSGC's uploads). With the
+  `client_states` holds the client states earlier rounds returned. With the
   execution `handle`, also the mean serialized RPC bytes per timed round
   between driver and worker (`sent`, `received`).
   """

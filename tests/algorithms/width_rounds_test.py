@@ -480,19 +480,17 @@ def test_group_round_signature():
     _TASK, [(m.level, m.widths) for m in _POOL.members]
   )
   rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
-  computation = rounds.computations.group_round(
-    catalog.levels[2], catalog.levels[0]
-  )
+  sent, trained = catalog.levels[1], catalog.levels[0]
+  computation = rounds.computations.group_round(sent, trained)
   signature = computation.type_signature
-  # Only the sent level (2) goes in; the sums come back at the trained
-  # level's (0) shapes with one scalar weight sum.
-  sent_shapes = [
-    w.shape for w in catalog.initial_weights(catalog.levels[2]).trainable
-  ]
-  trained_shapes = [
-    w.shape for w in catalog.initial_weights(catalog.levels[0]).trainable
-  ]
-  assert sent_shapes != trained_shapes
+
+  # Only the sent level goes in (not the server model's); the sums come
+  # back at the trained level's shapes with one scalar weight sum.
+  def shapes(level):
+    return [w.shape for w in catalog.initial_weights(level).trainable]
+
+  sent_shapes, trained_shapes = shapes(sent), shapes(trained)
+  assert sent_shapes not in (trained_shapes, shapes(catalog.outer))
   assert signature.parameter[0].placement == tff.SERVER
   assert [t.shape for t in signature.parameter[0].member] == sent_shapes
   assert signature.parameter[1].placement == tff.CLIENTS

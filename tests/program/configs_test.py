@@ -67,14 +67,14 @@ def test_conflicting_definitions_of_one_flag_are_refused():
   class Stronger(settings_lib.AlgorithmSettings):
     strength: float = settings_lib.setting(0.9, "Toy strength.")
 
-  with pytest.raises(ValueError, match="disagrees with the definition read"):
+  with pytest.raises(ValueError, match="read by toy: default, checks differ"):
     settings_lib.flag_specs(_Common, {"toy": _Toy, "strong": Stronger})
 
   @attrs.frozen(kw_only=True)
   class Unchecked(settings_lib.AlgorithmSettings):
     strength: float = settings_lib.setting(0.5, "Toy strength.")
 
-  with pytest.raises(ValueError, match="disagrees with the definition read"):
+  with pytest.raises(ValueError, match="read by toy: checks differ"):
     settings_lib.flag_specs(_Common, {"toy": _Toy, "unchecked": Unchecked})
 
   # Checks built from parameters compare by their parameters.

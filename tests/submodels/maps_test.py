@@ -154,6 +154,12 @@ def test_numpy_forms_on_a_flatten_view_by_hand():
   expected = np.zeros((12, 4), np.float32)
   expected[[0, 3, 6, 9], :2] = 1.5
   np.testing.assert_array_equal(target, expected)
+  # A 0-d variable (a Keras `add_weight(shape=())`) is added in place too.
+  scalar_map = SubModelMap((SliceSpec("s", (), (), (), ()),), ())
+  target = np.zeros((), np.float32)
+  scalar_map.add_scattered([target], [np.float32(3.0)])
+  assert target == 3.0
+  assert scalar_map.extract_arrays([target])[0] == 3.0
 
 
 @pytest.mark.parametrize("name", _CHECK_FUNCTION)

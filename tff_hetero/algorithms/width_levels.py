@@ -6,8 +6,9 @@ measured parameters and FLOPs. A `LevelCatalog` builds each level's Keras
 model once (seeded by the task), checks that every level is part of the
 server model's level, and holds the `SubModelMap`s between levels (cached).
 
-Keras and NumPy only: the typed TFF computations over a catalog are built in
-`width_computations.py`, and run round by round in `width_rounds.py`.
+No TFF computation is built here (TFF only lends `ModelWeights`): the typed
+computations over a catalog are built in `width_computations.py`, and run
+round by round in `width_rounds.py`.
 """
 
 from __future__ import annotations

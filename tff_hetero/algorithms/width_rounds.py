@@ -27,9 +27,10 @@ O as NumPy arrays between rounds:
    `apply_noised_sums` with the seed `(noise_seed, round_num)`; the
    algorithm keeps `noise_seed` in its state, `masked_dp.initial_noise_seed`).
 
-So per group only S goes to the worker and T + 1 values (plus measurements)
-come back; O and the two O-sized sums cross once per round
-(`tools/bench.py --suite=hetero` measures the bytes).
+So per group the worker receives S and the group's client datasets (and
+the computation, the first time), and T + 1 values plus the measurements
+come back; O and the two O-sized sums go to the worker, and the new O comes
+back, once per round (`tools/bench.py --suite=hetero` measures the bytes).
 """
 
 from __future__ import annotations
@@ -140,10 +141,7 @@ class HeterogeneousRounds:
   # -- running -----------------------------------------------------------
 
   def zero_sums(self) -> MaskedSums:
-    shapes = [
-      w.shape
-      for w in self.catalog.initial_weights(self.catalog.outer).trainable
-    ]
+    shapes = [t.shape for t in self.computations.outer_trainable_type]
     return MaskedSums(
       [np.zeros(s, np.float32) for s in shapes],
       [np.zeros(s, np.float32) for s in shapes],

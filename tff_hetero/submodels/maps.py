@@ -76,10 +76,15 @@ class SliceSpec:
   def inner_part(self, outer: np.ndarray) -> np.ndarray:
     """The elements of the outer-shaped NumPy array `outer` that the inner
     variable holds, as a writable view shaped like `inner_view` (so
-    `spec.inner_part(a)[...] += x` adds in place)."""
-    view = outer.view()
-    view.shape = self.outer_view  # Raises rather than copy.
-    return view[tuple(slice(0, d) for d in self.inner_view)]
+    `spec.inner_part(a)[...] += x` adds in place; a 0-d variable gives a
+    0-d view). Raises `ValueError` if `outer` cannot be viewed in that
+    shape without a copy."""
+    view = outer.reshape(self.outer_view)
+    if not np.may_share_memory(view, outer):
+      raise ValueError(
+        f"{self.name}: the array cannot be viewed as {self.outer_view}"
+      )
+    return view[tuple(slice(0, d) for d in self.inner_view) + (Ellipsis,)]
 
   def coverage(self) -> np.ndarray:
     mask = np.zeros(self.outer_view, np.float32)
@@ -206,7 +211,9 @@ class SubModelMap:
     return self._apply(weights, "scatter")
 
   def extract_arrays(self, trainable: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """`extract` of the trainable variables in NumPy, on the driver."""
+    """`extract` of the trainable variables in NumPy, on the driver (a
+    variable the sub-model holds whole may come back as the input array
+    itself, not a copy)."""
     if len(trainable) != len(self.trainable):
       raise ValueError(f"expected {len(self.trainable)} trainable values")
     return [
@@ -217,8 +224,10 @@ class SubModelMap:
   def add_scattered(
     self, targets: Sequence[np.ndarray], values: Sequence[Any]
   ) -> None:
-    """`targets[i] += scatter(values)[i]` in place, in NumPy (outer-shaped,
-    C-contiguous targets; a scalar value is added to every covered element)."""
+    """`targets[i] += scatter(values)[i]` in place, in NumPy (outer-shaped
+    targets that can be viewed in the variable's view shape without a copy,
+    as C-contiguous ones can; a scalar value is added to every covered
+    element)."""
     if len(targets) != len(self.trainable) or len(values) != len(targets):
       raise ValueError(f"expected {len(self.trainable)} targets and values")
     for spec, target, value in zip(self.trainable, targets, values):
