@@ -26,11 +26,21 @@ Departures, each on purpose:
   reproduction's `baselines` part runs FedDST's reading (80% kept) as well,
   so that which reading favours GraSP is measured, not assumed;
 * a kernel that GraSP empties entirely stays empty (as in GraSP);
-* nothing corrects GraSP's sign preference: on the FedDST MNIST CNN (ReLU,
-  no batch norm) at sparsity 0.8 its scores keep 91% positive weights in
-  conv1 and 100% in conv2, and the pruned initial model's test loss is 62
-  (2.3 before pruning; keeping the lowest scores instead gives 2.3) -- the
-  network starts saturated; measured, reported as it is;
+* nothing corrects GraSP's sign preference, and on the FedSGC
+  reproduction's setting it does not train. On the FedDST MNIST CNN (ReLU,
+  no batch norm, non-negative pixels) at sparsity 0.8, seed 1, the kept
+  weights are 91.8% positive in conv1 and 98.3% in conv2 (51.6% / 50.5% of
+  all their weights; `python tools/grasp_masks.py --seed=1`), so the pruned
+  initial model's outputs are large: its round-1 training loss is 47.8
+  (seed 2: 16.0; `docs/reproductions/fedsgc/runs/grasp_seed*/report.json`),
+  and test accuracy is 10.0% (chance) at every evaluation of 400 rounds in
+  both seeds. A replay of round 1 outside the pipeline (not committed) found
+  every conv1 filter dead after it (ReLU output 0 on every input), which
+  would explain the flat 10%. The opposite end of the scores keeps 95-98%
+  negative conv weights and starts with the convolutions dead. This is
+  GraSP as defined (the official code's convention) on this network and is
+  reported as it is; a variant that trains (GraSP's masks on freshly drawn
+  weights) would be a departure and is not offered;
 * compute: two training passes over the client's data are counted (the
   Hessian-gradient product's second backward is counted as one backward).
 """
