@@ -87,7 +87,10 @@ cohort 4 by default):
     `rss_growth_pct`): features must not pile up;
   * the same for `--gkt_mode=async` (`fedgkt_async_*`: the event simulation
     of the devices decides each round's arrivals, the server trains on each;
-    `fedgkt_async_clients_per_round` is the mean number of arrivals).
+    `fedgkt_async_clients_per_round` is the mean number of arrivals);
+  * `fedgkt_rpc_mib_sent` / `_received`: sync FedGKT's mean serialized
+    gRPC bytes per round between the driver and its local TFF worker
+    (`ExecutionHandle.rpc_bytes`), rounds 2..`--rounds` + 1 of one cohort.
 The last line printed is one JSON object with these figures.
 """
 
@@ -831,12 +834,60 @@ def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
   return results
 
 
+def _gkt_rpc_bytes(cohort: int, rounds: int) -> collections.OrderedDict:
+  """Sync FedGKT's driver<->worker gRPC bytes per round, rounds 2..`rounds`
+  (the same cohort each round, so every client holds an answer after round
+  1 and its teacher logits travel in its data)."""
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  experiment = loop.build_experiment(
+    _config(
+      algorithm="fedgkt",
+      gkt_server_model=_GKT_SERVER.value,
+      clients_per_round=cohort,
+    )
+  )
+  algorithm, fed = experiment.algorithm, experiment.federated_data
+  ids = list(fed.client_ids)[:cohort]
+
+  def clients(state, round_num, client_states):
+    del state
+    out = []
+    for cid in ids:
+      held = client_states.get(cid, algorithm.initial_client_state())
+      out.append(
+        api.ClientRound(
+          client_id=cid,
+          num_examples=len(fed.client_train(cid)),
+          dataset=algorithm.client_dataset(
+            fed.client_train(cid),
+            batch_size=20,
+            local_epochs=1,
+            shuffle_seed=round_num,
+            state=held,
+          ),
+          state=held,
+        )
+      )
+    return out
+
+  with runtime.local_execution() as handle:
+    _, _, rpc = _median_next_s(algorithm, clients, 1, rounds - 1, handle)
+  return collections.OrderedDict(
+    (f"fedgkt_rpc_mib_{direction}", round(rpc[direction] / 2**20, 2))
+    for direction in ("sent", "received")
+  )
+
+
 def bench_gkt() -> collections.OrderedDict:
   rounds = max(_GKT_ROUNDS.value, 20)
   cohort = _COHORT.value if _COHORT.present else 4
   results = collections.OrderedDict()
   for mode in ("sync", "async"):
     results.update(_gkt_run(mode, rounds, cohort))
+  results.update(_gkt_rpc_bytes(cohort, _ROUNDS.value + 1))
   results["setup"] = (
     f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"
     f" {_CLIENTS.value} iid clients, cohort {cohort} (async:"
