@@ -26,6 +26,7 @@ from tff_hetero import data as data_lib
 from tff_hetero import models
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedgkt
+from tff_hetero.algorithms import fedgkt_steps
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.program import loop
@@ -117,7 +118,7 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
   server_logits = np.zeros((n, CLASSES), np.float32)
   server_logits[:, 2] = 5.0
   # One batch holding every sample, one epoch, plain SGD at lr 0.3.
-  dataset = fedgkt.client_dataset_with_teacher(
+  dataset = fedgkt_steps.client_dataset_with_teacher(
     arrays,
     server_logits,
     CLASSES,
@@ -125,19 +126,21 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
     local_epochs=1,
     shuffle_seed=5,
   )
-  update = fedgkt.build_edge_update(
+  update = fedgkt_steps.build_edge_update(
     algorithm.edge_fn,
     algorithm.split_layer,
     learning_process.client_sgd(0.3),
     algorithm.settings,
   )
   initial = algorithm.initial_client_state()
-  model, upload, bytes_up, sums = update(
-    fedgkt.ClientModel(
+  model, tagged, sizes, sums = update(
+    fedgkt_steps.ClientModel(
       initial.trainable, initial.non_trainable, initial.optimizer_state
     ),
     dataset,
+    np.int32(6),
   )
+  upload = tagged.upload
 
   reference = algorithm.edge_fn()
   z = reference(arrays.x, training=True).numpy()  # before the step
@@ -176,10 +179,14 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
     0.1 * _stem_batch_mean(reference, arrays.x),
     atol=1e-5,
   )
-  # Upload: features (the stem's output), logits, labels of every sample.
+  # Upload: features (the stem's output), logits, labels of every sample,
+  # each tagged with the client's cohort position.
   assert upload.features.shape == (n, 8, 8, 16)
   np.testing.assert_array_equal(upload.labels, arrays.y)
-  assert int(bytes_up) == n * (8 * 8 * 16 * 4 + CLASSES * 4 + 4) + 5 * 4
+  np.testing.assert_array_equal(tagged.owners, np.full(n, 6))
+  assert int(sizes.bytes_up) == n * (8 * 8 * 16 * 4 + CLASSES * 4 + 4) + 5 * 4
+  assert int(sizes.samples) == n
+  assert int(sizes.feature_bytes) == n * 8 * 8 * 16 * 4
 
 
 def test_client_kd_off_without_an_answer_or_transfer():
@@ -188,7 +195,7 @@ def test_client_kd_off_without_an_answer_or_transfer():
     (_algorithm(), np.zeros((0, CLASSES), np.float32)),
     (_algorithm(transfer="none"), np.ones((len(arrays), CLASSES), np.float32)),
   ):
-    update = fedgkt.build_edge_update(
+    update = fedgkt_steps.build_edge_update(
       algorithm.edge_fn,
       algorithm.split_layer,
       learning_process.client_sgd(0.3),
@@ -196,12 +203,13 @@ def test_client_kd_off_without_an_answer_or_transfer():
     )
     initial = algorithm.initial_client_state()
     model, _, _, sums = update(
-      fedgkt.ClientModel(
+      fedgkt_steps.ClientModel(
         initial.trainable, initial.non_trainable, initial.optimizer_state
       ),
-      fedgkt.client_dataset_with_teacher(
+      fedgkt_steps.client_dataset_with_teacher(
         arrays, logits, CLASSES, batch_size=64, local_epochs=1, shuffle_seed=5
       ),
+      np.int32(0),
     )
     z = algorithm.edge_fn()(arrays.x, training=True).numpy()
     step, _ = _bias_step(z, arrays.y, z, 0.3, 0.0, 4.0, True)
@@ -220,18 +228,28 @@ def test_server_step_by_hand(transfer):
   labels = rng.integers(0, CLASSES, n).astype(np.int32)
   client_logits = np.zeros((n, CLASSES), np.float32)
   client_logits[:, 7] = 6.0  # the edges say 7
-  update = fedgkt.build_server_update(
+  update = fedgkt_steps.build_server_update(
     algorithm.server_fn,
     fedgkt.SERVER_OPTIMIZERS["sgd"](0.2),
     algorithm.settings,
   )
   initial = algorithm.initialize()
-  weights, _, sums, fresh, answer = update(
+  result = update(
     tff.learning.models.ModelWeights(initial.trainable, initial.non_trainable),
     initial.optimizer_state,
-    fedgkt.GKTUpload(features, client_logits, labels),
-    np.arange(n, dtype=np.int64),
+    fedgkt_steps.TaggedUpload(
+      fedgkt_steps.GKTUpload(features, client_logits, labels),
+      np.zeros(n, np.int32),
+    ),
+    fedgkt_steps.server_plan([1], [n], [np.arange(n)]),
   )
+  weights, sums, fresh, answer = (
+    result.weights,
+    result.sums,
+    result.fresh_correct,
+    result.answers,
+  )
+  np.testing.assert_array_equal(result.answer_owners, np.zeros(n))
   reference = algorithm.server_fn()
   # Before training: the fresh accuracy of the initial model (inference).
   assert float(fresh) == np.sum(
@@ -265,11 +283,103 @@ def test_server_step_by_hand(transfer):
   )
 
 
+def test_server_step_trains_and_answers_group_after_group():
+  """Two groups (async: two arrivals), received out of cohort order.
+
+  Oracle: the Keras server model trained by hand with `tf.GradientTape`,
+  SGD with heavy-ball momentum 0.9 (acc = 0.9 acc + g; w -= lr acc; lr 0.02) on
+  CE + 0.7 x T^2 KL(softmax(t / T) || softmax(z / T)) at T = 4, one batch
+  per group: group 0 (client 0), then group 1 (clients 1 and 2). Each
+  group's fresh count and answer come from the model before / after
+  training on that group only.
+  """
+  # The learning rate the server uses is the one in its optimizer state.
+  algorithm = _algorithm(server_lr=0.02)
+  rng = np.random.default_rng(8)
+  sizes = (5, 3, 4)  # clients 0, 1, 2
+  features = [
+    rng.uniform(0, 1, (n, 8, 8, 16)).astype(np.float32) for n in sizes
+  ]
+  labels = [rng.integers(0, CLASSES, n).astype(np.int32) for n in sizes]
+  teachers = [rng.normal(0, 2, (n, CLASSES)).astype(np.float32) for n in sizes]
+  # Received as client 2, client 0, client 1 (as two workers may merge).
+  arrival = (2, 0, 1)
+  received = fedgkt_steps.TaggedUpload(
+    fedgkt_steps.GKTUpload(
+      np.concatenate([features[k] for k in arrival]),
+      np.concatenate([teachers[k] for k in arrival]),
+      np.concatenate([labels[k] for k in arrival]),
+    ),
+    np.concatenate([np.full(sizes[k], k, np.int32) for k in arrival]),
+  )
+  orders = [np.arange(5)[::-1], np.array([6, 0, 2, 4, 1, 3, 5])]
+  update = fedgkt_steps.build_server_update(
+    algorithm.server_fn,
+    fedgkt.SERVER_OPTIMIZERS["sgd"](0.02),
+    algorithm.settings,
+  )
+  initial = algorithm.initialize()
+  result = update(
+    tff.learning.models.ModelWeights(initial.trainable, initial.non_trainable),
+    algorithm.initialize().optimizer_state,
+    received,
+    fedgkt_steps.server_plan([1, 3], [5, 7], orders),
+  )
+
+  reference = algorithm.server_fn()
+  accumulators = [tf.zeros_like(v) for v in reference.trainable_variables]
+  groups = [
+    tuple(np.concatenate([part[k] for k in ks]) for ks in ([0], [1, 2]))
+    for part in (features, labels, teachers)
+  ]
+  fresh, answers = 0, []
+  for g, order in enumerate(orders):
+    x, y, t = (part[g] for part in groups)
+    fresh += np.sum(np.argmax(reference(x, training=False), 1) == y)
+    x, y, t = x[order], y[order], t[order]
+    with tf.GradientTape() as tape:
+      z = reference(x, training=True)
+      ce = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, z))
+      p = tf.nn.softmax(t / 4.0)
+      kl = tf.reduce_sum(
+        p * (tf.math.log(p) - tf.nn.log_softmax(z / 4.0)), axis=1
+      )
+      loss = ce + 0.7 * 16.0 * tf.reduce_mean(kl)
+    grads = tape.gradient(loss, reference.trainable_variables)
+    accumulators = [0.9 * a + g_ for a, g_ in zip(accumulators, grads)]
+    for v, a in zip(reference.trainable_variables, accumulators):
+      v.assign_sub(0.02 * a)
+    answers.append(reference(groups[0][g], training=False).numpy())
+
+  assert float(result.fresh_correct) == fresh
+  # Answers in cohort order, each row tagged with its client.
+  np.testing.assert_array_equal(
+    result.answer_owners, np.repeat([0, 1, 2], sizes)
+  )
+  np.testing.assert_allclose(
+    result.answers, np.concatenate(answers), rtol=1e-4, atol=1e-4
+  )
+  for got, want in zip(result.weights.trainable, reference.trainable_weights):
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+  assert float(result.sums["examples"]) == 12.0
+  assert float(result.seconds) > 0.0
+  # A plan whose counts differ from what arrived is refused.
+  with pytest.raises(tf.errors.InvalidArgumentError, match="plan"):
+    update(
+      tff.learning.models.ModelWeights(
+        initial.trainable, initial.non_trainable
+      ),
+      initial.optimizer_state,
+      received,
+      fedgkt_steps.server_plan([1, 3], [4, 8], orders),
+    )
+
+
 def test_each_batch_carries_its_own_samples_logits():
   arrays = _arrays(n=10)
   logits = np.arange(10 * CLASSES, dtype=np.float32).reshape(10, CLASSES)
   batches = list(
-    fedgkt.client_dataset_with_teacher(
+    fedgkt_steps.client_dataset_with_teacher(
       arrays, logits, CLASSES, batch_size=4, local_epochs=2, shuffle_seed=1
     )
   )
@@ -286,7 +396,7 @@ def test_each_batch_carries_its_own_samples_logits():
   # Before the first answer: no teacher, zero rows.
   first = next(
     iter(
-      fedgkt.client_dataset_with_teacher(
+      fedgkt_steps.client_dataset_with_teacher(
         arrays,
         np.zeros((0, CLASSES), np.float32),
         CLASSES,
@@ -324,19 +434,19 @@ def test_plateau_schedule_by_hand():
 def test_server_batch_order_by_hand():
   # Algorithm 1's order: the samples as received, every epoch.
   np.testing.assert_array_equal(
-    fedgkt.server_batch_order(5, 2, 2, "by_client", seed=7),
+    fedgkt_steps.server_batch_order(5, 2, 2, "by_client", seed=7),
     [0, 1, 2, 3, 4, 0, 1, 2, 3, 4],
   )
-  shuffled = fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7)
+  shuffled = fedgkt_steps.server_batch_order(5, 2, 2, "shuffled", seed=7)
   # Each epoch a permutation of its own, the same for the same seed.
   for epoch in (shuffled[:5], shuffled[5:]):
     assert sorted(epoch) == [0, 1, 2, 3, 4]
   assert list(shuffled) != [0, 1, 2, 3, 4] * 2
   np.testing.assert_array_equal(
-    shuffled, fedgkt.server_batch_order(5, 2, 2, "shuffled", seed=7)
+    shuffled, fedgkt_steps.server_batch_order(5, 2, 2, "shuffled", seed=7)
   )
   with pytest.raises(ValueError, match="by_client"):
-    fedgkt.server_batch_order(5, 2, 2, "sorted", seed=7)
+    fedgkt_steps.server_batch_order(5, 2, 2, "sorted", seed=7)
 
 
 # ---------------------------------------------------------------------------
@@ -368,7 +478,7 @@ def _config(**overrides):
 
 
 _RUNS = {}
-_COHORT_SIZES = {}  # mode -> clients sent to each client_round call
+_COHORT_SIZES = {}  # mode -> clients sent to each round call
 
 
 def _rounds(mode):
@@ -377,13 +487,13 @@ def _rounds(mode):
     experiment = loop.build_experiment(_config(gkt_mode=mode))
     algorithm = experiment.algorithm
     comps, sizes = algorithm.computations, []
-    client_round = comps.client_round
+    round_ = comps.round
 
-    def recording_client_round(models_, datasets, positions):
+    def recording_round(weights, opt, plan, models_, datasets, positions):
       sizes.append((len(models_), len(datasets), len(positions)))
-      return client_round(models_, datasets, positions)
+      return round_(weights, opt, plan, models_, datasets, positions)
 
-    comps.client_round = recording_client_round
+    comps.round = recording_round
     _COHORT_SIZES[mode] = sizes
     fed = experiment.federated_data
     state, stored, outputs = algorithm.initialize(), {}, []
@@ -427,20 +537,38 @@ def _composed_logits(algorithm, state, edge_state, x):
 def test_type_signatures():
   algorithm = _algorithm()
   comps = algorithm.computations
-  client = comps.client_round.type_signature
-  assert [p.placement for p in client.parameter] == [tff.CLIENTS] * 3
-  models_, uploads, bytes_up, positions, sums = client.result
+  round_ = comps.round.type_signature
+  assert [p.placement for p in round_.parameter] == [
+    tff.SERVER,
+    tff.SERVER,
+    tff.SERVER,
+    tff.CLIENTS,
+    tff.CLIENTS,
+    tff.CLIENTS,
+  ]
+  result, models_, sizes, positions, sums = round_.result
   assert [
+    result.placement,
     models_.placement,
-    uploads.placement,
-    bytes_up.placement,
+    sizes.placement,
     positions.placement,
     sums.placement,
-  ] == [tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
-  assert uploads.member.features.shape == (None, 8, 8, 16)
+  ] == [tff.SERVER, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
+  # The features reach the server inside the computation: no result carries
+  # them; the server's answers come back, one row per sample.
+  assert result.member.answers.shape == (None, CLASSES)
+  assert list(sizes.member._name_to_index) == [  # pylint: disable=protected-access
+    "bytes_up",
+    "samples",
+    "feature_bytes",
+  ]
+  client = comps.client_step.type_signature
+  assert client.result[1].upload.features.shape == (None, 8, 8, 16)
+  server = comps.server_step.type_signature
+  assert server.parameter[2].upload.features.shape == (None, 8, 8, 16)
   # Batches carry their samples' positions (in the client's own data) and
   # teachers.
-  element = client.parameter[1].member.element
+  element = round_.parameter[4].member.element
   assert list(element._name_to_index) == [  # pylint: disable=protected-access
     "x",
     "y",
@@ -449,9 +577,6 @@ def test_type_signatures():
     "has_teacher",
     "teacher",
   ]
-  server = comps.server_round.type_signature
-  assert all(p.placement == tff.SERVER for p in server.parameter)
-  assert server.result.member[4].shape == (None, CLASSES)
 
 
 def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):

@@ -17,6 +17,14 @@ back in cohort order (`cohort_order`, `reorder`):
 
 SERVER-placed results (sums, means) do not depend on the order.
 
+The same context splits an argument's clients among the workers element by
+element and carries the split's progress over from the argument's last
+element only (`_partition_value`): a computation that takes CLIENTS-placed
+values must take one of them last, or every worker gets the first clients
+(FedGKT's round, `fedgkt_computations`, measured it, and
+`tests/program/executors_test.py` catches it; all our rounds end with their
+positions or their data).
+
 A round whose cohort size varies from call to call (FedGKT's asynchronous
 arrivals) pads it to one fixed size with clients that train on nothing
 (`padded`), and keeps the results of cohort positions 0..n-1

@@ -7,14 +7,14 @@ its own small edge model (the stem of the CNN, `tff_hetero.models.fedgkt`,
 then its own blocks and classifier; it is never averaged); the server trains
 one large model, the rest of the CNN, on the stems' feature maps. Per round:
 
-* client k (`build_edge_update`, layer 1): E_c local epochs of SGD on
+* client k (`fedgkt_steps.build_edge_update`): E_c local epochs of SGD on
   CE(y, z_c) + alpha_c x KD(z_s -> z_c), where z_s are the server's logits
   of the same samples from its last answer (CE alone before any answer) and
   KD(t -> s) = [T^2] KL(softmax(t / T) || softmax(s / T))
   (`distillation.soft_label_kl`); then, in inference mode, the features H
   (the edge model's output at its registry `split_layer`), the logits z_c
   and the labels of every local sample, in sample order;
-* server (`build_server_update`, layer 1): first the accuracy of the server
+* server (`fedgkt_steps.build_server_update`): first the accuracy of the server
   model on the received features (inference mode: it has not trained on
   them this round), then E_s epochs of its optimizer over them (in the
   order `server_order` says, see deviations) on CE(y, f_s(H)) + alpha_s x
@@ -132,28 +132,26 @@ server logits of its samples and the server version that computed them
 (`EdgeState`, no rows before the first answer). Features are used when they
 arrive and dropped: nothing accumulates on the server between rounds.
 
-Typed computations, with M = <trainable, non_trainable, optimizer_state> of
-the edge, D = the client's batches <x, y, index=int64[?], train=bool,
-has_teacher=bool, teacher=float32[?, C]>, U = <features=float32[?, h, w,
-c], logits=float32[?, C], labels=int32[?]>, S = server weights, O =
-server optimizer state; the server trains on the received U (concatenated
-over the clients it trains on) in the batches of the int64 sample order it
-is given (shuffled, all its epochs): tensors, not a `tf.data` dataset,
-which TFF would serialize with the features inside as graph constants
-(capped at 100 MB):
+Layers: `fedgkt_steps` holds the pure TensorFlow steps (the edge's train
+and extract, the server's score, train and answer), `fedgkt_computations`
+their typed TFF computations, and this module the settings and the driver.
+One round is one TFF computation (signatures in `fedgkt_computations`):
 
-    client round: (<M@CLIENTS, {D*}@CLIENTS, int32@CLIENTS (position)> ->
-                   <M@CLIENTS, U@CLIENTS, int64@CLIENTS (bytes up),
-                    int32@CLIENTS (position), metric sums@SERVER>)
+    round: (<S@SERVER, O@SERVER, P@SERVER, M@CLIENTS, {D*}@CLIENTS,
+             int32@CLIENTS> -> <R@SERVER, M@CLIENTS, Z@CLIENTS,
+             int32@CLIENTS, metric sums@SERVER>)
 
-Each client's results carry its position in the cohort back: on several TFF
-workers, TFF's mergeable execution context concatenates the workers'
-CLIENTS-placed results in the order the workers finish
-(`_run_in_async_context_pool` waits FIRST_COMPLETED), not in the cohort's
-order, which attributed one client's model and features to another (the
-"indices not in [0, n)" failure of FedGKT on two workers).
-    server round: (<S@SERVER, O@SERVER, U@SERVER, int64[?]@SERVER> ->
-                   <S, O, train sums, fresh correct, float32[?, C]>@SERVER)
+The clients' features, logits and labels reach the server step through a
+`tff.federated_aggregate` inside it, never through the driver; the driver
+plans the server's pass beforehand (P: its groups, one per round in sync
+mode and one per arrival in async mode, and each group's sample order from
+the seed) and gets back the server's state and its answers, which it keeps
+per client until the client's next round. The driver-to-worker traffic of a
+sync round with `fedgkt_edge_resnet8` + `fedgkt_server_resnet19` on
+mnist5k, four clients (`tools/bench.py --suite=gkt`, `fedgkt_rpc_mib_*`):
+47.95 MiB sent and 41.66 MiB received per round when the client and server
+computations were called separately and the features went through the
+driver; 9.95 MiB and 3.35 MiB with one computation.
 
 Accounting, measured on the tensors: a client uploads its features, logits,
 labels and metric sums (sizes taken in the client computation) and
@@ -168,7 +166,6 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import functools
 import math
-import time
 from typing import Any
 from typing import NamedTuple
 from typing import Optional
@@ -181,12 +178,21 @@ import tensorflow_federated as tff
 from tff_hetero import data as data_lib
 from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
-from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import async_events
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
-from tff_hetero.algorithms.distillation import soft_label_kl
+from tff_hetero.algorithms.fedgkt_computations import GKTComputations
+from tff_hetero.algorithms.fedgkt_steps import MODES
+from tff_hetero.algorithms.fedgkt_steps import SERVER_OPTIMIZERS
+from tff_hetero.algorithms.fedgkt_steps import SERVER_ORDERS
+from tff_hetero.algorithms.fedgkt_steps import TRANSFERS
+from tff_hetero.algorithms.fedgkt_steps import ClientModel
+from tff_hetero.algorithms.fedgkt_steps import GKTSettings
+from tff_hetero.algorithms.fedgkt_steps import UploadSizes
+from tff_hetero.algorithms.fedgkt_steps import client_dataset_with_teacher
+from tff_hetero.algorithms.fedgkt_steps import server_batch_order
+from tff_hetero.algorithms.fedgkt_steps import server_plan
 from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 from tff_hetero.settings import AlgorithmSettings
@@ -197,50 +203,9 @@ from tff_hetero.settings import positive_float
 from tff_hetero.settings import positive_int
 from tff_hetero.settings import setting
 
-TRANSFERS = ("both", "server_to_edge", "none")
-MODES = ("sync", "async")
-# The server's pass over the received features: "shuffled" over all of the
-# round's clients (ours), or "by_client", client after client in sample order
-# (Algorithm 1's loops and the official code).
-SERVER_ORDERS = ("shuffled", "by_client")
-SERVER_OPTIMIZERS = collections.OrderedDict(
-  adam=lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
-  sgd=lambda lr: tff.learning.optimizers.build_sgdm(
-    learning_rate=lr, momentum=0.9
-  ),
-)
 FULL_MODEL_OF_SERVER = gkt_models.FULL_MODEL_OF_SERVER
 # PyTorch ReduceLROnPlateau's default threshold (relative, mode "max").
 PLATEAU_THRESHOLD = 1e-4
-
-
-@attrs.frozen
-class GKTSettings:
-  """FedGKT's hyper-parameters (module docstring)."""
-
-  temperature: float = 3.0
-  client_kd_weight: float = 1.0
-  server_kd_weight: float = 1.0
-  kd_t_squared: bool = True
-  server_epochs: int = 1
-  server_batch_size: int = 32
-  server_optimizer: str = "adam"
-  server_lr: float = 1e-3
-  lr_patience: int = 10
-  lr_factor: float = 0.1
-  transfer: str = "both"
-  mode: str = "sync"
-  server_order: str = "shuffled"
-
-  @property
-  def client_kd(self) -> bool:
-    return self.transfer in ("both", "server_to_edge") and (
-      self.client_kd_weight > 0
-    )
-
-  @property
-  def server_kd(self) -> bool:
-    return self.transfer == "both" and self.server_kd_weight > 0
 
 
 class EdgeState(NamedTuple):
@@ -251,22 +216,6 @@ class EdgeState(NamedTuple):
   optimizer_state: Any
   server_logits: Any
   logits_version: Any
-
-
-class ClientModel(NamedTuple):
-  """What the client computation trains: its weights and optimizer state."""
-
-  trainable: Any
-  non_trainable: Any
-  optimizer_state: Any
-
-
-class GKTUpload(NamedTuple):
-  """What a client sends: features, logits and labels of all its samples."""
-
-  features: Any
-  logits: Any
-  labels: Any
 
 
 class Plateau(NamedTuple):
@@ -286,310 +235,6 @@ class GKTState(NamedTuple):
   plateau: Any
   version: Any
   events: Any
-
-
-def _metric_sums() -> collections.OrderedDict:
-  return collections.OrderedDict(
-    loss=tf.constant(0.0),
-    ce=tf.constant(0.0),
-    kd=tf.constant(0.0),
-    correct=tf.constant(0.0),
-    examples=tf.constant(0.0),
-  )
-
-
-def _assign(variables, values) -> None:
-  for variable, value in zip(variables, values):
-    variable.assign(value)
-
-
-def _correct(logits, labels) -> tf.Tensor:
-  return tf.reduce_sum(
-    tf.cast(
-      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
-      tf.float32,
-    )
-  )
-
-
-def _train_pass(
-  model,
-  optimizer,
-  optimizer_state,
-  data,
-  *,
-  inputs_of,
-  labels_of,
-  teacher_of,
-  kd_weight: float,
-  temperature: float,
-  t_squared: bool,
-):
-  """SGD over `data` on CE + kd_weight x KD(teacher -> model); metric sums.
-
-  `inputs_of(batch)` and `labels_of(batch)` pick the model's input and the
-  labels; `teacher_of(batch)` gives the teacher's logits and whether they
-  count (a float 0/1 scalar).
-  """
-  trainable = model.trainable_variables
-
-  def step(state, batch):
-    optimizer_state, sums = state
-    labels = tf.cast(labels_of(batch), tf.int32)
-    with tf.GradientTape() as tape:
-      logits = model(inputs_of(batch), training=True)
-      ce = tf.reduce_mean(
-        tf.keras.losses.sparse_categorical_crossentropy(
-          labels, logits, from_logits=True
-        )
-      )
-      if kd_weight:
-        teacher, on = teacher_of(batch)
-        kd = soft_label_kl(teacher, logits, temperature, t_squared) * on
-        loss = ce + kd_weight * kd
-      else:
-        kd = tf.constant(0.0)
-        loss = ce
-    gradients = tape.gradient(loss, trainable)
-    optimizer_state, updated = optimizer.next(
-      optimizer_state, tuple(trainable), tuple(gradients)
-    )
-    _assign(trainable, updated)
-    n = tf.cast(tf.shape(labels)[0], tf.float32)
-    sums = collections.OrderedDict(
-      loss=sums["loss"] + loss * n,
-      ce=sums["ce"] + ce * n,
-      kd=sums["kd"] + kd * n,
-      correct=sums["correct"] + _correct(logits, labels),
-      examples=sums["examples"] + n,
-    )
-    return optimizer_state, sums
-
-  return data.reduce((optimizer_state, _metric_sums()), step)
-
-
-# --------------------------------------------------------------------------
-# Layer 1: pure TensorFlow.
-
-
-def build_edge_update(
-  edge_fn, split_layer: str, optimizer, settings: GKTSettings
-):
-  """The client's `tf.function` (module docstring): train, then extract.
-
-  `(ClientModel, batches) -> (ClientModel, GKTUpload, bytes up, sums)`.
-  """
-  edge = edge_fn()
-  with_features = gkt_models.edge_with_features(edge, split_layer)
-  feature_shape = tuple(with_features.outputs[0].shape[1:])
-  num_classes = int(edge.output.shape[-1])
-  kd_weight = float(settings.client_kd_weight) if settings.client_kd else 0.0
-
-  @tf.function
-  def edge_update(model: ClientModel, data):
-    _assign(edge.trainable_variables, model.trainable)
-    _assign(edge.non_trainable_variables, model.non_trainable)
-    optimizer_state, sums = _train_pass(
-      edge,
-      optimizer,
-      model.optimizer_state,
-      data.filter(lambda b: b["train"]),
-      inputs_of=lambda b: b["x"],
-      labels_of=lambda b: b["y"],
-      teacher_of=lambda b: (
-        b["teacher"],
-        tf.cast(b["has_teacher"], tf.float32),
-      ),
-      kd_weight=kd_weight,
-      temperature=settings.temperature,
-      t_squared=settings.kd_t_squared,
-    )
-
-    def extract(upload, batch):
-      features, logits = with_features(batch["x"], training=False)
-      return GKTUpload(
-        features=tf.concat([upload.features, features], 0),
-        logits=tf.concat([upload.logits, logits], 0),
-        labels=tf.concat([upload.labels, tf.cast(batch["y"], tf.int32)], 0),
-      )
-
-    empty = GKTUpload(
-      features=tf.zeros((0,) + feature_shape),
-      logits=tf.zeros((0, num_classes)),
-      labels=tf.zeros((0,), tf.int32),
-    )
-    upload = data.filter(lambda b: tf.logical_not(b["train"])).reduce(
-      empty, extract
-    )
-    new_model = ClientModel(
-      [tf.identity(v) for v in edge.trainable_variables],
-      [tf.identity(v) for v in edge.non_trainable_variables],
-      optimizer_state,
-    )
-    bytes_up = payload.tf_dense_nbytes(list(upload)) + payload.tf_dense_nbytes(
-      list(sums.values())
-    )
-    return new_model, upload, bytes_up, sums
-
-  return edge_update
-
-
-def build_server_update(server_fn, optimizer, settings: GKTSettings):
-  """The server's `tf.function`: score, train, answer (module docstring).
-
-  `(tff.learning.models.ModelWeights, optimizer state, GKTUpload, order) -> (tff.learning.models.ModelWeights, optimizer
-  state, train sums, fresh correct, answer logits)`.
-  """
-  model = server_fn()
-  kd_weight = float(settings.server_kd_weight) if settings.server_kd else 0.0
-  num_classes = int(model.output.shape[-1])
-  batch_size = int(settings.server_batch_size)
-
-  def inference(features):
-    return (
-      tf.data.Dataset.from_tensor_slices(features)
-      .batch(batch_size)
-      .reduce(
-        tf.zeros((0, num_classes)),
-        lambda out, h: tf.concat([out, model(h, training=False)], 0),
-      )
-    )
-
-  @tf.function
-  def server_update(
-    weights: tff.learning.models.ModelWeights,
-    optimizer_state,
-    received: GKTUpload,
-    order,
-  ):
-    """Batches of `received` in `order` (sample positions, all epochs)."""
-    _assign(model.trainable_variables, weights.trainable)
-    _assign(model.non_trainable_variables, weights.non_trainable)
-    fresh = _correct(inference(received.features), received.labels)
-    data = (
-      tf.data.Dataset.from_tensor_slices(order)
-      .batch(batch_size)
-      .map(
-        lambda i: collections.OrderedDict(
-          features=tf.gather(received.features, i),
-          logits=tf.gather(received.logits, i),
-          labels=tf.gather(received.labels, i),
-        )
-      )
-    )
-    optimizer_state, sums = _train_pass(
-      model,
-      optimizer,
-      optimizer_state,
-      data,
-      inputs_of=lambda b: b["features"],
-      labels_of=lambda b: b["labels"],
-      teacher_of=lambda b: (b["logits"], tf.constant(1.0)),
-      kd_weight=kd_weight,
-      temperature=settings.temperature,
-      t_squared=settings.kd_t_squared,
-    )
-    new_weights = tff.learning.models.ModelWeights(
-      [tf.identity(v) for v in model.trainable_variables],
-      [tf.identity(v) for v in model.non_trainable_variables],
-    )
-    return (
-      new_weights,
-      optimizer_state,
-      sums,
-      fresh,
-      inference(received.features),
-    )
-
-  return server_update
-
-
-# --------------------------------------------------------------------------
-# Layers 2 and 3: typed computations.
-
-
-class GKTComputations:
-  """Builds FedGKT's typed computations for one edge/server pair."""
-
-  def __init__(
-    self,
-    edge_fn,
-    server_fn,
-    split_layer: str,
-    element_spec,
-    client_initial: ClientModel,
-    server_initial: tff.learning.models.ModelWeights,
-    server_optimizer_initial,
-    client_optimizer,
-    server_optimizer,
-    settings: GKTSettings,
-    num_classes: int,
-    feature_shape: Sequence[int],
-  ):
-    logits_spec = tf.TensorSpec([None, num_classes], tf.float32)
-    features_spec = tf.TensorSpec([None, *feature_shape], tf.float32)
-    client_type = learning_process.type_of(client_initial)
-    data_type = tff.SequenceType(learning_process.type_of(element_spec))
-    server_type = learning_process.type_of(server_initial)
-    optimizer_type = learning_process.type_of(server_optimizer_initial)
-    upload_type = learning_process.type_of(
-      GKTUpload(
-        features=features_spec,
-        logits=logits_spec,
-        labels=tf.TensorSpec([None], tf.int32),
-      )
-    )
-    order_type = tff.TensorType(np.int64, [None])
-
-    @tff.tensorflow.computation(client_type, data_type)
-    def client_step(model, data):
-      update = build_edge_update(
-        edge_fn, split_layer, client_optimizer, settings
-      )
-      return update(ClientModel(*model), data)
-
-    @tff.federated_computation(
-      tff.FederatedType(client_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS),
-      cohort_positions.POSITIONS_AT_CLIENTS,
-    )
-    def client_round(models, data, positions):
-      new_models, uploads, bytes_up, sums = tff.federated_map(
-        client_step, (models, data)
-      )
-      return (
-        new_models,
-        uploads,
-        bytes_up,
-        cohort_positions.echo(positions),
-        tff.federated_sum(sums),
-      )
-
-    @tff.tensorflow.computation(
-      server_type, optimizer_type, upload_type, order_type
-    )
-    def server_step(weights, optimizer_state, received, order):
-      update = build_server_update(server_fn, server_optimizer, settings)
-      return update(
-        tff.learning.models.ModelWeights(*weights),
-        optimizer_state,
-        GKTUpload(*received),
-        order,
-      )
-
-    @tff.federated_computation(
-      tff.FederatedType(server_type, tff.SERVER),
-      tff.FederatedType(optimizer_type, tff.SERVER),
-      tff.FederatedType(upload_type, tff.SERVER),
-      tff.FederatedType(order_type, tff.SERVER),
-    )
-    def server_round(weights, optimizer_state, received, order):
-      return tff.federated_map(
-        server_step, (weights, optimizer_state, received, order)
-      )
-
-    self.client_round = client_round
-    self.server_round = server_round
 
 
 # --------------------------------------------------------------------------
@@ -634,38 +279,6 @@ def _sources(
     for i, v in enumerate(getattr(model, attribute)):
       where[id(v)] = (source, i)
   return [where[id(v)] for v in getattr(composed, attribute)]
-
-
-def client_dataset_with_teacher(
-  arrays,
-  server_logits,
-  num_classes: int,
-  *,
-  batch_size: int,
-  local_epochs: int,
-  shuffle_seed,
-  augment: str = "none",
-) -> tf.data.Dataset:
-  """A client's indexed batches with the server logits of their samples.
-
-  `data.make_indexed_client_dataset` batches (x, y, index, train) with
-  `has_teacher` and `teacher`: `server_logits` has one row per sample of
-  the client (its last answer), and each batch gets its own samples' rows;
-  or it has none (no answer yet: `has_teacher` False, zero teachers).
-  """
-  logits = np.asarray(server_logits, np.float32).reshape(-1, num_classes)
-  have = logits.shape[0] > 0
-  if not have:
-    logits = np.zeros((len(arrays), num_classes), np.float32)
-  return data_lib.make_indexed_client_dataset(
-    arrays,
-    batch_size=batch_size,
-    local_epochs=local_epochs,
-    shuffle_seed=shuffle_seed,
-    augment=augment,
-    batch_values=collections.OrderedDict(has_teacher=have),
-    sample_rows=collections.OrderedDict(teacher=logits),
-  )
 
 
 class FedGKT(api.FederatedAlgorithm):
@@ -922,26 +535,13 @@ class FedGKT(api.FederatedAlgorithm):
       ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
       for s in states
     ]
-    models, uploads, bytes_up, echoed, client_sums = comps.client_round(
-      cohort_positions.padded(sent, size, sent[0]),
-      cohort_positions.padded(
-        [c.dataset for c in clients], size, self._no_data
-      ),
-      cohort_positions.positions(size),
-    )
-    # On several workers TFF returns the clients' results in the order the
-    # workers finish (module docstring): put them back in the cohort's.
-    order = cohort_positions.cohort_order(echoed, size, "FedGKT")[
-      : len(clients)
-    ]
-    models, uploads, bytes_up = (
-      cohort_positions.reorder(order, part)
-      for part in (models, uploads, bytes_up)
-    )
-    uploads = [GKTUpload(*(np.asarray(t) for t in u)) for u in uploads]
+    # Each client uploads every local sample once (`client_dataset`), so
+    # the driver plans the server's pass before the round; the server checks
+    # the plan's counts against the samples it receives.
+    samples = [int(c.num_examples) for c in clients]
     rng = np.random.default_rng([self.seed, round_num])
     if self.settings.mode == "sync":
-      groups = [list(range(len(clients)))]
+      groups = [range(len(clients))]
       events = async_events.EventState(*state.events)
       durations = [self._duration(c.client_id, round_num) for c in clients]
       clock = (
@@ -951,54 +551,70 @@ class FedGKT(api.FederatedAlgorithm):
       )
       events = events._replace(clock=np.float64(clock))
     else:
-      groups = [[k] for k in range(len(clients))]  # arrival order
+      groups = [range(k, k + 1) for k in range(len(clients))]  # arrivals
       events = clients[-1].assignment[1]
       clock = float(events.clock)
+    group_samples = [sum(samples[k] for k in group) for group in groups]
+    plan = server_plan(
+      [group.stop for group in groups],
+      group_samples,
+      [
+        server_batch_order(
+          n,
+          self.settings.server_batch_size,
+          self.settings.server_epochs,
+          self.settings.server_order,
+          int(rng.integers(2**31)),
+        )
+        for n in group_samples
+      ],
+    )
     plateau = Plateau(*state.plateau)
     learning_rate = float(plateau.learning_rate)
-    server = tff.learning.models.ModelWeights(
-      state.trainable, state.non_trainable
+    result, models, sizes, echoed, client_sums = comps.round(
+      tff.learning.models.ModelWeights(state.trainable, state.non_trainable),
+      _with_learning_rate(state.optimizer_state, learning_rate),
+      plan,
+      cohort_positions.padded(sent, size, sent[0]),
+      cohort_positions.padded(
+        [c.dataset for c in clients], size, self._no_data
+      ),
+      cohort_positions.positions(size),
     )
-    optimizer_state = _with_learning_rate(state.optimizer_state, learning_rate)
+    # On several workers TFF returns the clients' results in the order the
+    # workers finish (`cohort_positions`): put them back in the cohort's.
+    order = cohort_positions.cohort_order(echoed, size, "FedGKT")[
+      : len(clients)
+    ]
+    models, sizes = (
+      cohort_positions.reorder(order, part) for part in (models, sizes)
+    )
+    sizes = [UploadSizes(*(int(v) for v in z)) for z in sizes]
+    if [z.samples for z in sizes] != samples:
+      raise RuntimeError(
+        f"FedGKT: the clients uploaded {[z.samples for z in sizes]} samples,"
+        f" their data holds {samples}"
+      )
+    server = tff.learning.models.ModelWeights(*result.weights)
+    optimizer_state = result.optimizer_state
+    answered = np.asarray(result.answers, np.float32)
+    owners = np.asarray(result.answer_owners)
+    answers = [answered[owners == k] for k in range(len(clients))]
+    # Group g's clients are answered by the server after its g + 1-th update
+    # of the round.
     version = int(state.version)
-    answers = [None] * len(clients)
     answered_at = [None] * len(clients)
     staleness = []
-    server_sums = collections.Counter()
-    fresh_correct = 0.0
-    server_start = time.perf_counter()
-    for group in groups:
-      received = GKTUpload(
-        *(
-          np.concatenate([getattr(uploads[k], f) for k in group])
-          for f in GKTUpload._fields
-        )
-      )
-      order = server_batch_order(
-        len(received.labels),
-        self.settings.server_batch_size,
-        self.settings.server_epochs,
-        self.settings.server_order,
-        int(rng.integers(2**31)),
-      )
+    for g, group in enumerate(groups):
       for k in group:
         if int(states[k].logits_version) >= 0:
-          staleness.append(version - int(states[k].logits_version))
-      server, optimizer_state, sums, fresh, answered = comps.server_round(
-        server, optimizer_state, received, order
-      )
-      server = tff.learning.models.ModelWeights(*server)
-      version += 1
-      server_sums.update({key: float(v) for key, v in sums.items()})
-      fresh_correct += float(fresh)
-      answered = np.asarray(answered, np.float32)
-      offsets = np.cumsum([0] + [len(uploads[k].labels) for k in group])
-      for k, start, end in zip(group, offsets[:-1], offsets[1:]):
-        answers[k] = answered[start:end]
-        answered_at[k] = version
-    server_seconds = time.perf_counter() - server_start
-    samples = sum(len(u.labels) for u in uploads)
-    fresh_accuracy = fresh_correct / samples if samples else math.nan
+          staleness.append(version + g - int(states[k].logits_version))
+        answered_at[k] = version + g + 1
+    version += len(groups)
+    server_sums = {key: float(v) for key, v in result.sums.items()}
+    fresh_correct = float(result.fresh_correct)
+    server_seconds = float(result.seconds)
+    fresh_accuracy = fresh_correct / sum(samples) if sum(samples) else math.nan
     plateau = self._plateau_step(plateau, fresh_accuracy)
     client_states = collections.OrderedDict()
     for c, model, answer, at in zip(clients, models, answers, answered_at):
@@ -1010,7 +626,7 @@ class FedGKT(api.FederatedAlgorithm):
         np.int64(at),
       )
     metrics = collections.OrderedDict(
-      **self._metrics(clients, uploads, client_sums, server_sums),
+      **self._metrics(clients, sizes, client_sums, server_sums),
       server_fresh_accuracy=fresh_accuracy,
       server_lr=learning_rate,
       server_version=float(version),
@@ -1033,11 +649,11 @@ class FedGKT(api.FederatedAlgorithm):
         ClientTraffic(
           client_id=c.client_id,
           bytes_down=int(answer.nbytes),
-          bytes_up=int(up),
-          flops=self._client_flops(c, len(u.labels)),
+          bytes_up=z.bytes_up,
+          flops=self._client_flops(c, z.samples),
           examples=c.num_examples,
         )
-        for c, u, up, answer in zip(clients, uploads, bytes_up, answers)
+        for c, z, answer in zip(clients, sizes, answers)
       ),
       client_states=client_states,
     )
@@ -1122,13 +738,13 @@ class FedGKT(api.FederatedAlgorithm):
     )
 
   def _metrics(
-    self, clients, uploads, client_sums, server_sums
+    self, clients, sizes, client_sums, server_sums
   ) -> collections.OrderedDict:
     examples = float(client_sums["examples"])
     expected = sum(c.num_examples for c in clients)
     mean = lambda sums, key, n: float(sums[key]) / n if n else math.nan
     server_n = server_sums["examples"]
-    samples = sum(len(u.labels) for u in uploads)
+    samples = sum(z.samples for z in sizes)
     return collections.OrderedDict(
       loss=mean(client_sums, "loss", examples)
       if examples == expected
@@ -1143,7 +759,7 @@ class FedGKT(api.FederatedAlgorithm):
       server_flops=float(
         server_n * self._server_training + 2 * samples * self._server_forward
       ),
-      feature_bytes=float(sum(u.features.nbytes for u in uploads)),
+      feature_bytes=float(sum(z.feature_bytes for z in sizes)),
     )
 
 
@@ -1161,22 +777,6 @@ def check_flags(config) -> None:
       f" model with a split point); accepted:"
       f" {', '.join(edges)}",
     )
-
-
-def server_batch_order(
-  n: int, batch_size: int, epochs: int, order: str, seed: int
-) -> np.ndarray:
-  """The server's sample order over `n` received samples, all its epochs
-  (cut into batches of `batch_size` in this order): `order` "shuffled" is a
-  fresh permutation per epoch from `seed`; "by_client" is the samples as
-  received (client after client, each in sample order) in every epoch."""
-  if order not in SERVER_ORDERS:
-    raise ValueError(
-      f"server order {order!r}; accepted: {', '.join(SERVER_ORDERS)}"
-    )
-  return data_lib.epoch_order(
-    n, batch_size, epochs, seed if order == "shuffled" else None
-  )
 
 
 def server_model_setting():
