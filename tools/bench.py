@@ -81,7 +81,8 @@ unless --model / --gkt_server_model say otherwise; mnist5k, 20 clients,
 cohort 4 by default):
   * `fedgkt_round_s`: a FedGKT round of the program (clients train and
     extract, the server trains one epoch on their features and answers);
-  * `fedgkt_server_step_s`: the server's part of it (training + answers);
+  * `fedgkt_server_step_s`: the server's part of it (training + answers;
+    timed on the worker, `server_step_s`);
   * `fedgkt_rss_growth_pct`: resident memory of driver + TFF worker from
     rounds 10-14 to the last 5 of `--gkt_rounds` (default 50; medians, as
     `rss_growth_pct`): features must not pile up;

@@ -82,7 +82,8 @@ server model that answers its new features (0 in sync mode for a client
 sampled in consecutive rounds; in async mode one update is one arrival);
 `server_fresh_accuracy`, `server_lr`, `server_version` (updates so far) and
 `sim_time` (the simulated clock: in sync mode each round lasts as long as its
-slowest client).
+slowest client) and `server_step_s` (the server step's wall time on the TFF
+worker, from `tf.timestamp` inside it).
 
 Deviations from the paper and the official code (FedML
 `simulation/mpi/fedgkt`), with the reason:
