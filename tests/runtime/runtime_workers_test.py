@@ -254,3 +254,34 @@ def test_close_channel_waits_for_grpcs_polling_thread(monkeypatch):
   assert not set(threading.enumerate()) - before  # The poller has ended.
   time.sleep(0.5)
   assert not errors
+  with pytest.raises(ValueError, match="closed"):
+    channel.unary_unary("/none")(b"")
+
+
+def test_close_channel_leaves_a_busy_poller_to_stop_first(monkeypatch):
+  # With no time to wait (a loaded machine), the channel is closed by a
+  # daemon thread once grpc's poller has stopped: no traceback either.
+  import grpc  # pylint: disable=g-import-not-at-top
+
+  errors = []
+  monkeypatch.setattr(
+    threading, "excepthook", lambda args: errors.append(args.exc_value)
+  )
+  channel = grpc.insecure_channel(f"localhost:{runtime.find_free_port()}")
+
+  def callback(connectivity):
+    del connectivity
+
+  channel.subscribe(callback, try_to_connect=True)
+  channel.unsubscribe(callback)
+  workers.close_channel(channel, timeout_s=0)
+  assert channel._connectivity_state.polling  # pylint: disable=protected-access
+  deadline = time.monotonic() + 10
+  while time.monotonic() < deadline and any(
+    t.name == "close_channel" for t in threading.enumerate()
+  ):
+    time.sleep(0.05)
+  time.sleep(0.3)
+  assert not errors
+  with pytest.raises(ValueError, match="closed"):
+    channel.unary_unary("/none")(b"")

@@ -145,14 +145,31 @@ def close_channel(channel: grpc.Channel, timeout_s: float = 1.0) -> None:
   with "ValueError: Cannot monitor channel state: Channel closed!" printed
   as a traceback (seen on a SIGTERM'd run). grpc polls in steps of 0.2 s
   and stops once nobody subscribes, so callers unsubscribe (or cancel
-  their `channel_ready_future`) first; after `timeout_s` the channel is
-  closed regardless.
+  their `channel_ready_future`) first. If the thread is still polling after
+  `timeout_s` (seen in the logs of a reproduction on a machine at load 7:
+  the same traceback between two runs), a daemon thread closes the channel
+  once it has stopped, and this returns.
   """
   state = getattr(channel, "_connectivity_state", None)  # grpc's own.
+
+  def polling() -> bool:
+    return bool(getattr(state, "polling", False))
+
   deadline = time.monotonic() + timeout_s
-  while getattr(state, "polling", False) and time.monotonic() < deadline:
+  while polling() and time.monotonic() < deadline:
     time.sleep(0.01)
-  channel.close()
+  if not polling():
+    channel.close()
+    return
+
+  def close_when_stopped():
+    while polling():
+      time.sleep(0.05)
+    channel.close()
+
+  threading.Thread(
+    target=close_when_stopped, name="close_channel", daemon=True
+  ).start()
 
 
 def port_is_free(port: int) -> bool:
