@@ -96,6 +96,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import local_training
 from tff_hetero.settings import AlgorithmSettings
 from tff_hetero.settings import non_negative_float
 from tff_hetero.settings import optional
@@ -165,30 +166,17 @@ def build_proximal_client_update(
 
     def reduce_fn(state, batch):
       num_examples_sum, optimizer_state = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = tape.gradient(output.loss, model_weights.trainable)
-      current = tuple(tf.nest.flatten(model_weights.trainable))
       # d/dw [mu/2 ||w - w_t||^2] = mu * (w - w_t): towards the global model.
-      prox_gradients = tuple(
-        g + prox_mu * (w - w_t)
-        for g, w, w_t in zip(
-          tf.nest.flatten(gradients), current, global_trainable
-        )
+      optimizer_state, _, count = local_training.sgd_step(
+        model,
+        tf.nest.flatten(model_weights.trainable),
+        optimizer,
+        optimizer_state,
+        batch,
+        anchor=global_trainable,
+        prox_mu=prox_mu,
       )
-      optimizer_state, updated = optimizer.next(
-        optimizer_state, current, prox_gradients
-      )
-      tf.nest.map_structure(
-        lambda v, t: v.assign(t),
-        model_weights.trainable,
-        tf.nest.pack_sequence_as(model_weights.trainable, updated),
-      )
-      if output.num_examples is None:
-        num_examples_sum += tf.shape(output.predictions, out_type=tf.int64)[0]
-      else:
-        num_examples_sum += tf.cast(output.num_examples, tf.int64)
-      return num_examples_sum, optimizer_state
+      return num_examples_sum + count, optimizer_state
 
     specs = tuple(
       tf.TensorSpec(v.shape, v.dtype)

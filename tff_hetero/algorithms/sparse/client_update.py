@@ -43,6 +43,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.accounting import payload
+from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
@@ -126,10 +127,10 @@ class MaskedTraining:
   Call `load` and `step` inside a `tf.function`: `load(received)` assigns a
   `SparseModel` to the model's weights and returns the received trainable
   values; `step(optimizer, state, batch, received_trainable)` takes one
-  optimizer step on the loss gradient, each masked kernel's gradient
-  multiplied by its mask, plus prox_mu (w - w_received) when `prox_mu` > 0,
-  and returns (optimizer state, the raw dense loss gradients, the examples
-  in the batch). Masked weights stay zero in every forward pass and upload
+  optimizer step (`local_training.sgd_step`) on the loss gradient plus
+  prox_mu (w - w_received) when `prox_mu` > 0, each masked kernel's then
+  multiplied by its mask, and returns (optimizer state, the raw dense loss
+  gradients, the examples in the batch). Masked weights stay zero in every forward pass and upload
   (tfmot's wrapper sets kernel := kernel x mask before each call); with
   momentum, a weight pruned in the middle of local training keeps its
   velocity in the optimizer state until the round ends.
@@ -160,31 +161,23 @@ class MaskedTraining:
     )
 
   def step(self, optimizer, optimizer_state, batch, received_trainable):
-    weights = self.weights
-    with tf.GradientTape() as tape:
-      output = self.model.forward_pass(batch, training=True)
     # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
-    # get their gradient too.
-    raw = tape.gradient(output.loss, weights.trainable)
-    gradients = []
-    for i, (g, w, w0) in enumerate(
-      zip(raw, weights.trainable, received_trainable)
-    ):
-      if self._prox_mu:
-        g = g + self._prox_mu * (w - w0)
+    # get their raw gradient too; the step masks it.
+    def masked(i, gradient):
       if i in self._kernel_of:
-        g = g * self.mask_vars[self._kernel_of[i]]
-      gradients.append(g)
-    optimizer_state, updated = optimizer.next(
-      optimizer_state, tuple(weights.trainable), tuple(gradients)
+        return gradient * self.mask_vars[self._kernel_of[i]]
+      return gradient
+
+    return local_training.sgd_step(
+      self.model,
+      self.weights.trainable,
+      optimizer,
+      optimizer_state,
+      batch,
+      anchor=received_trainable,
+      prox_mu=self._prox_mu,
+      transform=masked,
     )
-    for variable, value in zip(weights.trainable, updated):
-      variable.assign(value)
-    if output.num_examples is None:
-      count = tf.shape(output.predictions, out_type=tf.int64)[0]
-    else:
-      count = tf.cast(output.num_examples, tf.int64)
-    return optimizer_state, raw, count
 
   def upload_values(self) -> tuple[list, list]:
     """(masked trainable values, float32 masks) as they are now."""

@@ -1,0 +1,89 @@
+"""`local_training.sgd_step` against a hand computation.
+
+A linear model z = x w (no bias) with mean squared error over m examples has
+the loss gradient dL/dw = (2 / m) x^T (x w - y). One SGD step at learning
+rate lr with FedProx's term and a mask is
+
+    w' = w - lr * mask * (dL/dw + mu * (w - w_t)).
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.algorithms import local_training
+
+X = np.array([[1.0, 2.0], [0.0, -1.0], [3.0, 1.0]], np.float32)
+Y = np.array([[1.0], [2.0], [0.0]], np.float32)
+W0 = np.array([[0.5], [-0.25]], np.float32)
+ANCHOR = np.array([[1.0], [1.0]], np.float32)
+
+
+def _model():
+  keras_model = tf.keras.Sequential(
+    [
+      tf.keras.Input(shape=(2,)),
+      tf.keras.layers.Dense(1, use_bias=False),
+    ]
+  )
+  keras_model.set_weights([W0])
+  return tff.learning.models.from_keras_model(
+    keras_model,
+    loss=tf.keras.losses.MeanSquaredError(),
+    input_spec=collections.OrderedDict(
+      x=tf.TensorSpec([None, 2], tf.float32),
+      y=tf.TensorSpec([None, 1], tf.float32),
+    ),
+  )
+
+
+@pytest.mark.parametrize("mu, mask", [(0.0, None), (0.5, [[1.0], [0.0]])])
+def test_one_step_by_hand(mu, mask):
+  model = _model()
+  trainable = model.trainable_variables
+  optimizer = tff.learning.optimizers.build_sgdm(learning_rate=0.1)
+  state = optimizer.initialize(
+    tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  )
+  transform = None
+  if mask is not None:
+    transform = lambda i, g: g * tf.constant(mask, tf.float32)
+
+  @tf.function
+  def step():
+    return local_training.sgd_step(
+      model,
+      trainable,
+      optimizer,
+      state,
+      collections.OrderedDict(x=X, y=Y),
+      anchor=[tf.constant(ANCHOR)],
+      prox_mu=mu,
+      transform=transform,
+    )
+
+  _, raw, count = step()
+  gradient = 2.0 / 3.0 * X.T @ (X @ W0 - Y)
+  np.testing.assert_allclose(raw[0], gradient, rtol=1e-6)
+  expected = W0 - 0.1 * (
+    np.asarray(mask if mask is not None else 1.0)
+    * (gradient + mu * (W0 - ANCHOR))
+  )
+  np.testing.assert_allclose(trainable[0].numpy(), expected, rtol=1e-6)
+  assert int(count) == 3
+
+
+def test_prox_without_an_anchor_is_refused():
+  model = _model()
+  with pytest.raises(ValueError, match="anchor"):
+    local_training.sgd_step(
+      model,
+      model.trainable_variables,
+      tff.learning.optimizers.build_sgdm(0.1),
+      (),
+      collections.OrderedDict(x=X, y=Y),
+      prox_mu=0.1,
+    )

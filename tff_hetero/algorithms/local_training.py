@@ -1,0 +1,80 @@
+"""One local SGD step on a `tff.learning.models.VariableModel`, shared by every
+algorithm whose clients train the task's loss: FedAvg, FedProx, FedAdam and
+the width algorithms (`fedprox.build_proximal_client_update`) and the sparse
+ones (`sparse.client_update.MaskedTraining`, masks applied through
+`transform`).
+
+`sgd_step` is plain TensorFlow, to be called inside a `tf.function`:
+
+    g_i = dL(batch)/dw_i + prox_mu * (w_i - anchor_i)     (prox_mu > 0 only)
+    g_i = transform(i, g_i)                                (if given)
+    optimizer_state, w = optimizer.next(optimizer_state, w, g)
+
+and returns the new optimizer state, the raw loss gradients (before the
+proximal term and the transform: what FedSGC's and PruneFL's importance
+scores read) and the batch's example count. The proximal term is FedProx's
+(Li et al., MLSys 2020): the gradient of prox_mu / 2 * ||w - w_t||^2.
+FedGKT and split learning train a distillation loss and a model cut in two;
+they keep their own steps (`fedgkt_steps.py`, `split_learning.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def sgd_step(
+  model: tff.learning.models.VariableModel,
+  trainable: Sequence[tf.Variable],
+  optimizer: tff.learning.optimizers.Optimizer,
+  optimizer_state,
+  batch,
+  *,
+  anchor: Optional[Sequence[tf.Tensor]] = None,
+  prox_mu: float = 0.0,
+  transform: Optional[Callable[[int, tf.Tensor], tf.Tensor]] = None,
+):
+  """One optimizer step on `batch` (module docstring).
+
+  Args:
+    model: the model whose `forward_pass(batch, training=True)` gives the loss.
+    trainable: its trainable variables, flat, in the optimizer's order.
+    optimizer: a `tff.learning.optimizers.Optimizer`.
+    optimizer_state: its state.
+    batch: one batch of the client's data.
+    anchor: w_t, one tensor per trainable variable; needed when prox_mu > 0.
+    prox_mu: FedProx's mu (a Python float: 0 adds no term to the graph).
+    transform: `(index, gradient) -> gradient`, applied last.
+
+  Returns:
+    (optimizer state, raw loss gradients (list), examples in the batch
+    (int64)).
+  """
+  trainable = list(trainable)
+  if prox_mu and anchor is None:
+    raise ValueError("sgd_step: prox_mu > 0 needs the anchor weights")
+  with tf.GradientTape() as tape:
+    output = model.forward_pass(batch, training=True)
+  raw = tape.gradient(output.loss, trainable)
+  gradients = []
+  for i, (g, w) in enumerate(zip(raw, trainable)):
+    if prox_mu:
+      g = g + prox_mu * (w - anchor[i])
+    if transform is not None:
+      g = transform(i, g)
+    gradients.append(g)
+  optimizer_state, updated = optimizer.next(
+    optimizer_state, tuple(trainable), tuple(gradients)
+  )
+  for variable, value in zip(trainable, updated):
+    variable.assign(value)
+  if output.num_examples is None:
+    count = tf.shape(output.predictions, out_type=tf.int64)[0]
+  else:
+    count = tf.cast(output.num_examples, tf.int64)
+  return optimizer_state, list(raw), count
