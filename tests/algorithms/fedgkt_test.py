@@ -579,6 +579,7 @@ def test_type_signatures():
   ]
 
 
+@pytest.mark.slow
 def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):
   del tff_context
   experiment, state, stored, outputs = _rounds("sync")
@@ -607,6 +608,7 @@ def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):
   assert outputs[2][1].metrics["sim_time"] == pytest.approx(3 * slow)
 
 
+@pytest.mark.slow
 def test_async_rounds_follow_the_simulated_arrivals(tff_context):
   del tff_context
   experiment, state, stored, outputs = _rounds("async")

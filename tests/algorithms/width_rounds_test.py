@@ -294,6 +294,7 @@ def test_elements_nobody_trained_keep_their_values(tff_context):
     assert np.any(after[mask == 1] != before[mask == 1])
 
 
+@pytest.mark.slow
 def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
   del tff_context
   algorithm = adaptivefl.AdaptiveFL(
@@ -361,6 +362,7 @@ def test_round_where_nobody_can_train(tff_context):
   _assert_close(output.state.model.trainable, state.model.trainable, atol=0)
 
 
+@pytest.mark.slow
 def test_decoupled_trains_every_model_a_device_holds(tff_context):
   del tff_context
   algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)

@@ -111,7 +111,9 @@ def test_fedgkt_edge_models_by_hand(name, blocks, params, non_trainable, macs):
   [
     ("fedgkt_server_resnet19", "resnet20", 3),
     ("fedgkt_server_resnet55", "resnet56", 9),
-    ("fedgkt_server_resnet109", "resnet110", 18),
+    pytest.param(
+      "fedgkt_server_resnet109", "resnet110", 18, marks=pytest.mark.slow
+    ),
   ],
 )
 def test_fedgkt_server_is_the_resnet_without_its_stem(server, full, n):

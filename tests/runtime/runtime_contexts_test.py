@@ -365,6 +365,7 @@ def test_frozen_worker_is_detected_within_timeout():
   assert timeout_s - 0.5 < elapsed < timeout_s + SLACK_S
 
 
+@pytest.mark.slow
 def test_long_computation_outlasts_the_timeout():
   # The bound is on silence from the worker, not on the length of a call.
   timeout_s = 1.5

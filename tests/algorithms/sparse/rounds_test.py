@@ -550,6 +550,7 @@ def test_memory_updates_by_hand(tff_context):
   del first
 
 
+@pytest.mark.slow
 def test_fedsgc_learns(tmp_path):
   result = loop.run_experiment(
     make_config(
