@@ -554,8 +554,19 @@ def test_type_signatures():
     positions.placement,
     sums.placement,
   ] == [tff.SERVER, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
+
   # The features reach the server inside the computation: no result carries
   # them; the server's answers come back, one row per sample.
+  def leaf_shapes(type_spec):
+    if isinstance(type_spec, tff.TensorType):
+      return [tuple(type_spec.shape)]
+    return [s for t in type_spec.children() for s in leaf_shapes(t)]
+
+  assert (None, 8, 8, 16) not in leaf_shapes(round_.result)
+  # (The same walk finds them where they are: the client step's result.)
+  assert (None, 8, 8, 16) in leaf_shapes(
+    comps.client_step.type_signature.result
+  )
   assert result.member.answers.shape == (None, CLASSES)
   assert list(sizes.member._name_to_index) == [  # pylint: disable=protected-access
     "bytes_up",

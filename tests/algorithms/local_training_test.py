@@ -78,7 +78,7 @@ def test_one_step_by_hand(mu, mask):
 
 def test_prox_without_an_anchor_is_refused():
   model = _model()
-  with pytest.raises(ValueError, match="anchor"):
+  with pytest.raises(ValueError, match="anchor"):  # prox_mu 0.1, no anchor
     local_training.sgd_step(
       model,
       model.trainable_variables,

@@ -3,7 +3,8 @@ run stopped after round 1 and resumed equals the uninterrupted run (edge
 models, their optimizer states and server logits live in the checkpointed
 client-state store; the asynchronous mode's event simulation, the plateau
 schedule and the update counter in the server state). Asynchronous, with 2
-of 4 devices at work: freed slots are refilled by seeded draws."""
+of 4 devices at work: freed slots are refilled by seeded draws; two local
+epochs (each client still sends every sample once)."""
 
 import json
 
@@ -23,6 +24,7 @@ _FLAGS = [
   "--num_clients=4",
   "--clients_per_round=2",
   "--batch_size=16",
+  "--local_epochs=2",
   "--gkt_mode=async",
   "--noprogress",
   "--checkpoint_every=1",

@@ -272,10 +272,12 @@ def test_close_channel_leaves_a_busy_poller_to_stop_first(monkeypatch):
   def callback(connectivity):
     del connectivity
 
+  # Still subscribed when `close_channel` gives up waiting: the poller is
+  # certainly running; unsubscribed right after, it stops within 0.2 s.
   channel.subscribe(callback, try_to_connect=True)
-  channel.unsubscribe(callback)
   workers.close_channel(channel, timeout_s=0)
   assert channel._connectivity_state.polling  # pylint: disable=protected-access
+  channel.unsubscribe(callback)
   deadline = time.monotonic() + 10
   while time.monotonic() < deadline and any(
     t.name == "close_channel" for t in threading.enumerate()

@@ -143,7 +143,8 @@ One round is one TFF computation (signatures in `fedgkt_computations`):
              int32@CLIENTS, metric sums@SERVER>)
 
 The clients' features, logits and labels reach the server step through a
-`tff.federated_aggregate` inside it, never through the driver; the driver
+`tff.federated_aggregate` inside it, not through the driver (on one TFF
+worker; on several, see `fedgkt_computations`); the driver
 plans the server's pass beforehand (P: its groups, one per round in sync
 mode and one per arrival in async mode, and each group's sample order from
 the seed) and gets back the server's state and its answers, which it keeps
@@ -536,10 +537,19 @@ class FedGKT(api.FederatedAlgorithm):
       ClientModel(s.trainable, s.non_trainable, s.optimizer_state)
       for s in states
     ]
-    # Each client uploads every local sample once (`client_dataset`), so
-    # the driver plans the server's pass before the round; the server checks
-    # the plan's counts against the samples it receives.
-    samples = [int(c.num_examples) for c in clients]
+    # Each client uploads every local sample once (`client_dataset`; its
+    # `num_examples` counts all local epochs), so the driver plans the
+    # server's pass from the clients' sizes (`attach`) before the round;
+    # the server checks the plan's counts against the samples it receives.
+    missing = [
+      c.client_id for c in clients if c.client_id not in self._client_sizes
+    ]
+    if missing:
+      raise RuntimeError(
+        "FedGKT needs attach(population, client_sizes) with every client's"
+        f" number of samples before a round; missing: {missing[:3]}"
+      )
+    samples = [int(self._client_sizes[c.client_id]) for c in clients]
     rng = np.random.default_rng([self.seed, round_num])
     if self.settings.mode == "sync":
       groups = [range(len(clients))]

@@ -26,17 +26,28 @@ answer_owners=int32[?], seconds=float64>:
 `round` maps `client_step` over the clients, gathers their tagged uploads
 with `tff.federated_aggregate` (the accumulator concatenates; so does the
 merge of several workers' accumulators), and maps `server_step` over the
-gathered uploads at the server. The features, the largest part of the
-traffic, thus stay inside the TFF runtime, from the clients to the server,
-and never reach the Python driver; what comes back to the driver is the
-server's state and the answers, which it keeps per client in the program's
-client-state store and puts into each client's next data (`teacher`). On
-several TFF workers the computation runs through TFF's mergeable context
-(the aggregation is the merge point, `server_step` runs after the merge),
-which returns CLIENTS-placed results in the order the workers finish: each
-client echoes its cohort position (`cohort_positions`) and tags its samples
-with it, and the server sorts the samples by their tags (stable) before
-training. The CLIENTS-placed arguments come last: TFF 0.87's mergeable
+gathered uploads at the server. On one TFF worker the features, the
+largest part of the traffic, thus stay inside the worker, from the clients
+to the server, and never reach the Python driver; what comes back to the
+driver is the server's state and the answers, which it keeps per client in
+the program's client-state store and puts into each client's next data
+(`teacher`).
+
+On several TFF workers the computation runs through TFF 0.87's mergeable
+context: each worker runs the part up to the aggregation on its share of
+the clients, the driver merges the workers' partial uploads (so the
+features do pass through the driver there), and, because `round` also
+returns CLIENTS-placed values (the edge models, sizes and positions), TFF
+runs the part after the merge, `server_step` included, on every worker
+with the merged uploads (`_invoke_mergeable_comp_form`): each worker
+trains the server model on the same data and TFF keeps one result. The
+results equal one worker's (`tests/program/executors_test.py`); the
+repeated server training and the traffic are the cost. Returning only
+SERVER-placed values (the models and sizes concatenated like the uploads)
+would run it once; not done. The context also returns CLIENTS-placed
+results in the order the workers finish: each client echoes its cohort
+position (`cohort_positions`) and tags its samples with it, and the server
+sorts the samples by their tags (stable) before training. The CLIENTS-placed arguments come last: TFF 0.87's mergeable
 context splits an argument's clients among the workers element by element
 and carries the split's progress over from the last element only
 (`_partition_value`), so a SERVER-placed last element made every worker

@@ -47,7 +47,8 @@ def sgd_step(
     optimizer: a `tff.learning.optimizers.Optimizer`.
     optimizer_state: its state.
     batch: one batch of the client's data.
-    anchor: w_t, one tensor per trainable variable; needed when prox_mu > 0.
+    anchor: w_t, one tensor per trainable variable; needed when prox_mu is
+      not 0.
     prox_mu: FedProx's mu (a Python float: 0 adds no term to the graph).
     transform: `(index, gradient) -> gradient`, applied last.
 
@@ -57,7 +58,9 @@ def sgd_step(
   """
   trainable = list(trainable)
   if prox_mu and anchor is None:
-    raise ValueError("sgd_step: prox_mu > 0 needs the anchor weights")
+    raise ValueError(
+      "sgd_step: a prox_mu other than 0 needs the anchor weights"
+    )
   with tf.GradientTape() as tape:
     output = model.forward_pass(batch, training=True)
   raw = tape.gradient(output.loss, trainable)

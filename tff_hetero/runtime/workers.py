@@ -148,7 +148,9 @@ def close_channel(channel: grpc.Channel, timeout_s: float = 1.0) -> None:
   their `channel_ready_future`) first. If the thread is still polling after
   `timeout_s` (seen in the logs of a reproduction on a machine at load 7:
   the same traceback between two runs), a daemon thread closes the channel
-  once it has stopped, and this returns.
+  once it has stopped, or after `timeout_s` more seconds x 10 regardless,
+  and this returns (calls still in flight on other threads end with the
+  channel's close).
   """
   state = getattr(channel, "_connectivity_state", None)  # grpc's own.
 
@@ -163,9 +165,13 @@ def close_channel(channel: grpc.Channel, timeout_s: float = 1.0) -> None:
     return
 
   def close_when_stopped():
-    while polling():
+    give_up = time.monotonic() + 10 * max(timeout_s, 1.0)
+    while polling() and time.monotonic() < give_up:
       time.sleep(0.05)
-    channel.close()
+    try:
+      channel.close()
+    except Exception:  # pylint: disable=broad-except
+      pass  # Nothing to report from a daemon thread; the channel is gone.
 
   threading.Thread(
     target=close_when_stopped, name="close_channel", daemon=True

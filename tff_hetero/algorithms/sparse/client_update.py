@@ -130,10 +130,10 @@ class MaskedTraining:
   optimizer step (`local_training.sgd_step`) on the loss gradient plus
   prox_mu (w - w_received) when `prox_mu` > 0, each masked kernel's then
   multiplied by its mask, and returns (optimizer state, the raw dense loss
-  gradients, the examples in the batch). Masked weights stay zero in every forward pass and upload
-  (tfmot's wrapper sets kernel := kernel x mask before each call); with
-  momentum, a weight pruned in the middle of local training keeps its
-  velocity in the optimizer state until the round ends.
+  gradients, the examples in the batch). Masked weights stay zero in every
+  forward pass and upload (tfmot's wrapper sets kernel := kernel x mask
+  before each call); with momentum, a weight pruned in the middle of local
+  training keeps its velocity in the optimizer state until the round ends.
   """
 
   def __init__(self, model, layout: masks_lib.MaskLayout, prox_mu: float):
