@@ -145,7 +145,10 @@ def test_dp_noise_has_the_gaussian_mechanisms_scale(tff_context):
     noise_multiplier=1.0,
   )
   assert noisy.shape == (_NUM_PARAMS,)
-  # 444 draws: the sample std is within 10 % of 0.5 with probability
-  # > 0.99 (its relative standard error is 1 / sqrt(2 x 444) = 3.4 %).
-  assert np.std(noisy) == pytest.approx(0.5, rel=0.1)
+  # 444 unseeded draws (TFF's DP query draws its own noise): the sample
+  # std's relative standard error is 1 / sqrt(2 x 444) = 3.4 %, so 20 % is
+  # 5.9 standard errors (failure probability ~1e-8; a 10 % bound, 2.9
+  # standard errors, failed once in a run of the unit tier). A wrong scale
+  # (no division by the 2 clients: 1.0; by sqrt(2): 0.71) is far outside.
+  assert np.std(noisy) == pytest.approx(0.5, rel=0.2)
   assert abs(np.mean(noisy)) < 4 * 0.5 / np.sqrt(_NUM_PARAMS)
