@@ -98,7 +98,11 @@ def test_unweighted_factory_needs_uniform_weighting():
 
 
 @pytest.mark.parametrize(
-  "build", [fedavg.build_fedavg_process, fedprox.build_fedprox_process]
+  "build",
+  [
+    fedavg.build_fedavg_process,
+    pytest.param(fedprox.build_fedprox_process, marks=pytest.mark.slow),
+  ],
 )
 def test_clipping_scales_a_large_update_to_the_norm(tff_context, build):
   del tff_context

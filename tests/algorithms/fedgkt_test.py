@@ -219,7 +219,10 @@ def test_client_kd_off_without_an_answer_or_transfer():
     )
 
 
-@pytest.mark.parametrize("transfer", ["both", "server_to_edge"])
+@pytest.mark.parametrize(
+  "transfer",
+  ["both", pytest.param("server_to_edge", marks=pytest.mark.slow)],
+)
 def test_server_step_by_hand(transfer):
   algorithm = _algorithm(transfer=transfer)
   rng = np.random.default_rng(4)

@@ -288,6 +288,7 @@ def test_malformed_address_is_a_value_error(address):
       pass
 
 
+@pytest.mark.slow
 def test_killed_worker_fails_next_call_within_timeout():
   timeout_s = 4.0
   with runtime.local_execution(worker_timeout_s=timeout_s) as handle:
@@ -307,6 +308,7 @@ def test_killed_worker_fails_next_call_within_timeout():
   assert timeout_s - 0.5 < elapsed < timeout_s + SLACK_S
 
 
+@pytest.mark.slow
 def test_killed_worker_among_two_is_named():
   timeout_s = 3.0
   with runtime.local_execution(

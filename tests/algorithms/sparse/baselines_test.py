@@ -206,6 +206,7 @@ def _sparse_bytes(masks):
   )
 
 
+@pytest.mark.slow
 def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
   del tff_context
   algorithm = grasp.build_grasp(
@@ -249,6 +250,7 @@ def test_grasp_prunes_on_the_first_client_then_keeps_its_masks(tff_context):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_prunefl_reconfigures_from_uploaded_squared_gradients(tff_context):
   del tff_context
   algorithm = prunefl.build_prunefl(

@@ -464,6 +464,7 @@ def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
       np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fedprox_term_equals_fedprox(tff_context):
   del tff_context
   # The oracle is `fedprox.build_fedprox_process` (checked against a hand
@@ -626,6 +627,7 @@ def _bn_mlp():
   )
 
 
+@pytest.mark.slow
 def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   del tff_context
   task = attrs.evolve(_TASK, model_name="bn_mlp6", model_fn=_bn_mlp)
