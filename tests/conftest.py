@@ -48,6 +48,31 @@ def tff_context():
     yield handle
 
 
+def checkpoint_round_trip(
+  directory, server_state, template, client_states=None, client_template=None
+):
+  """Saves a round-1 checkpoint holding `server_state` (and `client_states`)
+  with the real `CheckpointManager` in `directory`, and loads it back with
+  `template` / `client_template`; returns the restored `ProgramState`."""
+  from tff_hetero.accounting import CommLedger  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import checkpoint  # pylint: disable=g-import-not-at-top
+
+  manager = checkpoint.CheckpointManager(str(directory))
+  manager.save(
+    checkpoint.ProgramState(
+      round_num=1,
+      server_state=server_state,
+      client_states=client_states or {},
+      ledger=CommLedger(),
+      rng_state={},
+      elapsed_s=0.0,
+      history=(),
+      fingerprint="",
+    )
+  )
+  return manager.load_latest(template, client_template)
+
+
 def assert_one_line_error(error_type, call, *needles) -> str:
   """`call()` raises `error_type` with a one-line message holding `needles`;
   returns the message."""

@@ -219,6 +219,22 @@ def test_client_kd_off_without_an_answer_or_transfer():
     )
 
 
+def _server_update(algorithm):
+  """The server's `tf.function` (SGD with momentum 0.9 at the settings'
+  learning rate, which the optimizer state carries) and its initial
+  (weights, optimizer state)."""
+  update = fedgkt_steps.build_server_update(
+    algorithm.server_fn,
+    fedgkt.SERVER_OPTIMIZERS["sgd"](algorithm.settings.server_lr),
+    algorithm.settings,
+  )
+  state = algorithm.initialize()
+  weights = tff.learning.models.ModelWeights(
+    state.trainable, state.non_trainable
+  )
+  return update, (weights, state.optimizer_state)
+
+
 @pytest.mark.parametrize(
   "transfer",
   ["both", pytest.param("server_to_edge", marks=pytest.mark.slow)],
@@ -231,15 +247,9 @@ def test_server_step_by_hand(transfer):
   labels = rng.integers(0, CLASSES, n).astype(np.int32)
   client_logits = np.zeros((n, CLASSES), np.float32)
   client_logits[:, 7] = 6.0  # the edges say 7
-  update = fedgkt_steps.build_server_update(
-    algorithm.server_fn,
-    fedgkt.SERVER_OPTIMIZERS["sgd"](0.2),
-    algorithm.settings,
-  )
-  initial = algorithm.initialize()
+  update, initial = _server_update(algorithm)
   result = update(
-    tff.learning.models.ModelWeights(initial.trainable, initial.non_trainable),
-    initial.optimizer_state,
+    *initial,
     fedgkt_steps.TaggedUpload(
       fedgkt_steps.GKTUpload(features, client_logits, labels),
       np.zeros(n, np.int32),
@@ -261,7 +271,9 @@ def test_server_step_by_hand(transfer):
   z = reference(features, training=True).numpy()
   weight = 0.7 if transfer == "both" else 0.0
   step, kd_step = _bias_step(z, labels, client_logits, 0.2, weight, 4.0, True)
-  moved = np.asarray(weights.trainable[-1]) - np.asarray(initial.trainable[-1])
+  moved = np.asarray(weights.trainable[-1]) - np.asarray(
+    initial[0].trainable[-1]
+  )
   np.testing.assert_allclose(moved, step, atol=2e-6)
   if transfer == "both":
     assert kd_step[7] > 0 and np.argmax(kd_step) == 7
@@ -316,15 +328,9 @@ def test_server_step_trains_and_answers_group_after_group():
     np.concatenate([np.full(sizes[k], k, np.int32) for k in arrival]),
   )
   orders = [np.arange(5)[::-1], np.array([6, 0, 2, 4, 1, 3, 5])]
-  update = fedgkt_steps.build_server_update(
-    algorithm.server_fn,
-    fedgkt.SERVER_OPTIMIZERS["sgd"](0.02),
-    algorithm.settings,
-  )
-  initial = algorithm.initialize()
+  update, initial = _server_update(algorithm)
   result = update(
-    tff.learning.models.ModelWeights(initial.trainable, initial.non_trainable),
-    algorithm.initialize().optimizer_state,
+    *initial,
     received,
     fedgkt_steps.server_plan([1, 3], [5, 7], orders),
   )
@@ -368,14 +374,7 @@ def test_server_step_trains_and_answers_group_after_group():
   assert float(result.seconds) > 0.0
   # A plan whose counts differ from what arrived is refused.
   with pytest.raises(tf.errors.InvalidArgumentError, match="plan"):
-    update(
-      tff.learning.models.ModelWeights(
-        initial.trainable, initial.non_trainable
-      ),
-      initial.optimizer_state,
-      received,
-      fedgkt_steps.server_plan([1, 3], [4, 8], orders),
-    )
+    update(*initial, received, fedgkt_steps.server_plan([1, 3], [4, 8], orders))
 
 
 def test_each_batch_carries_its_own_samples_logits():

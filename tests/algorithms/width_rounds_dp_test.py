@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 
+from conftest import checkpoint_round_trip
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -237,9 +238,7 @@ def test_aggregator_setting_reaches_the_width_algorithms(tmp_path):
 
 
 def test_noise_seed_is_a_secret_kept_in_the_state(tmp_path):
-  from tff_hetero.accounting import CommLedger  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import all_large  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import checkpoint  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
 
   dp = dict(aggregator="dp", clip_norm=2.0, noise_multiplier=0.5, seed=7)
@@ -252,20 +251,7 @@ def test_noise_seed_is_a_secret_kept_in_the_state(tmp_path):
   # Neither is in what the run reports (its settings).
   assert str(int(first.noise_seed)) not in str(config.to_json_dict())
   # The checkpoint keeps it: a resumed run draws the same noise.
-  manager = checkpoint.CheckpointManager(str(tmp_path))
-  manager.save(
-    checkpoint.ProgramState(
-      round_num=1,
-      server_state=first,
-      client_states={},
-      ledger=CommLedger(),
-      rng_state={},
-      elapsed_s=0.0,
-      history=(),
-      fingerprint="",
-    )
-  )
-  restored = manager.load_latest(second, None).server_state
+  restored = checkpoint_round_trip(tmp_path, first, second).server_state
   assert int(restored.noise_seed) == int(first.noise_seed)
   # Given, it is the state's seed; without DP the seed is 0 and unused.
   given = all_large.build_all_large(make_config(**dp, dp_noise_seed=11), _TASK)

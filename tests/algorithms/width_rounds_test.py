@@ -17,13 +17,13 @@ included (AdaptiveFL's pools keep the first unit whole, I >= 1):
 import collections
 
 import attrs
+from conftest import checkpoint_round_trip
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero import devices
-from tff_hetero.accounting import CommLedger
 from tff_hetero.algorithms import adaptivefl
 from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import api
@@ -35,7 +35,6 @@ from tff_hetero.algorithms import width_rounds
 from tff_hetero.devices import Capacity
 from tff_hetero.errors import UsageError
 from tff_hetero.models.width import WidthUnit
-from tff_hetero.program import checkpoint
 from tff_hetero.program import evolve_config
 from tff_hetero.program import make_config
 from tff_hetero.program.sampling import CohortSampler
@@ -306,20 +305,9 @@ def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
     1,
     _clients(assignments=(2, 2, 1), capacities=(None, params[1], params[0])),
   ).state
-  manager = checkpoint.CheckpointManager(str(tmp_path))
-  manager.save(
-    checkpoint.ProgramState(
-      round_num=1,
-      server_state=state,
-      client_states={},
-      ledger=CommLedger(),
-      rng_state={},
-      elapsed_s=0.0,
-      history=(),
-      fingerprint="",
-    )
-  )
-  restored = manager.load_latest(algorithm.initialize(), None).server_state
+  restored = checkpoint_round_trip(
+    tmp_path, state, algorithm.initialize()
+  ).server_state
   assert isinstance(restored, adaptivefl.AdaptiveFLState)
   for name in ("curiosity", "resource"):
     table = getattr(restored.tables, name)

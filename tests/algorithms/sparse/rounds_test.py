@@ -7,19 +7,18 @@ import collections
 import math
 
 import attrs
+from conftest import checkpoint_round_trip
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero import data as data_lib
-from tff_hetero.accounting import CommLedger
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import prune_grow
-from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import loop
 from tff_hetero.program import make_config
 from tff_hetero.program.configs import config_from_values
@@ -300,21 +299,12 @@ def test_traffic_by_hand(sgc_run):
 def test_checkpoint_holds_the_server_memory(sgc_run, tmp_path):
   algorithm, history = sgc_run
   state = history[1][1].state
-  manager = checkpoint_lib.CheckpointManager(str(tmp_path))
-  manager.save(
-    checkpoint_lib.ProgramState(
-      round_num=2,
-      server_state=state,
-      client_states={"c0": np.int64(4)},
-      ledger=CommLedger(),
-      rng_state={},
-      elapsed_s=0.0,
-      history=(),
-      fingerprint="x",
-    )
-  )
-  restored = manager.load_latest(
-    algorithm.initialize(), algorithm.initial_client_state()
+  restored = checkpoint_round_trip(
+    tmp_path,
+    state,
+    algorithm.initialize(),
+    {"c0": np.int64(4)},
+    algorithm.initial_client_state(),
   )
   for a, b in zip(
     tf.nest.flatten(state), tf.nest.flatten(restored.server_state)
