@@ -7,7 +7,9 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
 * Builders in TFF's form, taking a no-arg Keras factory, the spec of one batch
   of client data, TFF optimizers and `tff.aggregators` factories, and
   returning measured `tff.learning.templates.LearningProcess`es:
-  `build_fedavg_process`, `build_fedprox_process`, `build_fedadam_process`.
+  `build_fedavg_process`, `build_fedprox_process`, `build_fedadam_process`,
+  and `build_feddst_process` (federated dynamic sparse training; readjust
+  decided in the graph from the round counter in its state).
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
@@ -34,6 +36,7 @@ _EXPORTS = {
   "build_fedavg_process": "tff_hetero.algorithms.fedavg",
   "build_fedprox_process": "tff_hetero.algorithms.fedprox",
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
+  "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
   "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
   "local_execution": "tff_hetero.runtime.contexts",
   "remote_execution": "tff_hetero.runtime.contexts",

@@ -3,6 +3,7 @@ union average / direction map / re-prune, wire encodings."""
 
 import math
 
+import attrs
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -133,9 +134,18 @@ def test_readjust_schedule_by_hand():
     assert float(schedule.prune_fraction(tf.constant(t, tf.int64))) == (
       pytest.approx(schedule.prune_fraction(t), abs=1e-6)
     )
-  assert not prune_grow.ReadjustSchedule(
+  # Requested in the graph (build_feddst_process): rounds 1, 4, 7 again.
+  in_graph = [r for r in range(0, 12) if schedule.requested(tf.constant(r))]
+  assert in_graph == [1, 4, 7]
+  unlimited = attrs.evolve(schedule, request_end_round=0)
+  assert [
+    r for r in range(1, 12) if unlimited.requested(tf.constant(r, tf.int64))
+  ] == [1, 4, 7, 10]
+  never = prune_grow.ReadjustSchedule(
     alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=9
-  ).requested(1)
+  )
+  assert not never.requested(1)
+  assert not bool(never.requested(tf.constant(1, tf.int64)))
 
 
 # -- the server -------------------------------------------------------------

@@ -13,7 +13,9 @@ from tff_hetero.algorithms.sparse.client_update import SparseUpload
 from tff_hetero.algorithms.sparse.computations import MEMORIES
 from tff_hetero.algorithms.sparse.computations import MemoryRows
 from tff_hetero.algorithms.sparse.computations import SparseRounds
+from tff_hetero.algorithms.sparse.feddst import FedDSTState
 from tff_hetero.algorithms.sparse.feddst import build_feddst
+from tff_hetero.algorithms.sparse.feddst import build_feddst_process
 from tff_hetero.algorithms.sparse.fedsgc import build_fedsgc
 from tff_hetero.algorithms.sparse.grasp import build_grasp
 from tff_hetero.algorithms.sparse.prune_grow import ReadjustCounts
@@ -24,6 +26,7 @@ from tff_hetero.algorithms.sparse.training import SparseTraining
 
 __all__ = [
   "ClientReport",
+  "FedDSTState",
   "MEMORIES",
   "MemoryRows",
   "ReadjustCounts",
@@ -33,6 +36,7 @@ __all__ = [
   "SparseTraining",
   "SparseUpload",
   "build_feddst",
+  "build_feddst_process",
   "build_fedsgc",
   "build_grasp",
   "build_prunefl",

@@ -3,8 +3,8 @@
 `build_client_update(...)` returns
 
     client_update(optimizer, received: SparseModel, directions, epochs_before,
-                  data) -> (SparseUpload, ClientReport, ReadjustCounts,
-                            unfinalized metrics)
+                  data, requested=True) -> (SparseUpload, ClientReport,
+                                            ReadjustCounts, unfinalized metrics)
 
 over a model wrapped by `tff_hetero.submodels.masks.prune_wrap`:
 
@@ -13,7 +13,9 @@ over a model wrapped by `tff_hetero.submodels.masks.prune_wrap`:
   multiplied by its mask, so masked weights stay zero and momentum never
   moves them; an optional FedProx term prox_mu (w - w_received) joins the
   gradient;
-* with `readjust` (a round the server requested it), after every epoch
+* with `readjust` (a round the server requested it; built with `readjust`,
+  the bool tensor `requested` may still say no, for a decision made in the
+  graph), after every epoch
   boundary whose cumulative epoch t the `ReadjustSchedule` marks due: a
   dense loss gradient (`GROWTH_GRADIENTS`: the mean over the batches trained
   since the round began or since the last readjustment, or the last batch's,
@@ -213,7 +215,12 @@ def build_client_update(
 
   @tf.function
   def client_update(
-    optimizer, received: SparseModel, directions, epochs_before, data
+    optimizer,
+    received: SparseModel,
+    directions,
+    epochs_before,
+    data,
+    requested=True,
   ):
     weights, mask_vars = trainer.weights, trainer.mask_vars
     received_trainable = trainer.load(received)
@@ -298,7 +305,8 @@ def build_client_update(
         done = number + 1
         epochs_done = epochs_before + done // per_epoch
         due = tf.logical_and(
-          tf.equal(done % per_epoch, 0), schedule.due(epochs_done)
+          tf.logical_and(tf.equal(done % per_epoch, 0), requested),
+          schedule.due(epochs_done),
         )
         counts, summed, batches = tf.cond(
           due,

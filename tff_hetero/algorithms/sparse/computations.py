@@ -73,6 +73,13 @@ from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
+# `round_computation(readjust=BY_ROUND)`: the clients' int64 input is the
+# round number (from 1), each client's data is one pass (`local_epochs` 1),
+# and whether it readjusts at the end of that pass is decided in the graph
+# from the round number by the `ReadjustSchedule` (alpha_t keyed on the
+# round): a `LearningProcess`'s clients hold no state of their own.
+BY_ROUND = "by_round"
+
 # What the server remembers of each client's last upload (`--sgc_memory`).
 MEMORIES = collections.OrderedDict(
   models="the client's uploaded values (the paper's literal reading)",
@@ -297,6 +304,7 @@ class SparseRounds:
       tff.types.tensorflow_to_type(element_spec)
     )
     self._rounds = {}
+    self._bodies = {}
     # The server step of each kind of round built so far (for benchmarks).
     self.server_steps = {}
 
@@ -324,29 +332,56 @@ class SparseRounds:
       metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
     )
 
+  def round_body(self, readjust, importance: bool = False):
+    """The Python body of `round_computation(readjust, importance)`, to call
+    inside another `tff.federated_computation` (`positions` may be None:
+    then nothing is echoed)."""
+    self.round_computation(readjust, importance)
+    return self._bodies[self._kind(readjust, importance)]
+
+  @staticmethod
+  def _kind(readjust, importance):
+    return (
+      readjust if readjust == BY_ROUND else bool(readjust),
+      bool(importance),
+    )
+
   def round_computation(
-    self, readjust: bool, importance: bool = False
+    self, readjust, importance: bool = False
   ) -> tff.Computation:
     """The round of the module docstring (cached per kind).
 
+    `readjust`: False, True (the server requested readjustment this round),
+    or `BY_ROUND` (the clients decide from the round number they receive as
+    their int64 input; `local_epochs` must be 1 and no direction map is
+    sent).
     `importance`: clients also upload their squared-gradient sums, the server
     averages them (by examples) and sets the masks with `reconfigure`; the
     round then has `importance@SERVER` among its metrics' inputs to the
     server step (PruneFL).
     """
-    kind = (bool(readjust), bool(importance))
+    kind = self._kind(readjust, importance)
     if kind in self._rounds:
       return self._rounds[kind]
     if importance and (self._reconfigure is None or self.remembers):
       raise ValueError(
         "importance rounds need a reconfigure rule and no server memory"
       )
+    by_round = readjust == BY_ROUND
+    if by_round and (
+      self.sends_directions or self._client_settings["local_epochs"] != 1
+    ):
+      raise ValueError(
+        "rounds that readjust by round number need congruity_lambda 0 and"
+        " local_epochs 1"
+      )
+    schedule = self._client_settings["schedule"]
     layout, keep, memory = self.layout, self._keep, self._memory
     optimizer, model_fn = self._optimizer, self.model_fn
     sends_directions = self.sends_directions
     reconfigure = self._reconfigure
     settings = dict(
-      self._client_settings, readjust=readjust, importance=importance
+      self._client_settings, readjust=bool(readjust), importance=importance
     )
     shapes = [k.shape for k in layout.kernels]
 
@@ -358,14 +393,24 @@ class SparseRounds:
     @tff.tensorflow.computation(
       self.model_type, self.packed_type, np.int64, self.data_type
     )
-    def client_work(received, packed, epochs_before, data):
+    def client_work(received, packed, clock, data):
+      """`clock`: cumulative epochs before this round (`BY_ROUND`: the
+      round number)."""
       update = client_lib.build_client_update(model_fn, layout, **settings)
       directions = [
         prune_grow.unpack_ternary(p, s) for p, s in zip(packed, shapes)
       ]
-      return update(
-        optimizer, SparseModel(*received), directions, epochs_before, data
-      )
+      received = SparseModel(*received)
+      if by_round:
+        return update(
+          optimizer,
+          received,
+          directions,
+          clock - 1,
+          data,
+          requested=schedule.requested(clock),
+        )
+      return update(optimizer, received, directions, clock, data)
 
     packed_type = self.packed_type
 
@@ -531,9 +576,11 @@ class SparseRounds:
         sums,
         rows,
         reports,
-        cohort_positions.echo(positions),
+        cohort_positions.echo(positions) if positions is not None else None,
         tff.federated_zip(measurements),
       )
+
+    self._bodies[kind] = body
 
     model_at = tff.FederatedType(self.model_type, tff.SERVER)
     directions_at = tff.FederatedType(self.directions_type, tff.SERVER)

@@ -68,13 +68,29 @@ class ReadjustSchedule:
     if self.request_every < 0 or self.request_end_round < 0:
       raise ValueError("request_every and request_end_round must be >= 0")
 
-  def requested(self, round_num: int) -> bool:
-    """Whether the server requests readjustment in `round_num` (from 1)."""
+  def requested(self, round_num):
+    """Whether the server requests readjustment in `round_num` (from 1; a
+    Python int, or an int64 tensor for a decision made in the graph)."""
     if self.request_every == 0 or self.alpha == 0.0:
-      return False
-    if self.request_end_round and round_num > self.request_end_round:
-      return False
-    return (round_num - 1) % self.request_every == 0
+      return (
+        False
+        if isinstance(round_num, (int, np.integer))
+        else tf.constant(False)
+      )
+    if isinstance(round_num, (int, np.integer)):
+      if self.request_end_round and round_num > self.request_end_round:
+        return False
+      return (round_num - 1) % self.request_every == 0
+    r = tf.cast(round_num, tf.int64)
+    within = (
+      tf.less_equal(r, self.request_end_round)
+      if self.request_end_round
+      else tf.constant(True)
+    )
+    return tf.logical_and(
+      tf.logical_and(within, tf.greater_equal(r, 1)),
+      tf.equal(tf.math.floormod(r - 1, self.request_every), 0),
+    )
 
   def due(self, epochs_done):
     """Whether a client readjusts after its cumulative epoch `epochs_done`

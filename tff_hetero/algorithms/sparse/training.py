@@ -57,6 +57,29 @@ class SparseState(NamedTuple):
   memory: Any  # computations.MemoryRows (zero rows without memory)
 
 
+def erk_keep(layout: masks_lib.MaskLayout, sparsity: float) -> list[int]:
+  """Weights each masked kernel keeps at `sparsity` (ERK densities)."""
+  densities = masks_lib.erk_densities(layout.shapes, sparsity)
+  return masks_lib.keep_counts(layout.shapes, densities)
+
+
+def initial_sparse_model(
+  layout: masks_lib.MaskLayout, wrapped: tf.keras.Model, kernel_masks
+) -> SparseModel:
+  """The `SparseModel` (NumPy) of a wrapped model's weights under
+  `kernel_masks` (kernels zeroed off-mask)."""
+  weights = tff.learning.models.ModelWeights.from_model(wrapped)
+  weights = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
+  return tf.nest.map_structure(
+    np.asarray,
+    layout.to_sparse(
+      tf.nest.map_structure(
+        np.asarray, layout.with_masks(weights, kernel_masks)
+      )
+    ),
+  )
+
+
 def _ratio(numerator: float, denominator: float) -> float:
   return numerator / denominator if denominator else math.nan
 
@@ -116,18 +139,9 @@ class SparseTraining(api.FederatedAlgorithm):
     )
     wrapped = keras_fn()
     self.layout = masks_lib.MaskLayout.of(wrapped)
-    densities = masks_lib.erk_densities(self.layout.shapes, self.sparsity)
-    self.keep = masks_lib.keep_counts(self.layout.shapes, densities)
-    weights = tff.learning.models.ModelWeights.from_model(wrapped)
-    weights = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
-    self._initial = tf.nest.map_structure(
-      np.asarray,
-      self.layout.to_sparse(
-        tf.nest.map_structure(
-          np.asarray,
-          self.layout.with_masks(weights, self.initial_masks(int(seed))),
-        )
-      ),
+    self.keep = erk_keep(self.layout, self.sparsity)
+    self._initial = initial_sparse_model(
+      self.layout, wrapped, self.initial_masks(int(seed))
     )
     self.rounds = computations.SparseRounds(
       keras_fn,

@@ -1,0 +1,239 @@
+"""`build_feddst_process`: its type signature, then known answers: the
+readjust schedule decided in the graph from the round counter (alpha by the
+cosine, counts by hand), ERK densities kept, bytes by hand, a round without
+readjustment against TFF's own FedAvg on the masked model, and learning."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.algorithms.sparse import feddst
+from tff_hetero.submodels import masks as masks_lib
+from tff_hetero.submodels.masks import SparseModel
+
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
+_TOTAL_ROUNDS = 6
+_ALPHA = 0.2
+
+
+def _model():
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(
+        8,
+        activation="relu",
+        input_shape=(4,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+      tf.keras.layers.Dense(
+        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
+      ),
+    ]
+  )
+
+
+# ERK at sparsity 0.5 (by hand): raw densities (4 + 8) / 32 = 0.375 and
+# (8 + 2) / 16 = 0.625; 24 of 48 kernel weights kept: eps (0.375 x 32 +
+# 0.625 x 16) = 24, eps = 24 / 22; densities 0.409 and 0.682, i.e.
+# round(13.09) = 13 of 32 and round(10.91) = 11 of 16.
+_KEEP = (13, 11)
+_SIZES = (32, 16)
+
+
+def _dataset(client: int, round_num: int, n: int):
+  rng = np.random.default_rng([client, round_num])
+  x = rng.normal(size=[n, 4]).astype(np.float32)
+  y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(x=x, y=y)
+  ).batch(5)
+
+
+def _cohort(round_num: int):
+  # 20 and 10 examples, batches of 5: last batches of 5 each.
+  return [_dataset(0, round_num, 20), _dataset(1, round_num, 10)]
+
+
+def _process(**kwargs):
+  kwargs = dict(
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    total_rounds=_TOTAL_ROUNDS,
+    sparsity=0.5,
+    prune_alpha=_ALPHA,
+    readjust_every=2,
+    **kwargs,
+  )
+  return feddst.build_feddst_process(_model, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def process():
+  return _process()
+
+
+def test_type_signature(process):
+  assert isinstance(process, tff.learning.templates.LearningProcess)
+  state_type = process.initialize.type_signature.result
+  assert state_type.placement is tff.SERVER
+  data_type = process.next.type_signature.parameter[1]
+  assert data_type.placement is tff.CLIENTS
+  assert data_type.member == tff.SequenceType(
+    tff.types.tensorflow_to_type(_SPEC)
+  )
+  result = process.next.type_signature.result
+  assert result.state == state_type
+  member = state_type.member
+  kernels = [tff.TensorType(np.float32, s) for s in ((4, 8), (8, 2))]
+  assert list(member.model.masks) == kernels
+  assert member.round_num == tff.TensorType(np.int64)
+  sparse = result.metrics.member.sparse
+  assert "readjust" in dir(sparse) and "upload_bytes" in dir(sparse)
+  # The weights are those of the plain Keras model, not the wrapped one.
+  plain = _model()
+  weights = process.get_model_weights.type_signature.result
+  assert [t.shape for t in weights.trainable] == [
+    tuple(v.shape) for v in plain.trainable_weights
+  ]
+  assert len(weights.non_trainable) == len(plain.non_trainable_weights) == 0
+
+
+def test_wrong_arguments_are_refused():
+  with pytest.raises(TypeError, match="client_optimizer_fn"):
+    _process_with(client_optimizer_fn="sgd")
+  with pytest.raises(ValueError, match="total_rounds"):
+    _process_with(total_rounds=0)
+
+
+def _process_with(**overrides):
+  kwargs = dict(
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    total_rounds=_TOTAL_ROUNDS,
+  )
+  kwargs.update(overrides)
+  return feddst.build_feddst_process(_model, **kwargs)
+
+
+def _alpha(round_num: int) -> float:
+  return _ALPHA / 2 * (1 + math.cos(math.pi * round_num / _TOTAL_ROUNDS))
+
+
+def test_readjusts_on_requested_rounds_by_the_cosine(process, tff_context):
+  del tff_context
+  state = process.initialize()
+  for round_num in range(1, 6):
+    output = process.next(state, _cohort(round_num))
+    state = output.state
+    assert state.round_num == round_num
+    metrics = output.metrics
+    counts = metrics["sparse"]["readjust"]
+    # Requested on rounds 1, 3, 5 (every 2): each of the two clients
+    # readjusts once, at the end of its local training (the last batch's
+    # gradient recomputed: 5 examples each).
+    if round_num % 2 == 1:
+      assert counts.readjusts == 2.0
+      assert counts.gradient_examples == 10.0
+      np.testing.assert_allclose(
+        counts.prune_fraction, 2 * _alpha(round_num), rtol=1e-6
+      )
+      # k = floor(alpha x active) per kernel and client, as many grown.
+      pruned = 2 * sum(math.floor(_alpha(round_num) * k) for k in _KEEP)
+      assert counts.pruned == counts.grown == pruned
+    else:
+      assert counts.readjusts == counts.pruned == counts.grown == 0.0
+    # Every kernel back at its ERK budget after the server's re-prune.
+    np.testing.assert_allclose(
+      metrics["sparse"]["density"],
+      [k / n for k, n in zip(_KEEP, _SIZES)],
+      rtol=1e-6,
+    )
+    masks = [np.asarray(m) for m in state.model.masks]
+    assert [int(m.sum()) for m in masks] == list(_KEEP)
+    # Bytes by hand: the round number (8 bytes) and the model (kept kernel
+    # values 4 x 24, bit masks 4 + 2, biases 4 x 10) to each client; up: the
+    # same values and biases, the float32 weight, and a kernel's bit mask
+    # only where it changed (readjust rounds).
+    assert metrics["round"]["bytes_down"] == 2 * 8
+    assert metrics["sparse"]["distributor"]["bytes_down"] == 2 * (96 + 6 + 40)
+    dense_up = 2 * (96 + 40 + 4)
+    if round_num % 2 == 1:
+      # (A client may regrow exactly what it pruned: then no mask is sent.)
+      assert dense_up <= metrics["sparse"]["upload_bytes"] <= dense_up + 12
+    else:
+      assert metrics["sparse"]["upload_bytes"] == dense_up
+
+
+def test_masked_round_equals_tff_fedavg_on_the_masked_model(tff_context):
+  """Without readjustment every client keeps the global mask, so the union
+  average is the example-weighted mean on that mask and the re-prune keeps
+  it: TFF's FedAvg on the prune-wrapped model (masked forward pass), started
+  from the same weights, then masked."""
+  del tff_context
+  process = _process_with(sparsity=0.5, readjust_every=0)
+  state = process.initialize()
+  wrapped = masks_lib.prune_wrap(_model())
+  layout = masks_lib.MaskLayout.of(wrapped)
+  reference = tff.learning.algorithms.build_weighted_fed_avg(
+    lambda: tff.learning.models.from_keras_model(
+      masks_lib.prune_wrap(_model()),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=_SPEC,
+    ),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
+  start = layout.to_model_weights(SparseModel(*state.model))
+  ref_state = reference.set_model_weights(
+    reference.initialize(),
+    tf.nest.map_structure(lambda t: np.asarray(t), start),
+  )
+  for round_num in (1, 2):
+    state = process.next(state, _cohort(round_num)).state
+    ref_state = reference.next(ref_state, _cohort(round_num)).state
+  expected = reference.get_model_weights(ref_state)
+  masks = [np.asarray(m) for m in state.model.masks]
+  assert [int(m.sum()) for m in masks] == list(_KEEP)
+  for i, (actual, want) in enumerate(
+    zip(process.get_model_weights(state).trainable, expected.trainable)
+  ):
+    want = np.asarray(want) * (masks[i // 2] if i % 2 == 0 else 1.0)
+    np.testing.assert_allclose(actual, want, rtol=0, atol=1e-6)
+  for mask, kept in zip(masks, layout.masks(expected)):
+    np.testing.assert_array_equal(mask, np.asarray(kept))
+
+
+@pytest.mark.slow
+def test_learns_and_weights_load_into_the_plain_model(process, tff_context):
+  del tff_context
+  state = process.initialize()
+  for round_num in range(1, 6):
+    state = process.next(state, _cohort(round_num)).state
+  # Many more rounds than the cosine's end: readjustment stops there.
+  for round_num in range(6, 31):
+    state = process.next(state, _cohort(round_num)).state
+  model = _model()
+  process.get_model_weights(state).assign_weights_to(model)
+  test = _dataset(9, 0, 400)
+  x = np.concatenate([b["x"] for b in test])
+  y = np.concatenate([b["y"] for b in test])
+  accuracy = np.mean(np.argmax(model(x).numpy(), axis=1) == y)
+  assert accuracy > 0.85  # Chance: 0.5.
+  kernels = [model.layers[0].kernel.numpy(), model.layers[1].kernel.numpy()]
+  assert [int(np.count_nonzero(k)) for k in kernels] == list(_KEEP)
+
+  # set_model_weights re-masks the kernels and keeps the round counter.
+  ones = tff.learning.models.ModelWeights(
+    trainable=[np.ones(v.shape, np.float32) for v in model.trainable_weights],
+    non_trainable=[],
+  )
+  reset = process.set_model_weights(state, ones)
+  assert reset.round_num == state.round_num
+  got = process.get_model_weights(reset).trainable
+  np.testing.assert_array_equal(got[0], np.asarray(state.model.masks[0]))
+  np.testing.assert_array_equal(got[1], np.ones(8, np.float32))
