@@ -106,6 +106,8 @@ import sys
 import tempfile
 import time
 
+import psutil
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -126,6 +128,12 @@ _SUITE = flags.DEFINE_enum(
 )
 _GKT_ROUNDS = flags.DEFINE_integer(
   "gkt_rounds", 50, "Rounds of the FedGKT memory run."
+)
+_GKT_RPC_ONLY = flags.DEFINE_bool(
+  "gkt_rpc_only",
+  False,
+  "Suite gkt: only the gRPC bytes and the two-worker CPU seconds over"
+  " rounds 2..--rounds+1 (no 50-round memory runs).",
 )
 _GKT_SERVER = flags.DEFINE_string(
   "gkt_server_model",
@@ -838,7 +846,8 @@ def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
 def _gkt_rpc_bytes(cohort: int, rounds: int) -> collections.OrderedDict:
   """Sync FedGKT's driver<->worker gRPC bytes per round, rounds 2..`rounds`
   (the same cohort each round, so every client holds an answer after round
-  1 and its teacher logits travel in its data)."""
+  1 and its teacher logits travel in its data), and on two workers each
+  worker's CPU seconds over those rounds."""
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
@@ -876,18 +885,47 @@ def _gkt_rpc_bytes(cohort: int, rounds: int) -> collections.OrderedDict:
 
   with runtime.local_execution() as handle:
     _, _, rpc = _median_next_s(algorithm, clients, 1, rounds - 1, handle)
-  return collections.OrderedDict(
+  results = collections.OrderedDict(
     (f"fedgkt_rpc_mib_{direction}", round(rpc[direction] / 2**20, 2))
     for direction in ("sent", "received")
   )
+  # Two workers (TFF's mergeable context): each worker's CPU seconds over
+  # rounds 2..`rounds`. The server step runs on one worker when the round's
+  # results are all SERVER-placed (`fedgkt_computations`).
+  with runtime.local_execution(num_workers=2) as handle:
+    processes = [psutil.Process(w.pid) for w in handle.workers]
+    state, client_states = algorithm.initialize(), {}
+    for round_num in range(1, rounds + 1):
+      if round_num == 2:
+        before = [_cpu_seconds(p) for p in processes]
+      output = algorithm.next(
+        state, round_num, clients(state, round_num, client_states)
+      )
+      state = output.state
+      client_states.update(output.client_states)
+    spent = [_cpu_seconds(p) - b for p, b in zip(processes, before)]
+  results["fedgkt_two_worker_cpu_s"] = sorted(
+    (round(s, 1) for s in spent), reverse=True
+  )
+  return results
+
+
+def _cpu_seconds(process) -> float:
+  """User + system CPU seconds of `process` and its children."""
+  total = 0.0
+  for p in [process, *process.children(recursive=True)]:
+    times = p.cpu_times()
+    total += times.user + times.system
+  return total
 
 
 def bench_gkt() -> collections.OrderedDict:
   rounds = max(_GKT_ROUNDS.value, 20)
   cohort = _COHORT.value if _COHORT.present else 4
   results = collections.OrderedDict()
-  for mode in ("sync", "async"):
-    results.update(_gkt_run(mode, rounds, cohort))
+  if not _GKT_RPC_ONLY.value:
+    for mode in ("sync", "async"):
+      results.update(_gkt_run(mode, rounds, cohort))
   results.update(_gkt_rpc_bytes(cohort, _ROUNDS.value + 1))
   results["setup"] = (
     f"{_DATASET.value}/{_model()} + {_GKT_SERVER.value},"

@@ -50,3 +50,42 @@ def test_padded_fills_to_the_size_and_refuses_a_larger_cohort():
   assert cohort_positions.cohort_order(echoed, 4, "FedX")[:2] == [2, 3]
   with pytest.raises(ValueError, match="3 clients does not fit"):
     cohort_positions.padded(["a", "b", "c"], 2, "-")
+
+
+def _gather_comp():
+  value_type = tff.FederatedType(
+    (tff.TensorType(np.float32, [2]), tff.TensorType(np.int64)), tff.CLIENTS
+  )
+
+  @tff.federated_computation(value_type, cohort_positions.POSITIONS_AT_CLIENTS)
+  def comp(values, positions):
+    return cohort_positions.gather(values, positions)
+
+  return comp
+
+
+def test_gather_type_signature():
+  result = _gather_comp().type_signature.result
+  assert result.placement is tff.SERVER
+  assert str(result.member) == (
+    "<rows=<float32[?,2],int64[?]>,positions=int32[?]>"
+  )
+
+
+def test_gather_stacks_each_clients_value_with_its_position(tff_context):
+  del tff_context
+  values = [(np.array([k, -k], np.float32), np.int64(10 * k)) for k in range(3)]
+  # Positions given out of order: the rows follow them, not the arguments.
+  positions = [np.int32(2), np.int32(0), np.int32(1)]
+  gathered = _gather_comp()(values, positions)
+  assert sorted(int(p) for p in gathered.positions) == [0, 1, 2]
+  rows = cohort_positions.unstack_rows(gathered, 3, "FedX")
+  # Position 0 was given to the second client (k = 1), and so on.
+  for (vector, count), k in zip(rows, (1, 2, 0)):
+    np.testing.assert_array_equal(vector, [k, -k])
+    assert count == 10 * k
+  broken = cohort_positions.Gathered(
+    gathered.rows, np.zeros_like(gathered.positions)
+  )
+  with pytest.raises(RuntimeError, match="^FedX: "):
+    cohort_positions.unstack_rows(broken, 3, "FedX")

@@ -548,14 +548,17 @@ def test_type_signatures():
     tff.CLIENTS,
     tff.CLIENTS,
   ]
-  result, models_, sizes, positions, sums = round_.result
-  assert [
-    result.placement,
-    models_.placement,
-    sizes.placement,
-    positions.placement,
-    sums.placement,
-  ] == [tff.SERVER, tff.CLIENTS, tff.CLIENTS, tff.CLIENTS, tff.SERVER]
+  # Every result SERVER-placed (on several workers the mergeable context
+  # then runs the server step once): the clients' new edge models and upload
+  # sizes come back stacked, with their cohort positions.
+  result, gathered, sums = round_.result
+  assert [r.placement for r in round_.result] == [tff.SERVER] * 3
+  models_, sizes = gathered.member.rows
+  assert gathered.member.positions == tff.TensorType(np.int32, [None])
+  edge = comps.client_step.type_signature.parameter[0]
+  assert [t.shape for t in models_.trainable] == [
+    (None, *t.shape) for t in edge.trainable
+  ]
 
   # The features reach the server inside the computation: no result carries
   # them; the server's answers come back, one row per sample.
@@ -570,7 +573,8 @@ def test_type_signatures():
     comps.client_step.type_signature.result
   )
   assert result.member.answers.shape == (None, CLASSES)
-  assert list(sizes.member._name_to_index) == [  # pylint: disable=protected-access
+  assert sizes.samples == tff.TensorType(np.int64, [None])
+  assert list(sizes._name_to_index) == [  # pylint: disable=protected-access
     "bytes_up",
     "samples",
     "feature_bytes",

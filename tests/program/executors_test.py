@@ -139,9 +139,10 @@ def _local_and_two_workers(run, name, two_workers, atol):
 
 
 def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
-  # TFF's mergeable context returns the clients' results in the order the
-  # workers finish; FedGKT puts them back by each client's echoed position
-  # (unequal Dirichlet shares: a mix-up fails a gather or the comparison).
+  # TFF's mergeable context merges the workers' partial results in the order
+  # the workers finish; FedGKT's rows come back stacked with each client's
+  # cohort position and are read by it (unequal Dirichlet shares: a mix-up
+  # fails a check or the comparison).
   def run(name, **executor):
     return run_experiment(
       make_config(
@@ -172,8 +173,9 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
 
 def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
   # FedSGC keeps each client's last upload (server memory) and cumulative
-  # epochs (its readjust clock) by client: both come back CLIENTS-placed and
-  # are put back by the echoed cohort position. Unequal Dirichlet shares and
+  # epochs (its readjust clock) by client: both come back stacked at the
+  # server with each client's cohort position and are read by it. Unequal
+  # Dirichlet shares and
   # a 2 + 1 split of each cohort make the one-client worker finish first; a
   # mix-up stores one client's upload under another and changes later rounds.
   def run(name, **executor):

@@ -15,7 +15,14 @@ back in cohort order (`cohort_order`, `reorder`):
 
     echo: ({int32}@CLIENTS -> {int32}@CLIENTS)
 
-SERVER-placed results (sums, means) do not depend on the order.
+SERVER-placed results (sums, means) do not depend on the order. A round may
+instead return its per-client values SERVER-placed, stacked with their
+positions (`gather`, a federated collect through `tff.federated_aggregate`):
+with no CLIENTS-placed result, the mergeable context runs the part after the
+merge once, on one worker, instead of on every worker, and the driver reads
+row `unstack_rows(..)[k]` for cohort position k:
+
+    gather: (<V@CLIENTS, int32@CLIENTS> -> <rows=V[?]..., positions=int32[?]>@SERVER)
 
 The same context splits an argument's clients among the workers element by
 element and carries the split's progress over from the argument's last
@@ -38,6 +45,8 @@ clients, ~1,100-1,280 MiB after 60 calls cycling through 1..6 clients).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -93,3 +102,64 @@ def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:
 def reorder(order: Sequence[int], values: Sequence) -> list:
   """`values` (one per client, as the runtime returned them) in cohort order."""
   return [values[i] for i in order]
+
+
+class Gathered(NamedTuple):
+  """Per-client values stacked along a leading axis, with their positions."""
+
+  rows: Any
+  positions: Any
+
+
+def gather(values, client_positions):
+  """Inside a federated computation: each client's value (a structure of
+  tensors) with a new leading axis, concatenated over the clients, beside
+  their cohort positions, SERVER-placed (module docstring)."""
+  member_specs = tff.types.type_to_tf_tensor_specs(values.type_signature.member)
+  stacked_specs = Gathered(
+    rows=tf.nest.map_structure(
+      lambda s: tf.TensorSpec([None, *s.shape], s.dtype), member_specs
+    ),
+    positions=tf.TensorSpec([None], tf.int32),
+  )
+  stacked_type = tff.types.tensorflow_to_type(stacked_specs)
+
+  @tff.tensorflow.computation(values.type_signature.member, POSITION_TYPE)
+  def as_row(value, position):
+    return Gathered(
+      rows=tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), value),
+      positions=tf.reshape(position, [1]),
+    )
+
+  @tff.tensorflow.computation
+  def nothing():
+    return tf.nest.map_structure(
+      lambda s: tf.zeros([0, *s.shape[1:]], s.dtype), stacked_specs
+    )
+
+  @tff.tensorflow.computation(stacked_type, stacked_type)
+  def concatenate(a, b):
+    return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
+
+  @tff.tensorflow.computation(stacked_type)
+  def report(stacked):
+    return tf.nest.map_structure(tf.identity, stacked)
+
+  return tff.federated_aggregate(
+    tff.federated_map(as_row, (values, client_positions)),
+    nothing(),
+    concatenate,
+    concatenate,
+    report,
+  )
+
+
+def unstack_rows(gathered, n: int, what: str) -> list:
+  """Cohort positions 0..n-1's values from a `gather` result (NumPy):
+  element k is position k's value (raises `RuntimeError` naming `what` as
+  `cohort_order` does)."""
+  order = cohort_order(np.asarray(gathered.positions), n, what)
+  return [
+    tf.nest.map_structure(lambda t, i=i: np.asarray(t)[i], gathered.rows)
+    for i in order
+  ]

@@ -139,8 +139,8 @@ their typed TFF computations, and this module the settings and the driver.
 One round is one TFF computation (signatures in `fedgkt_computations`):
 
     round: (<S@SERVER, O@SERVER, P@SERVER, M@CLIENTS, {D*}@CLIENTS,
-             int32@CLIENTS> -> <R@SERVER, M@CLIENTS, Z@CLIENTS,
-             int32@CLIENTS, metric sums@SERVER>)
+             int32@CLIENTS> -> <R@SERVER, <rows=<M[?], Z[?]>,
+             positions=int32[?]>@SERVER, metric sums@SERVER>)
 
 The clients' features, logits and labels reach the server step through a
 `tff.federated_aggregate` inside it, not through the driver (on one TFF
@@ -582,7 +582,7 @@ class FedGKT(api.FederatedAlgorithm):
     )
     plateau = Plateau(*state.plateau)
     learning_rate = float(plateau.learning_rate)
-    result, models, sizes, echoed, client_sums = comps.round(
+    result, gathered, client_sums = comps.round(
       tff.learning.models.ModelWeights(state.trainable, state.non_trainable),
       _with_learning_rate(state.optimizer_state, learning_rate),
       plan,
@@ -592,15 +592,11 @@ class FedGKT(api.FederatedAlgorithm):
       ),
       cohort_positions.positions(size),
     )
-    # On several workers TFF returns the clients' results in the order the
-    # workers finish (`cohort_positions`): put them back in the cohort's.
-    order = cohort_positions.cohort_order(echoed, size, "FedGKT")[
-      : len(clients)
-    ]
-    models, sizes = (
-      cohort_positions.reorder(order, part) for part in (models, sizes)
-    )
-    sizes = [UploadSizes(*(int(v) for v in z)) for z in sizes]
+    # Rows by cohort position (on several workers they arrive in the order
+    # the workers finish: `cohort_positions`).
+    rows = cohort_positions.unstack_rows(gathered, size, "FedGKT")
+    models = [ClientModel(*model) for model, _ in rows[: len(clients)]]
+    sizes = [UploadSizes(*(int(v) for v in z)) for _, z in rows[: len(clients)]]
     if [z.samples for z in sizes] != samples:
       raise RuntimeError(
         f"FedGKT: the clients uploaded {[z.samples for z in sizes]} samples,"

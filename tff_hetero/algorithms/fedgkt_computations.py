@@ -20,7 +20,7 @@ answer_owners=int32[?], seconds=float64>:
     server_step: (<S, O, T, P> -> R)
     round: (<S@SERVER, O@SERVER, P@SERVER, M@CLIENTS, {D*}@CLIENTS,
              int32@CLIENTS (cohort position)> ->
-            <R@SERVER, M@CLIENTS, Z@CLIENTS, int32@CLIENTS (position),
+            <R@SERVER, <rows=<M[?], Z[?]>, positions=int32[?]>@SERVER,
              metric sums@SERVER>)
 
 `round` maps `client_step` over the clients, gathers their tagged uploads
@@ -33,21 +33,18 @@ driver is the server's state and the answers, which it keeps per client in
 the program's client-state store and puts into each client's next data
 (`teacher`).
 
-On several TFF workers the computation runs through TFF 0.87's mergeable
-context: each worker runs the part up to the aggregation on its share of
-the clients, the driver merges the workers' partial uploads (so the
-features do pass through the driver there), and, because `round` also
-returns CLIENTS-placed values (the edge models, sizes and positions), TFF
-runs the part after the merge, `server_step` included, on every worker
-with the merged uploads (`_invoke_mergeable_comp_form`): each worker
-trains the server model on the same data and TFF keeps one result. The
-results equal one worker's (`tests/program/executors_test.py`); the
-repeated server training and the traffic are the cost. Returning only
-SERVER-placed values (the models and sizes concatenated like the uploads)
-would run it once; not done. The context also returns CLIENTS-placed
-results in the order the workers finish: each client echoes its cohort
-position (`cohort_positions`) and tags its samples with it, and the server
-sorts the samples by their tags (stable) before training. The CLIENTS-placed arguments come last: TFF 0.87's mergeable
+The clients' new edge models and upload sizes come back SERVER-placed too,
+stacked with their cohort positions (`cohort_positions.gather`, the same
+concatenating aggregate), so every result is SERVER-placed. On several TFF
+workers the computation runs through TFF 0.87's mergeable context: each
+worker runs the part up to the aggregation on its share of the clients, the
+driver merges the workers' partial accumulators (so the features do pass
+through the driver there: the merge is the driver's), and, since no result
+is CLIENTS-placed, TFF runs the part after the merge, `server_step`, once,
+on one worker (`_invoke_mergeable_comp_form`). The workers' shares arrive
+in the order they finish: each client tags its samples and its row with its
+cohort position, the server sorts the samples by their tags (stable) before
+training, and the driver reads the rows by position. The CLIENTS-placed arguments come last: TFF 0.87's mergeable
 context splits an argument's clients among the workers element by element
 and carries the split's progress over from the last element only
 (`_partition_value`), so a SERVER-placed last element made every worker
@@ -170,9 +167,9 @@ class GKTComputations:
       )
       return (
         result,
-        new_models,
-        sizes,
-        cohort_positions.echo(positions),
+        cohort_positions.gather(
+          tff.federated_zip((new_models, sizes)), positions
+        ),
         tff.federated_sum(sums),
       )
 

@@ -9,34 +9,36 @@ U = `ClientReport`, C = `ReadjustCounts`:
 
     round: (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
              {D*}@CLIENTS, int32@CLIENTS (position)> ->
-            <S@SERVER, G@SERVER, R@SERVER, M@CLIENTS, U@CLIENTS,
-             int32@CLIENTS (position), metrics@SERVER>)
+            <S@SERVER, G@SERVER, R@SERVER,
+             <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
 
 Inputs: the global model, its direction map, the running sums over every
 remembered upload, the previous memory rows of this round's K clients (to
 replace their contributions), each client's cumulative epochs and data.
 Outputs: the new model, map and running sums, each client's new memory row
-(what the server received from it, as it remembers it), each client's report
-(upload bytes, new cumulative epochs) and measured metrics (bytes down, the
-readjust counts, per-kernel densities, training metrics). Each client's
-cohort position is echoed beside its row and report: on several TFF workers
-the CLIENTS-placed results arrive in the order the workers finish
-(`cohort_positions`), and the driver puts them back in the cohort's order.
+(what the server received from it, as it remembers it) and report (upload
+bytes, new cumulative epochs), stacked at the server with each client's
+cohort position (`cohort_positions.gather`: on several TFF workers they
+arrive in the order the workers finish, and the driver reads them by
+position), and measured metrics (bytes down, the readjust counts, per-kernel
+densities, training metrics). Every result is SERVER-placed, so on several
+workers TFF's mergeable context runs the server step once.
 
 Without server memory (FedDST, `--sgc_memory=none`) R and M are neither
 inputs nor outputs:
 
     round: (<S@SERVER, G@SERVER, int64@CLIENTS, {D*}@CLIENTS,
              int32@CLIENTS (position)> ->
-            <S@SERVER, G@SERVER, U@CLIENTS, int32@CLIENTS (position),
+            <S@SERVER, G@SERVER, <rows=U[K], positions=int32[K]>@SERVER,
              metrics@SERVER>)
 
 On a round the server requests readjustment, G is packed on the server
 (`pack`: G -> P) and broadcast with the model when clients read it
-(congruity_lambda > 0: not FedDST); otherwise only the model is sent. Memory rows come back CLIENTS-placed because TFF 0.87 has no federated
-collect: a CLIENTS-placed result is what the server received from each
-client; the driver keeps the rows (server state) and passes the next cohort's
-rows back SERVER-placed.
+(congruity_lambda > 0: not FedDST); otherwise only the model is sent. The
+memory rows are server state throughout: they come back SERVER-placed
+(TFF 0.87 has no federated collect; `gather` is one, a concatenating
+`tff.federated_aggregate`), the driver keeps them between rounds and passes
+the next cohort's rows back SERVER-placed.
 
 The server step (`server_update`, a `tff.tensorflow.computation`):
 
@@ -335,7 +337,7 @@ class SparseRounds:
   def round_body(self, readjust, importance: bool = False):
     """The Python body of `round_computation(readjust, importance)`, to call
     inside another `tff.federated_computation` (`positions` may be None:
-    then nothing is echoed)."""
+    then no per-client result is gathered)."""
     self.round_computation(readjust, importance)
     return self._bodies[self._kind(readjust, importance)]
 
@@ -565,18 +567,23 @@ class SparseRounds:
       )
       measurements["density"] = density
       measurements["direction_informed"] = informed
-      rows = (
-        tff.federated_map(to_row, (values, uploads))
-        if memory != "none"
-        else None
-      )
+      # What the server received from each client (its memory row, with
+      # memory) and each client's report, stacked at the server by cohort
+      # position (`cohort_positions.gather`).
+      if positions is None:
+        received = None
+      elif memory != "none":
+        rows = tff.federated_map(to_row, (values, uploads))
+        received = cohort_positions.gather(
+          tff.federated_zip((rows, reports)), positions
+        )
+      else:
+        received = cohort_positions.gather(reports, positions)
       return (
         new_model,
         new_directions,
         sums,
-        rows,
-        reports,
-        cohort_positions.echo(positions) if positions is not None else None,
+        received,
         tff.federated_zip(measurements),
       )
 
@@ -613,10 +620,10 @@ class SparseRounds:
         cohort_positions.POSITIONS_AT_CLIENTS,
       )
       def sparse_round(model, directions, epochs, data, positions):
-        (new_model, new_directions, _, _, reports, echoed, measurements) = body(
+        new_model, new_directions, _, received, measurements = body(
           model, directions, None, None, epochs, data, positions
         )
-        return new_model, new_directions, reports, echoed, measurements
+        return new_model, new_directions, received, measurements
 
     self._rounds[kind] = sparse_round
     return sparse_round

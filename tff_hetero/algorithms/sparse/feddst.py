@@ -235,7 +235,7 @@ def build_feddst_process(
     model = tff.federated_map(model_of, state)
     round_num = tff.federated_map(next_round_of, state)
     sent = round_distributor.next(round_distributor.initialize(), round_num)
-    new_model, _, _, _, _, _, measurements = body(
+    new_model, _, _, _, measurements = body(
       model, None, None, None, sent.result, data, None
     )
     metrics = tff.federated_zip(

@@ -41,6 +41,7 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import static_batch_norm
+from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.errors import UsageError
@@ -238,28 +239,32 @@ class SparseTraining(api.FederatedAlgorithm):
     if self.rounds.remembers:
       rows = self._row_indices(clients)
       forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
-      (model, directions, sums, new_rows, reports, echoed, measured) = (
-        computation(
-          state.model,
-          state.directions,
-          state.sums,
-          forgotten,
-          epochs,
-          data,
-          positions,
-        )
+      # A client with no data sends nothing and keeps its row (`_remember`):
+      # none of its contribution to the running sums is forgotten either.
+      forgotten = forgotten._replace(
+        weight=np.where(
+          [c.num_examples > 0 for c in clients], forgotten.weight, 0.0
+        ).astype(np.float32)
       )
-      order = cohort_positions.cohort_order(echoed, n, self.name)
-      memory = self._remember(
-        memory, rows, cohort_positions.reorder(order, new_rows)
+      model, directions, sums, received, measured = computation(
+        state.model,
+        state.directions,
+        state.sums,
+        forgotten,
+        epochs,
+        data,
+        positions,
       )
+      received = cohort_positions.unstack_rows(received, n, self.name)
+      memory = self._remember(memory, rows, [row for row, _ in received])
+      reports = [report for _, report in received]
     else:
-      model, directions, reports, echoed, measured = computation(
+      model, directions, received, measured = computation(
         state.model, state.directions, epochs, data, positions
       )
-      order = cohort_positions.cohort_order(echoed, n, self.name)
+      reports = cohort_positions.unstack_rows(received, n, self.name)
       sums = state.sums
-    reports = cohort_positions.reorder(order, reports)
+    reports = [client_lib.ClientReport(*r) for r in reports]
     down = int(measured["distributor"]["bytes_down"])
     if "directions_distributor" in measured:
       down += int(measured["directions_distributor"]["bytes_down"])
@@ -327,7 +332,8 @@ class SparseTraining(api.FederatedAlgorithm):
   def _remember(memory, rows: list[int], new_rows) -> Any:
     """A copy of `memory` with `rows` replaced by the received rows."""
     received = [computations.MemoryRows(*r) for r in new_rows]
-    # A client that trained on nothing sent nothing: its row stays.
+    # A client that trained on nothing sent nothing: its row stays (and
+    # `next` forgot none of it in the running sums).
     kept = [(row, r) for row, r in zip(rows, received) if float(r.weight) > 0]
     rows = [row for row, _ in kept]
     received = [r for _, r in kept]
