@@ -515,6 +515,55 @@ def test_memory_none_averages_this_round_only(tff_context):
     )
 
 
+def test_a_client_without_data_keeps_its_row_in_memory_and_sums(tff_context):
+  # Round 2 samples c0 with data and c1 with none: c1 sends nothing, so the
+  # server keeps its round-1 row, and the running sums stay those of the
+  # rows (a row forgotten in the sums but kept in memory would be
+  # subtracted twice the next time c1 is sampled).
+  del tff_context
+  algorithm = fedsgc.build_fedsgc(
+    _config(algorithm="fedsgc", readjust_every=0), _TASK, _IDS
+  )
+  state = algorithm.initialize()
+  first = algorithm.next(state, 1, _clients(algorithm, 1, (0, 1, 2), {}))
+  nothing = data_lib.ArrayDataset(
+    np.zeros([0, 2, 3, 1], np.float32), np.zeros([0], np.int32)
+  )
+  cohort = _clients(algorithm, 2, (0,), first.client_states) + [
+    api.ClientRound(
+      client_id="c1",
+      dataset=algorithm.client_dataset(
+        nothing, batch_size=3, local_epochs=2, shuffle_seed=2
+      ),
+      num_examples=0,
+      state=first.client_states["c1"],
+    )
+  ]
+  second = algorithm.next(first.state, 2, cohort)
+  kept, now = first.state.memory, second.state.memory
+  for a, b in zip(kept.values, now.values):
+    np.testing.assert_array_equal(np.asarray(a)[1], np.asarray(b)[1])
+  assert now.weight[1] == kept.weight[1] > 0
+  rows, sums = now, second.state.sums
+  weight = np.asarray(rows.weight)
+  for i, values in enumerate(rows.values):
+    mask = (
+      np.asarray(rows.masks[{0: 0, 2: 1}[i]], np.float32)
+      if i in (0, 2)
+      else np.ones_like(np.asarray(values))
+    )
+    n = weight.reshape([-1] + [1] * (np.ndim(values) - 1))
+    np.testing.assert_allclose(
+      sums.weight_sum[i], (n * mask).sum(0), rtol=1e-5, atol=1e-4
+    )
+    np.testing.assert_allclose(
+      sums.weighted_sum[i],
+      (n * mask * np.asarray(values)).sum(0),
+      rtol=1e-5,
+      atol=1e-4,
+    )
+
+
 def test_memory_updates_by_hand(tff_context):
   del tff_context
   algorithm = fedsgc.build_fedsgc(

@@ -37,11 +37,16 @@ Readings and departures, each on purpose:
   and an inactive weight's "learning direction" is minus its loss gradient
   (the way SGD would move it), so "the same learning direction sign as the
   global direction" means -sign(g) = sign(map). A weight whose map entry is
-  0 is neither congruent nor incongruent.
+  0 is neither congruent nor incongruent. (Eq. 3's text names the client's
+  pseudo-gradient for growth too; on a weight that was never active it is
+  always 0, so growth read that way could never be guided.)
 * `congruity_lambda` is one share for pruning and growing (the paper's
   lambda names the pruning share; a code sketch in FedPruning/FedPruning,
   not confirmed as the authors', uses 0.01 for pruning and 0.1 for
-  growing); default 0.5. `--prune_alpha` defaults to 0.2 (the paper's value
+  growing); default 0.5. The guided count is floor(lambda x k) of the k
+  weights pruned (or grown), taken from the incongruent (congruent) set
+  first; the other reading, lambda x the size of that set, would tie the
+  share to how informative the map is. `--prune_alpha` defaults to 0.2 (the paper's value
   was lost; FedDST's code defaults to 0.5, its CIFAR example uses 0.01,
   RigL 0.3).
 * Growth picks among the weights inactive after the pruning, a weight just
@@ -76,7 +81,8 @@ Readings and departures, each on purpose:
   aggregation). The memory is server state (one row per client,
   checkpointed); its running sums are float32 and updated by subtracting a
   client's old row, so value sums may drift by rounding over many rounds
-  (weight sums are integers and exact).
+  (weight sums are integers and exact). A sampled client without data sends
+  nothing and keeps its row, in the memory and in the sums.
 * Server re-prune per kernel to its ERK budget (FedDST's layer-wise
   re-prune; the paper's wording reads as one global count), every round.
 * Masks cover convolution and dense kernels only (RigL, FedDST); biases and
