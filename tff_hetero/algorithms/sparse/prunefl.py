@@ -54,6 +54,9 @@ Adaptation and departures, each on purpose:
   of the clients' last-batch gradients. It is uploaded dense, float32 per
   kernel element (measured), only on reconfiguration rounds; the server
   sends the new mask with the next model.
+* Reconfiguration every 50 rounds by default (`--prunefl_readjust_every`):
+  PruneFL's own code's interval (`ADJ_INTERVAL = 50` in its configs, whose
+  rounds are 5 local steps; ours are E local epochs).
 * No readjustment by clients and no server memory (PruneFL has neither);
   clients weighted by examples.
 """
