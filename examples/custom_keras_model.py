@@ -1,6 +1,8 @@
-"""FedAvg with a Keras model of your own, from tff-hetero's public API only.
+"""FedAvg or FedDST with a Keras model of your own, from tff-hetero's public
+API only.
 
   python examples/custom_keras_model.py [--aggregator=mean|clip|dp] [--rounds=N]
+  python examples/custom_keras_model.py --algorithm=feddst [--rounds=N]
 
 Builds a small Keras MLP (not one of the registry's models), trains it with
 `tff_hetero.build_fedavg_process` on a TFF worker this script owns
@@ -8,7 +10,9 @@ Builds a small Keras MLP (not one of the registry's models), trains it with
 per round the training loss, the global model's accuracy on held-out data,
 and the bytes that crossed the network as TFF measured them. With
 `--aggregator=clip` or `dp` the model updates go through TFF's clipping or
-DP-FedAvg Gaussian factory (`tff_hetero.build_model_aggregator`).
+DP-FedAvg Gaussian factory (`tff_hetero.build_model_aggregator`). With
+`--algorithm=feddst` the same model trains sparse (half its kernel weights
+masked, masks readjusted every round: `tff_hetero.build_feddst_process`).
 """
 
 from __future__ import annotations
@@ -73,7 +77,12 @@ def main() -> None:
     "--aggregator", default="mean", choices=["mean", "clip", "dp"]
   )
   parser.add_argument("--rounds", type=int, default=10)
+  parser.add_argument(
+    "--algorithm", default="fedavg", choices=["fedavg", "feddst"]
+  )
   args = parser.parse_args()
+  if args.algorithm == "feddst" and args.aggregator != "mean":
+    parser.error("--aggregator: feddst takes only mean")
 
   clients, (test_x, test_y) = synthetic_data(num_clients=8, per_client=60)
   cohort = 4
@@ -83,13 +92,22 @@ def main() -> None:
     noise_multiplier=0.1 if args.aggregator == "dp" else None,
     clients_per_round=cohort,
   )
-  process = tff_hetero.build_fedavg_process(
-    keras_model,
-    input_spec=INPUT_SPEC,
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-    model_aggregator=aggregator,
-    client_weighting=weighting,
-  )
+  if args.algorithm == "feddst":
+    process = tff_hetero.build_feddst_process(
+      keras_model,
+      input_spec=INPUT_SPEC,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      total_rounds=args.rounds,
+      sparsity=0.5,
+    )
+  else:
+    process = tff_hetero.build_fedavg_process(
+      keras_model,
+      input_spec=INPUT_SPEC,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=aggregator,
+      client_weighting=weighting,
+    )
 
   evaluation_model = keras_model()
   rng = np.random.default_rng(1)
@@ -103,12 +121,23 @@ def main() -> None:
       process.get_model_weights(state).assign_weights_to(evaluation_model)
       logits = evaluation_model(test_x, training=False)
       accuracy = float(np.mean(np.argmax(logits, axis=1) == test_y))
+      if args.algorithm == "feddst":
+        sparse = metrics["sparse"]
+        loss = sparse["train"]["metrics"]["loss"]
+        # The round number and the sparse model down; values, bit masks
+        # where they changed, dense biases and the weight up.
+        down = (
+          metrics["round"]["bytes_down"] + sparse["distributor"]["bytes_down"]
+        )
+        up = sparse["upload_bytes"]
+      else:
+        loss = metrics["client_work"]["train"]["metrics"]["loss"]
+        down = metrics["distributor"]["bytes_down"]
+        up = metrics["aggregator"]["bytes_up"]
       print(
-        f"round {round_num}:"
-        f" loss={float(metrics['client_work']['train']['metrics']['loss']):.4f}"
+        f"round {round_num}: loss={float(loss):.4f}"
         f" test_accuracy={accuracy:.4f}"
-        f" bytes_down={int(metrics['distributor']['bytes_down'])}"
-        f" bytes_up={int(metrics['aggregator']['bytes_up'])}",
+        f" bytes_down={int(down)} bytes_up={int(up)}",
         flush=True,
       )
 

@@ -40,19 +40,20 @@ def test_example_uses_only_the_public_api():
   }
   assert used == {
     "build_fedavg_process",
+    "build_feddst_process",
     "build_model_aggregator",
     "local_execution",
   }
   assert used <= set(tff_hetero.__all__)
 
 
-@pytest.mark.parametrize("aggregator", ["mean", "dp"])
-def test_example_trains_and_measures_by_hand_count(aggregator):
+def _run_example(*args):
+  """The example's per-round lines (round, loss, accuracy, down, up)."""
   tag, env = runtime_testing.tagged_env()
   env["PYTHONPATH"] = str(REPO)
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
   completed = subprocess.run(
-    [sys.executable, str(EXAMPLE), "--rounds=4", f"--aggregator={aggregator}"],
+    [sys.executable, str(EXAMPLE), "--rounds=4", *args],
     cwd=REPO / "examples",
     env=env,
     capture_output=True,
@@ -69,6 +70,12 @@ def test_example_trains_and_measures_by_hand_count(aggregator):
     flags=re.M,
   )
   assert [int(r[0]) for r in rounds] == [1, 2, 3, 4]
+  return rounds
+
+
+@pytest.mark.parametrize("aggregator", ["mean", "dp"])
+def test_example_trains_and_measures_by_hand_count(aggregator):
+  rounds = _run_example(f"--aggregator={aggregator}")
   # The MLP: 10x16 + 16 + 16x3 + 3 = 227 float32 = 908 bytes. Four clients a
   # round each receive the model and send its update and a float32 weight.
   for _, _, _, down, up in rounds:
@@ -78,3 +85,18 @@ def test_example_trains_and_measures_by_hand_count(aggregator):
   assert losses[-1] < losses[0] / 2
   # Three classes: chance is 1/3.
   assert float(rounds[-1][2]) > 0.9
+
+
+def test_feddst_example_trains_sparse_and_measures_by_hand_count():
+  rounds = _run_example("--algorithm=feddst")
+  # ERK at sparsity 0.5 over the kernels 10x16 and 16x3: raw densities
+  # 26/160 and 19/48, eps = 104 / (26 + 19); 60 of 160 and 44 of 48 kept.
+  # Down, per client: the round number (8), kept values 4 x 104, bit masks
+  # 20 + 6, biases 4 x 19 = 526. Up: values and biases, the float32
+  # weight (496), plus a kernel's bit mask where the readjustment changed it.
+  for _, _, _, down, up in rounds:
+    assert int(down) == 4 * 526
+    assert 4 * 496 <= int(up) <= 4 * (496 + 26)
+  losses = [float(r[1]) for r in rounds]
+  assert losses[-1] < losses[0]
+  assert float(rounds[-1][2]) > 0.8  # Three classes: chance is 1/3.
