@@ -1,30 +1,11 @@
-"""cohort_positions: the echo computation's type and the driver's reordering,
-against permutations written by hand."""
+"""cohort_positions: the gather computation's type and results, and the
+driver's reordering, against permutations written by hand."""
 
 import numpy as np
 import pytest
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import cohort_positions
-
-
-def test_echo_type_signature():
-
-  @tff.federated_computation(cohort_positions.POSITIONS_AT_CLIENTS)
-  def comp(positions):
-    return cohort_positions.echo(positions)
-
-  assert str(comp.type_signature) == "({int32}@CLIENTS -> {int32}@CLIENTS)"
-
-
-def test_echo_returns_the_positions(tff_context):
-  del tff_context
-
-  @tff.federated_computation(cohort_positions.POSITIONS_AT_CLIENTS)
-  def comp(positions):
-    return cohort_positions.echo(positions)
-
-  assert [int(p) for p in comp(cohort_positions.positions(3))] == [0, 1, 2]
 
 
 def test_cohort_order_undoes_a_worker_permutation():

@@ -7,22 +7,21 @@ workers' CLIENTS-placed results in the order the workers *finish*
 the clients were passed in. Every CLIENTS-placed output of one call shares
 that permutation, because a worker returns its whole result at once.
 
-A round whose driver reads per-client results (memory rows, reports, models,
-device decisions) therefore takes each client's position in the cohort as one
-more argument, `int32@CLIENTS`, returns it unchanged beside its other
-CLIENTS-placed outputs (`echo`), and the driver puts every per-client output
-back in cohort order (`cohort_order`, `reorder`):
+A round whose driver reads per-client results (memory rows, reports, edge
+models) therefore takes each client's position in the cohort as one more
+argument, `int32@CLIENTS`, and returns those results SERVER-placed, stacked
+with their positions (`gather`, a federated collect through a concatenating
+`tff.federated_aggregate`); the driver reads row `unstack_rows(..)[k]` for
+cohort position k. With no CLIENTS-placed result, the mergeable context runs
+the part after the merge (the server step) once, on one worker; with one, it
+would run it on every worker.
 
-    echo: ({int32}@CLIENTS -> {int32}@CLIENTS)
+    gather: (<V@CLIENTS, int32@CLIENTS> -> <rows=V[?], positions=int32[?]>@SERVER)
 
-SERVER-placed results (sums, means) do not depend on the order. A round may
-instead return its per-client values SERVER-placed, stacked with their
-positions (`gather`, a federated collect through `tff.federated_aggregate`):
-with no CLIENTS-placed result, the mergeable context runs the part after the
-merge once, on one worker, instead of on every worker, and the driver reads
-row `unstack_rows(..)[k]` for cohort position k:
-
-    gather: (<V@CLIENTS, int32@CLIENTS> -> <rows=V[?]..., positions=int32[?]>@SERVER)
+A computation whose results are all CLIENTS-placed (AdaptiveFL's device
+decisions) returns each client's position beside its result, and the driver
+puts them back in cohort order (`cohort_order`, `reorder`). SERVER-placed
+sums and means do not depend on the order.
 
 The same context splits an argument's clients among the workers element by
 element and carries the split's progress over from the argument's last
@@ -68,16 +67,6 @@ def padded(values: Sequence, size: int, fill) -> list:
       f"a cohort of {len(values)} clients does not fit the padded size {size}"
     )
   return list(values) + [fill] * (size - len(values))
-
-
-def echo(client_positions):
-  """Inside a federated computation: the positions, unchanged, @CLIENTS."""
-
-  @tff.tensorflow.computation(POSITION_TYPE)
-  def identity(position):
-    return tf.identity(position)
-
-  return tff.federated_map(identity, client_positions)
 
 
 def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:
