@@ -25,7 +25,7 @@ Parts (`--parts`, every flag of `pipelines.train` applies to all runs):
   default 0, 1, 2);
 * `ablation`: FedSGC with the other readings of its server memory
   (`--sgc_memory=updates`, `none`) and without congruity guidance
-  (lambda = 0, memory kept), once per seed;
+  (lambda = 0, with the memory kept and without it), once per seed;
 * `sparsity`: FedDST and FedSGC at sparsity 0.6 and 0.7 (0.8 is the table),
   first seed only;
 * `baselines`: GraSP as FedDST's code runs it, its sparsity flag read as
@@ -115,6 +115,12 @@ ABLATION_ROWS = collections.OrderedDict(
     ("FedSGC memory=updates", dict(algorithm="fedsgc", sgc_memory="updates")),
     ("FedSGC memory=none", dict(algorithm="fedsgc", sgc_memory="none")),
     ("FedSGC lambda=0", dict(algorithm="fedsgc", congruity_lambda=0.0)),
+    # Separates the guidance from the rest of what FedSGC without memory
+    # changes against FedDST (readjust point, growth gradient).
+    (
+      "FedSGC memory=none lambda=0",
+      dict(algorithm="fedsgc", sgc_memory="none", congruity_lambda=0.0),
+    ),
   ]
 )
 # The paper's tables (percent at its four budgets).
@@ -291,6 +297,16 @@ def _claims(numbers, budgets):
     "memory: FedSGC (models) > FedSGC memory=none",
     "FedSGC",
     "FedSGC memory=none",
+  )
+  judge(
+    "guidance without memory: FedSGC memory=none > its lambda=0",
+    "FedSGC memory=none",
+    "FedSGC memory=none lambda=0",
+  )
+  judge(
+    "FedSGC memory=none > FedDST",
+    "FedSGC memory=none",
+    "FedDST",
   )
   return claims
 

@@ -19,9 +19,9 @@ def test_plan_covers_every_part_once_seed_by_seed():
     seeds=(0, 5),
   )
   names = [r.name for r in runs]
-  assert len(names) == len(set(names)) == (8 + 3) * 2 + 4 + 1 + 12
+  assert len(names) == len(set(names)) == (8 + 4) * 2 + 4 + 1 + 12
   # A whole first-seed table comes before the second seed.
-  assert names[:11] == [
+  assert names[:12] == [
     f"{n}_seed0"
     for n in (
       "fedavg",
@@ -35,6 +35,7 @@ def test_plan_covers_every_part_once_seed_by_seed():
       "fedsgc_memory_updates",
       "fedsgc_memory_none",
       "fedsgc_lambda_0",
+      "fedsgc_memory_none_lambda_0",
     )
   ]
   by_name = {r.name: r.config for r in runs}
@@ -43,6 +44,8 @@ def test_plan_covers_every_part_once_seed_by_seed():
   assert by_name["fedprox_seed0"].settings.prox_mu == 1.0
   assert by_name["fedsgc_memory_none_seed0"].settings.sgc_memory == "none"
   assert by_name["fedsgc_lambda_0_seed5"].settings.congruity_lambda == 0.0
+  unguided = by_name["fedsgc_memory_none_lambda_0_seed0"].settings
+  assert (unguided.sgc_memory, unguided.congruity_lambda) == ("none", 0.0)
   assert by_name["feddst_shards_s60_seed0"].settings.sparsity == 0.6
   # FedDST's code passes its sparsity to GraSP as the fraction kept.
   assert by_name["grasp_kept_80_seed0"].algorithm == "grasp"
