@@ -1,6 +1,7 @@
 """Federated algorithms: one module per algorithm.
 
-Homogeneous algorithms are TFF `LearningProcess`es (`build_<name>_process`).
+Homogeneous algorithms, and FedDST, are TFF `LearningProcess`es
+(`build_<name>_process`).
 Width-heterogeneous ones run one federated computation per sub-model group
 (`width_computations.WidthComputations.group_round`, run by
 `width_rounds.HeterogeneousRounds`) and are driven as
@@ -23,6 +24,7 @@ from tff_hetero.algorithms.fedavg import build_fedavg_process
 from tff_hetero.algorithms.fedprox import build_fedprox_process
 from tff_hetero.algorithms.heterofl import HeteroFL
 from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.algorithms.sparse.feddst import build_feddst_process
 from tff_hetero.algorithms.static_batch_norm import build_statistics_query
 from tff_hetero.algorithms.width_rounds import HeterogeneousRounds
 from tff_hetero.algorithms.width_rounds import LevelCatalog
@@ -41,6 +43,7 @@ __all__ = [
   "Decoupled",
   "build_fedadam_process",
   "build_fedavg_process",
+  "build_feddst_process",
   "build_fedprox_process",
   "HeteroFL",
   "ALGORITHMS",
