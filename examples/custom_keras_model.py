@@ -12,7 +12,8 @@ and the bytes that crossed the network as TFF measured them. With
 `--aggregator=clip` or `dp` the model updates go through TFF's clipping or
 DP-FedAvg Gaussian factory (`tff_hetero.build_model_aggregator`). With
 `--algorithm=feddst` the same model trains sparse (half its kernel weights
-masked, masks readjusted every round: `tff_hetero.build_feddst_process`).
+masked, masks readjusted every round but the last:
+`tff_hetero.build_feddst_process`).
 """
 
 from __future__ import annotations

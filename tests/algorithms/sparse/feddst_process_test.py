@@ -170,6 +170,27 @@ def test_readjusts_on_requested_rounds_by_the_cosine(process, tff_context):
       assert metrics["sparse"]["upload_bytes"] == dense_up
 
 
+def test_a_round_without_data_keeps_the_model(process, tff_context):
+  # Nobody uploads anything: the server keeps every weight and mask (a
+  # re-prune over no upload would keep nothing, for good).
+  del tff_context
+  state = process.initialize()
+  nothing = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.zeros([0, 4], np.float32), y=np.zeros([0], np.int32)
+    )
+  ).batch(5)
+  after = process.next(state, [nothing, nothing]).state
+  assert after.round_num == 1
+  for a, b in zip(after.model.trainable, state.model.trainable):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(after.model.masks, state.model.masks):
+    np.testing.assert_array_equal(a, b)
+  # And training goes on from it.
+  trained = process.next(after, _cohort(2)).state
+  assert [int(np.sum(m)) for m in trained.model.masks] == list(_KEEP)
+
+
 def test_masked_round_equals_tff_fedavg_on_the_masked_model(tff_context):
   """Without readjustment every client keeps the global mask, so the union
   average is the example-weighted mean on that mask and the re-prune keeps

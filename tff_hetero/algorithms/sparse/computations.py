@@ -188,13 +188,22 @@ def server_aggregate(
       continue
     j = kernel_of[i]
     directions.append(prune_grow.direction_map(candidate, held, previous))
-    mask = (
-      prune_grow.reprune(candidate, held, keep[j])
-      if chosen is None
-      else tf.cast(chosen[j], tf.float32)
-    )
+    if chosen is None:
+      # No upload holds any of the kernel (every client of the round sent
+      # nothing, and nothing is remembered): keep the kernel and its mask
+      # instead of re-pruning to nothing.
+      anything = tf.reduce_any(held)
+      mask = tf.where(
+        anything,
+        prune_grow.reprune(candidate, held, keep[j]),
+        tf.cast(model.masks[j], tf.float32),
+      )
+      value = tf.where(anything, candidate * mask, previous)
+    else:
+      mask = tf.cast(chosen[j], tf.float32)
+      value = candidate * mask
     new_masks.append(mask)
-    trainable.append(candidate * mask)
+    trainable.append(value)
   inactive = [1.0 - m for m in new_masks]
   informed = tf.add_n(
     [

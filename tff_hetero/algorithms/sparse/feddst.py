@@ -128,11 +128,16 @@ def build_feddst_process(
     set_model_weights: (<S, ModelWeights> -> S)  (kernels re-masked)
 
   M = <round=<bytes_down, clients> (the round number sent), sparse=<
-  distributor=<bytes_down, clients>, train=<loss, accuracy, num_examples,
-  ...>, readjust=`prune_grow.ReadjustCounts` summed over clients,
-  upload_bytes=int64, density=float32[kernels] after the server's re-prune,
-  direction_informed=float32>>, every byte count measured on the tensors
-  sent. The loss is sparse cross-entropy on the model's logits.
+  distributor=<bytes_down, clients>, train=<metrics=<
+  sparse_categorical_accuracy, loss, num_examples, num_batches>,
+  uploaded_bytes>, readjust=`prune_grow.ReadjustCounts` summed over
+  clients, upload_bytes=int64, density=<float32 per kernel> after the
+  server's re-prune, direction_informed=float32>>, every byte count
+  measured on the tensors sent. The loss is sparse cross-entropy on the
+  model's logits. A round in which no client sends anything keeps the
+  model. Batch-norm statistics stay those of `model_fn()` (the server does
+  not aggregate them; the CLI recalibrates them for evaluation): use a
+  model without batch norm, or recalibrate before evaluating.
 
   Args:
     model_fn: No-arg callable returning a fresh, identically initialised
