@@ -100,18 +100,41 @@ class Gathered(NamedTuple):
   positions: Any
 
 
+def concatenated(values):
+  """Inside a federated computation: the clients' values (structures of
+  tensors, each with a leading axis of any length) concatenated along that
+  axis, SERVER-placed: a federated collect through a concatenating
+  `tff.federated_aggregate` (several workers' partial results concatenate
+  the same way)."""
+  specs = tf.nest.map_structure(
+    lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
+    tff.types.type_to_tf_tensor_specs(values.type_signature.member),
+  )
+  accumulator_type = tff.types.tensorflow_to_type(specs)
+
+  @tff.tensorflow.computation
+  def nothing():
+    return tf.nest.map_structure(
+      lambda s: tf.zeros([0, *s.shape[1:]], s.dtype), specs
+    )
+
+  @tff.tensorflow.computation(accumulator_type, accumulator_type)
+  def concatenate(a, b):
+    return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
+
+  @tff.tensorflow.computation(accumulator_type)
+  def report(accumulated):
+    return tf.nest.map_structure(tf.identity, accumulated)
+
+  return tff.federated_aggregate(
+    values, nothing(), concatenate, concatenate, report
+  )
+
+
 def gather(values, client_positions):
   """Inside a federated computation: each client's value (a structure of
   tensors) with a new leading axis, concatenated over the clients, beside
   their cohort positions, SERVER-placed (module docstring)."""
-  member_specs = tff.types.type_to_tf_tensor_specs(values.type_signature.member)
-  stacked_specs = Gathered(
-    rows=tf.nest.map_structure(
-      lambda s: tf.TensorSpec([None, *s.shape], s.dtype), member_specs
-    ),
-    positions=tf.TensorSpec([None], tf.int32),
-  )
-  stacked_type = tff.types.tensorflow_to_type(stacked_specs)
 
   @tff.tensorflow.computation(values.type_signature.member, POSITION_TYPE)
   def as_row(value, position):
@@ -120,27 +143,7 @@ def gather(values, client_positions):
       positions=tf.reshape(position, [1]),
     )
 
-  @tff.tensorflow.computation
-  def nothing():
-    return tf.nest.map_structure(
-      lambda s: tf.zeros([0, *s.shape[1:]], s.dtype), stacked_specs
-    )
-
-  @tff.tensorflow.computation(stacked_type, stacked_type)
-  def concatenate(a, b):
-    return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
-
-  @tff.tensorflow.computation(stacked_type)
-  def report(stacked):
-    return tf.nest.map_structure(tf.identity, stacked)
-
-  return tff.federated_aggregate(
-    tff.federated_map(as_row, (values, client_positions)),
-    nothing(),
-    concatenate,
-    concatenate,
-    report,
-  )
+  return concatenated(tff.federated_map(as_row, (values, client_positions)))
 
 
 def unstack_rows(gathered, n: int, what: str) -> list:

@@ -24,8 +24,9 @@ answer_owners=int32[?], seconds=float64>:
              metric sums@SERVER>)
 
 `round` maps `client_step` over the clients, gathers their tagged uploads
-with `tff.federated_aggregate` (the accumulator concatenates; so does the
-merge of several workers' accumulators), and maps `server_step` over the
+with `cohort_positions.concatenated` (a `tff.federated_aggregate` whose
+accumulator concatenates; so does the merge of several workers'
+accumulators), and maps `server_step` over the
 gathered uploads at the server. On one TFF worker the features, the
 largest part of the traffic, thus stay inside the worker, from the clients
 to the server, and never reach the Python driver; what comes back to the
@@ -38,13 +39,14 @@ stacked with their cohort positions (`cohort_positions.gather`, the same
 concatenating aggregate), so every result is SERVER-placed. On several TFF
 workers the computation runs through TFF 0.87's mergeable context: each
 worker runs the part up to the aggregation on its share of the clients, the
-driver merges the workers' partial accumulators (so the features do pass
-through the driver there: the merge is the driver's), and, since no result
-is CLIENTS-placed, TFF runs the part after the merge, `server_step`, once,
-on one worker (`_invoke_mergeable_comp_form`). The workers' shares arrive
-in the order they finish: each client tags its samples and its row with its
+driver relays the workers' partial accumulators to the merge (so the
+features do pass through the driver there), and, since no result is
+CLIENTS-placed, TFF runs the part after the merge, `server_step`, once, on
+one worker (`_invoke_mergeable_comp_form`). The workers' shares arrive in
+the order they finish: each client tags its samples and its row with its
 cohort position, the server sorts the samples by their tags (stable) before
-training, and the driver reads the rows by position. The CLIENTS-placed arguments come last: TFF 0.87's mergeable
+training, and the driver reads the rows by position. The CLIENTS-placed
+arguments come last: TFF 0.87's mergeable
 context splits an argument's clients among the workers element by element
 and carries the split's progress over from the last element only
 (`_partition_value`), so a SERVER-placed last element made every worker
@@ -128,25 +130,6 @@ class GKTComputations:
         steps.ServerPlan(*plan),
       )
 
-    @tff.tensorflow.computation
-    def no_uploads():
-      return steps.TaggedUpload(
-        steps.GKTUpload(
-          features=tf.zeros([0, *feature_shape], tf.float32),
-          logits=tf.zeros([0, num_classes], tf.float32),
-          labels=tf.zeros([0], tf.int32),
-        ),
-        tf.zeros([0], tf.int32),
-      )
-
-    @tff.tensorflow.computation(tagged_type, tagged_type)
-    def concatenate(a, b):
-      return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
-
-    @tff.tensorflow.computation(tagged_type)
-    def as_received(tagged):
-      return tf.nest.map_structure(tf.identity, tagged)
-
     @tff.federated_computation(
       tff.FederatedType(server_type, tff.SERVER),
       tff.FederatedType(optimizer_type, tff.SERVER),
@@ -159,9 +142,7 @@ class GKTComputations:
       new_models, uploads, sizes, sums = tff.federated_map(
         client_step, (models, data, positions)
       )
-      received = tff.federated_aggregate(
-        uploads, no_uploads(), concatenate, concatenate, as_received
-      )
+      received = cohort_positions.concatenated(uploads)
       result = tff.federated_map(
         server_step, (weights, optimizer_state, received, plan)
       )
