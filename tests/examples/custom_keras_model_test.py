@@ -39,8 +39,10 @@ def test_example_uses_only_the_public_api():
     and node.value.id == "tff_hetero"
   }
   assert used == {
+    "MaskedAggregation",
     "build_fedavg_process",
     "build_feddst_process",
+    "build_heterofl_process",
     "build_model_aggregator",
     "local_execution",
   }
@@ -100,3 +102,23 @@ def test_feddst_example_trains_sparse_and_measures_by_hand_count():
   losses = [float(r[1]) for r in rounds]
   assert losses[-1] < losses[0]
   assert float(rounds[-1][2]) > 0.8  # Three classes: chance is 1/3.
+
+
+@pytest.mark.parametrize("aggregator", ["mean", "dp"])
+def test_heterofl_example_trains_two_widths_and_measures_by_hand_count(
+  aggregator,
+):
+  rounds = _run_example("--algorithm=heterofl", f"--aggregator={aggregator}")
+  # Weak clients (ids 0-3) get the MLP at half its hidden width: 10x8 + 8 +
+  # 8x3 + 3 = 115 float32 (460 bytes); strong ones the whole 908 bytes. Up:
+  # the same values, a float32 weight and the four metric sums (loss and
+  # accuracy as float32 pairs, examples and batches as int64: 32 bytes).
+  for _, _, _, down, up in rounds:
+    weak = (4 * 908 - int(down)) / (908 - 460)
+    assert weak in (0, 1, 2, 3, 4)
+    assert int(up) == int(down) + 4 * (4 + 32)
+  weak_counts = {(4 * 908 - int(r[3])) // (908 - 460) for r in rounds}
+  assert len(weak_counts) > 1  # Both widths trained in some round.
+  losses = [float(r[1]) for r in rounds]
+  assert losses[-1] < losses[0] / 2
+  assert float(rounds[-1][2]) > 0.9  # Three classes: chance is 1/3.

@@ -1,7 +1,9 @@
 """Federated algorithms: one module per algorithm.
 
 Homogeneous algorithms, and FedDST, are TFF `LearningProcess`es
-(`build_<name>_process`).
+(`build_<name>_process`); HeteroFL is also a `WidthProcess`
+(`build_heterofl_process`: `initialize` / `next` in Python over typed
+computations, for TFF users).
 Width-heterogeneous ones run one federated computation per sub-model group
 (`width_computations.WidthComputations.group_round`, run by
 `width_rounds.HeterogeneousRounds`) and are driven as
@@ -23,9 +25,13 @@ from tff_hetero.algorithms.fedadam import build_fedadam_process
 from tff_hetero.algorithms.fedavg import build_fedavg_process
 from tff_hetero.algorithms.fedprox import build_fedprox_process
 from tff_hetero.algorithms.heterofl import HeteroFL
+from tff_hetero.algorithms.heterofl import build_heterofl_process
 from tff_hetero.algorithms.registry import ALGORITHMS
 from tff_hetero.algorithms.sparse.feddst import build_feddst_process
 from tff_hetero.algorithms.static_batch_norm import build_statistics_query
+from tff_hetero.algorithms.width_process import WidthProcess
+from tff_hetero.algorithms.width_process import WidthProcessState
+from tff_hetero.algorithms.width_process import WidthRoundOutput
 from tff_hetero.algorithms.width_rounds import HeterogeneousRounds
 from tff_hetero.algorithms.width_rounds import LevelCatalog
 
@@ -46,8 +52,12 @@ __all__ = [
   "build_feddst_process",
   "build_fedprox_process",
   "HeteroFL",
+  "build_heterofl_process",
   "ALGORITHMS",
   "build_statistics_query",
   "HeterogeneousRounds",
   "LevelCatalog",
+  "WidthProcess",
+  "WidthProcessState",
+  "WidthRoundOutput",
 ]

@@ -48,6 +48,9 @@ class Task:
       output width per width unit (`tff_hetero.models.width`), seeded like
       `model_fn`; None when the model has no width knobs.
     width_units: The model's width units (empty without width knobs).
+    loss_fn / metrics_fn: No-arg factories of the training loss and the
+      metrics (`model_fns.variable_model_fn`; None: cross-entropy on logits
+      and accuracy, every registered model's).
   """
 
   model_name: str
@@ -58,16 +61,21 @@ class Task:
   training_flops_per_example: int
   width_model_fn: Optional[Callable[[Sequence[int]], tf.keras.Model]] = None
   width_units: tuple[Any, ...] = ()
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None
 
   def tff_model_fn(self, keras_model_fn=None):
     """A no-arg function building a `tff.learning.models.VariableModel`.
 
     Of the task's model, or of `keras_model_fn`'s (e.g. a sub-model), with
-    the default classification loss and accuracy
-    (`model_fns.variable_model_fn`).
+    the task's loss and metrics (None: the default classification loss and
+    accuracy, `model_fns.variable_model_fn`).
     """
     return model_fns.variable_model_fn(
-      keras_model_fn or self.model_fn, self.element_spec
+      keras_model_fn or self.model_fn,
+      self.element_spec,
+      self.loss_fn,
+      self.metrics_fn,
     )
 
 

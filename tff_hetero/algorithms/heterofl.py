@@ -53,17 +53,22 @@ are trained, not evaluated.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import Any
 from typing import Optional
 
 import attrs
+import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_hetero import models as models_lib
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import task_devices
+from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
@@ -282,4 +287,98 @@ def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,
     **model_aggregators.width_round_options(config),
+  )
+
+
+def build_heterofl_process(
+  width_model_fn: Callable[[Sequence[int]], tf.keras.Model],
+  *,
+  full_widths: Sequence[int],
+  rates: Sequence[float],
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
+  prox_mu: float = 0.0,
+  server_lr: float = 1.0,
+  model_aggregator: Optional[masked_dp.MaskedAggregation] = None,
+  noise_seed: Optional[int] = None,
+) -> width_process.WidthProcess:
+  """HeteroFL as a `width_process.WidthProcess`, keyed by width rate.
+
+  `width_model_fn(widths)` builds your Keras model (logits out, seeded: the
+  same initial values on every call) with one output width per width unit,
+  the full model at `full_widths`; a narrower one must be its first
+  channels (units) of every narrowed layer, the classifier whole (as
+  `tff_hetero.models.width` describes). The rate r sub-model has widths
+  ceil(r x full width) per unit (HeteroFL's rounding). The levels are
+  `rates` and 1.0 (the server model); `next` takes `{rate: [datasets]}`.
+
+  `client_optimizer_fn` is a TFF optimizer; `model_aggregator` a
+  `tff_hetero.MaskedAggregation` (default: the example-weighted masked
+  mean; `MaskedAggregation(clip_norm=C)` clips each update to L2 norm C;
+  with `noise_multiplier=z` as well, clients are weighted uniformly and
+  Gaussian noise of std z C is added to every element's sum and z to its
+  count, seeded by `(noise_seed, round)`; no privacy accounting is
+  reported). Type signatures: `width_process`'s module docstring.
+  """
+  if not callable(width_model_fn):
+    raise TypeError(
+      "width_model_fn must be a callable taking one width per width unit,"
+      f" got {type(width_model_fn).__name__}"
+    )
+  full = tuple(full_widths)
+  if not full or not all(
+    isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in full
+  ):
+    raise ValueError(
+      f"full_widths must be positive integers, one per width unit, got {full}"
+    )
+  rates = tuple(float(r) for r in rates)
+  if not all(0 < r <= 1 for r in rates):
+    raise ValueError(f"rates must lie in (0, 1], got {rates}")
+  if model_aggregator is None:
+    model_aggregator = masked_dp.MaskedAggregation()
+  if not isinstance(model_aggregator, masked_dp.MaskedAggregation):
+    raise TypeError(
+      "model_aggregator must be a tff_hetero.MaskedAggregation, got"
+      f" {type(model_aggregator).__name__}"
+    )
+  probe = width_model_fn(full)
+  units = tuple(
+    width_lib.WidthUnit(i + 1, f"unit{i + 1}", w, ())
+    for i, w in enumerate(full)
+  )
+  task = api.Task(
+    model_name=getattr(width_model_fn, "__name__", "model"),
+    model_fn=lambda: width_model_fn(full),
+    input_shape=tuple(tf.nest.flatten(input_spec)[0].shape[1:]),
+    num_classes=int(probe.output_shape[-1]),
+    element_spec=input_spec,
+    training_flops_per_example=models_lib.training_flops_per_example(probe),
+    width_model_fn=lambda widths: width_model_fn(tuple(widths)),
+    width_units=units,
+    loss_fn=loss_fn,
+    metrics_fn=metrics_fn,
+  )
+  pool = pools_lib.uniform_pool(units, sorted(set(rates) | {1.0}), "ceil")
+  levels = collections.OrderedDict()  # widths -> level name, smallest first
+  for member in pool.members:
+    levels.setdefault(member.widths, member.level)
+  catalog = width_rounds.LevelCatalog(
+    task, [(name, widths) for widths, name in levels.items()]
+  )
+  rounds = width_rounds.HeterogeneousRounds(
+    catalog,
+    client_optimizer=client_optimizer_fn,
+    prox_mu=prox_mu,
+    server_lr=server_lr,
+    aggregation=model_aggregator,
+    noise_seed=noise_seed,
+  )
+  return width_process.WidthProcess(
+    rounds,
+    collections.OrderedDict(
+      (m.ratio, catalog.by_name(levels[m.widths])) for m in pool.members
+    ),
   )

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import collections
 from typing import Any
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -97,15 +98,21 @@ class WidthComputations:
     self,
     catalog: LevelCatalog,
     *,
-    client_lr: float,
+    client_lr: Optional[float] = None,
     client_momentum: float = 0.0,
+    client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     prox_mu: float = 0.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
   ):
+    if (client_lr is None) == (client_optimizer is None):
+      raise TypeError("give exactly one of client_lr and client_optimizer")
     self.catalog = catalog
     self.aggregation = aggregation
-    self._client_lr = float(client_lr)
-    self._client_momentum = float(client_momentum)
+    # The clients' optimizer: the given TFF optimizer, or SGD with the
+    # learning rate and momentum.
+    self._client_optimizer = client_optimizer or learning_process.client_sgd(
+      client_lr, client_momentum
+    )
     self._prox_mu = float(prox_mu)
     self.outer_trainable_type = self.trainable_type(catalog.outer)
     self.sums_type = tff.types.to_type(
@@ -195,7 +202,7 @@ class WidthComputations:
       trained_type = self.trainable_type(trained)
       client_work = fedprox.build_proximal_client_work(
         self.catalog.task.tff_model_fn(trained.keras_fn),
-        learning_process.client_sgd(self._client_lr, self._client_momentum),
+        self._client_optimizer,
         self._prox_mu,
         metrics_aggregator=tff_measure.measured_metrics_aggregator(),
         client_weighting=self.aggregation.client_weighting,

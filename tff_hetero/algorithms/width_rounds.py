@@ -80,7 +80,8 @@ class GroupedRoundResult:
 
   Attributes:
     model: The new server model (`ModelWeights`; non-trainable unchanged).
-    metrics: `loss`, `train_accuracy` (example-weighted over all groups).
+    metrics: `loss`, `train_accuracy` (example-weighted over all groups;
+      absent when the task's metrics hold no accuracy).
     traffic: One measured `ClientTraffic` per client, in `groups` order.
     sent_model_bytes: Sum over clients of the sub-model bytes received.
     returned_model_bytes: Sum over clients of the update bytes returned
@@ -110,8 +111,9 @@ class HeterogeneousRounds:
     self,
     catalog: LevelCatalog,
     *,
-    client_lr: float,
+    client_lr: Optional[float] = None,
     client_momentum: float = 0.0,
+    client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     prox_mu: float = 0.0,
     server_lr: float = 1.0,
     aggregation: masked_dp.MaskedAggregation = masked_dp.MaskedAggregation(),
@@ -122,6 +124,7 @@ class HeterogeneousRounds:
       catalog,
       client_lr=client_lr,
       client_momentum=client_momentum,
+      client_optimizer=client_optimizer,
       prox_mu=prox_mu,
       aggregation=aggregation,
     )
@@ -183,6 +186,7 @@ class HeterogeneousRounds:
 
     traffic = []
     loss_sum = accuracy_sum = 0.0
+    has_accuracy = True
     processed = expected = 0
     sent_bytes = returned_bytes = 0
     for group in groups:
@@ -214,9 +218,11 @@ class HeterogeneousRounds:
       processed += group_examples
       expected += sum(c.num_examples for c in clients)
       loss_sum += float(train["metrics"]["loss"]) * group_examples
-      accuracy_sum += (
-        float(train["metrics"]["sparse_categorical_accuracy"]) * group_examples
-      )
+      # Absent when the task's metrics do not include accuracy.
+      accuracy = train["metrics"].get("sparse_categorical_accuracy")
+      has_accuracy = has_accuracy and accuracy is not None
+      if has_accuracy:
+        accuracy_sum += float(accuracy) * group_examples
     for sent, client in unserved:
       measured = self.computations.delivery(sent)(
         sent_slice(sent), [client.dataset]
@@ -245,10 +251,11 @@ class HeterogeneousRounds:
     loss = loss_sum / processed if processed else math.nan
     if processed != expected:
       loss = math.nan  # A client diverged: TFF zeroed its update.
-    metrics = collections.OrderedDict(
-      loss=loss,
-      train_accuracy=accuracy_sum / processed if processed else math.nan,
-    )
+    metrics = collections.OrderedDict(loss=loss)
+    if has_accuracy:
+      metrics["train_accuracy"] = (
+        accuracy_sum / processed if processed else math.nan
+      )
     return GroupedRoundResult(
       model=tff.learning.models.ModelWeights(
         trainable=[np.asarray(w) for w in new_trainable],

@@ -1,0 +1,252 @@
+"""`build_heterofl_process` (the public HeteroFL `WidthProcess`): its typed
+parts, then known answers from TFF and by hand: a mixed-width round equals
+each client trained alone by TFF's own FedAvg on its hand-sliced sub-model,
+then the element-wise weighted mean of whoever holds each element (by hand,
+in NumPy); the bytes by hand; the seeded DP noise; build-time errors."""
+
+import collections
+import re
+
+import attrs
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import tff_hetero
+
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
+_FULL = (6, 4)
+_LR = 0.1
+
+
+def _mlp(widths):
+  """4 -> widths[0] -> widths[1] -> 3 logits, seeded."""
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(
+        widths[0],
+        activation="relu",
+        input_shape=(4,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+        bias_initializer=tf.keras.initializers.RandomNormal(seed=2),
+      ),
+      tf.keras.layers.Dense(
+        widths[1],
+        activation="relu",
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=3),
+        bias_initializer=tf.keras.initializers.RandomNormal(seed=4),
+      ),
+      tf.keras.layers.Dense(
+        3, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=5)
+      ),
+    ]
+  )
+
+
+def _half_slice(full):
+  """Rate 0.5 of (6, 4) is widths (3, 2) (ceil): each kernel's first rows
+  and columns, the logits' columns whole (by hand)."""
+  k1, b1, k2, b2, k3, b3 = full
+  return [k1[:, :3], b1[:3], k2[:3, :2], b2[:2], k3[:2, :], b3]
+
+
+def _half_coverage():
+  shapes = [(4, 6), (6,), (6, 4), (4,), (4, 3), (3,)]
+  masks = [np.zeros(s, np.float32) for s in shapes]
+  for mask, part in zip(masks, _half_slice(masks)):
+    part[...] = 1.0
+  return masks
+
+
+def _scatter_half(values):
+  shapes = [(4, 6), (6,), (6, 4), (4,), (4, 3), (3,)]
+  full = [np.zeros(s, np.float32) for s in shapes]
+  for target, value in zip(_half_slice(full), values):
+    target[...] = value
+  return full
+
+
+def _dataset(seed, n):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=[n, 4]).astype(np.float32)
+  y = rng.integers(0, 3, size=[n]).astype(np.int32)
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(x=x, y=y)
+  ).batch(3)
+
+
+_SIZES = {0.5: (7, 5), 1.0: (4,)}
+
+
+def _cohort():
+  seed = iter(range(10))
+  return collections.OrderedDict(
+    (rate, [_dataset(next(seed), n) for n in sizes])
+    for rate, sizes in _SIZES.items()
+  )
+
+
+def _process(**kwargs):
+  return tff_hetero.build_heterofl_process(
+    _mlp,
+    full_widths=_FULL,
+    rates=(0.5,),
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+    **kwargs,
+  )
+
+
+def _tff_fedavg(keras_fn, start, datasets):
+  """One round of TFF's own weighted FedAvg from `start`."""
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    lambda: tff.learning.models.from_keras_model(
+      keras_fn(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=_SPEC,
+    ),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+  )
+  state = process.initialize()
+  state = process.set_model_weights(
+    state, tff.learning.models.ModelWeights(trainable=start, non_trainable=[])
+  )
+  state = process.next(state, datasets).state
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+def test_type_signatures():
+  process = _process()
+  steps = process.computations
+  assert list(steps) == ["group_round/0.5", "group_round/1.0", "apply_sums"]
+  half = [(4, 3), (3,), (3, 2), (2,), (2, 3), (3,)]
+  full = [(4, 6), (6,), (6, 4), (4,), (4, 3), (3,)]
+  for name, shapes in (("group_round/0.5", half), ("group_round/1.0", full)):
+    signature = steps[name].type_signature
+    sent, data = signature.parameter
+    assert sent.placement is tff.SERVER
+    assert [t.shape for t in sent.member] == shapes
+    assert data.placement is tff.CLIENTS
+    assert isinstance(data.member, tff.SequenceType)
+    sums, measurements = signature.result
+    assert sums.placement is measurements.placement is tff.SERVER
+    weighted, weight = sums.member
+    assert [t.shape for t in weighted] == shapes
+    assert weight.dtype == np.float32 and weight.shape == ()
+  server_type = tff.types.to_type([tff.TensorType(np.float32, s) for s in full])
+  apply_sums = steps["apply_sums"].type_signature
+  assert apply_sums.result.is_equivalent_to(server_type)
+  assert apply_sums.parameter[0].is_equivalent_to(server_type)
+  assert list(process.levels) == [0.5, 1.0]
+
+
+def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
+  tff_context,
+):
+  del tff_context
+  process = _process()
+  state = process.initialize()
+  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  np.testing.assert_array_equal(state.model.trainable[0], start[0])
+  cohort = _cohort()
+  output = process.next(state, cohort)
+
+  weighted = [np.zeros_like(w) for w in start]
+  counts = [np.zeros_like(w) for w in start]
+  for rate, datasets in cohort.items():
+    for n, dataset in zip(_SIZES[rate], datasets):
+      if rate == 1.0:
+        trained = _tff_fedavg(lambda: _mlp(_FULL), start, [dataset])
+        coverage = [np.ones_like(w) for w in start]
+      else:
+        trained = _scatter_half(
+          _tff_fedavg(lambda: _mlp((3, 2)), _half_slice(start), [dataset])
+        )
+        coverage = _half_coverage()
+      for i in range(len(start)):
+        weighted[i] += n * trained[i]
+        counts[i] += n * coverage[i]
+  expected = [w / c for w, c in zip(weighted, counts)]  # all covered
+  for actual, wanted in zip(output.state.model.trainable, expected):
+    np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
+  assert output.state.round_num == 1
+
+  # Bytes: 4 per float32 value sent; up, the update, its weight and the
+  # metric sums (the same for every client).
+  half_params = 4 * 3 + 3 + 3 * 2 + 2 + 2 * 3 + 3
+  full_params = 4 * 6 + 6 + 6 * 4 + 4 + 4 * 3 + 3
+  assert [c.client_id for c in output.clients] == ["0.5/0", "0.5/1", "1.0/0"]
+  assert [c.bytes_down for c in output.clients] == [
+    4 * half_params,
+    4 * half_params,
+    4 * full_params,
+  ]
+  metric_bytes = {
+    c.bytes_up - 4 * p - 4
+    for c, p in zip(output.clients, (half_params, half_params, full_params))
+  }
+  assert len(metric_bytes) == 1 and metric_bytes.pop() > 0
+  assert [c.examples for c in output.clients] == [7, 5, 4]
+  assert output.metrics["bytes_down"] == 4 * (2 * half_params + full_params)
+  assert output.metrics["examples"] == 16
+  assert 0 <= output.metrics["train_accuracy"] <= 1
+
+  # The rate-0.5 model is the hand slice of the new server model.
+  sub = process.get_model_weights(output.state, 0.5)
+  for actual, wanted in zip(
+    sub.trainable, _half_slice(list(output.state.model.trainable))
+  ):
+    np.testing.assert_array_equal(actual, wanted)
+  assert process.model_fn(0.5)().layers[0].units == 3
+
+
+def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
+  del tff_context
+  private = tff_hetero.MaskedAggregation(clip_norm=0.5, noise_multiplier=1.0)
+  process = _process(model_aggregator=private, noise_seed=7)
+  assert "apply_noised_sums" in process.computations
+  state = process.initialize()
+  assert state.noise_seed == 7
+  cohort = _cohort()
+  first = process.next(state, cohort).state.model.trainable
+  again = process.next(state, cohort).state.model.trainable
+  other = process.next(
+    attrs.evolve(state, noise_seed=8), cohort
+  ).state.model.trainable
+  clipped_only = _process(
+    model_aggregator=tff_hetero.MaskedAggregation(
+      clip_norm=0.5, noise_multiplier=0.0
+    ),
+    noise_seed=7,
+  )
+  no_noise = clipped_only.next(state, cohort).state.model.trainable
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(a, b)
+  assert any(not np.array_equal(a, b) for a, b in zip(first, other))
+  # Noise of std z C = 0.5 on every element's sum (counts 1 to 3 clients)
+  # moves some of the 108 weights well away from the clipped mean.
+  noise = max(float(np.max(np.abs(a - b))) for a, b in zip(first, no_noise))
+  assert noise > 0.1
+
+
+@pytest.mark.parametrize(
+  "kwargs, error, text",
+  [
+    (dict(rates=(0.0,)), ValueError, "rates must lie in (0, 1]"),
+    (dict(full_widths=(6, 0)), ValueError, "full_widths must be positive"),
+    (dict(model_aggregator="dp"), TypeError, "MaskedAggregation"),
+  ],
+)
+def test_bad_arguments_fail_at_build_time(kwargs, error, text):
+  arguments = dict(
+    full_widths=_FULL,
+    rates=(0.5,),
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+  )
+  arguments.update(kwargs)
+  with pytest.raises(error, match=re.escape(text)):
+    tff_hetero.build_heterofl_process(_mlp, **arguments)

@@ -1,0 +1,225 @@
+"""Width-heterogeneous training as a process a TFF user drives: `WidthProcess`.
+
+The clients of one round train sub-models of different widths of one server
+model, so their values have different TFF types and no `{T}@CLIENTS` value
+holds them all. A `WidthProcess` is therefore not a
+`tff.templates.IterativeProcess`: as in FedJAX, it is an `initialize` /
+`next` pair in plain Python over immutable state, and every step of a round
+is a typed `tff.Computation` (`computations`), the ones the CLI's width
+algorithms run (`width_computations.py`).
+
+With O the server model's trainable weights, S_k those of the level (width
+sub-model) keyed k, D one batch of client data, M the measurements and
+Sums = `MaskedSums<weighted_sum=O, weight_sum=O>`:
+
+    group_round/<k>:  (<S_k@SERVER, {D*}@CLIENTS> ->
+                       <MaskedSums<S_k, float32>@SERVER, M@SERVER>)
+    apply_sums:       (<O, Sums, float32> -> O)
+    apply_noised_sums (private aggregation only):
+                      (<O, Sums, float32, int64[2]> -> O)
+
+`next(state, cohort)`, `cohort` mapping level keys to the datasets of the
+clients that train that level (each dataset the client's whole local
+training for the round: repeat it for several epochs):
+
+1. per level, the driver slices O to S_k in NumPy and runs `group_round/<k>`
+   (measured broadcast of S_k, local training with the client optimizer,
+   FedProx's proximal term when `prox_mu` > 0, measured masked sum of the
+   example-weighted updates: clipped, and noised, with a private
+   aggregation);
+2. it adds each level's sums into O-sized sums in NumPy;
+3. `apply_sums` once: every element some client trained moves by
+   `server_lr` times the weighted mean of the updates that hold it; every
+   other element keeps its value.
+
+State is `WidthProcessState` (server model, round number, DP noise seed);
+`next` returns a `WidthRoundOutput` with the new state, the round's metrics
+and every client's measured `ClientTraffic` in `cohort` order.
+
+The server step is SGD on the masked mean (`server_lr`), not a TFF server
+optimizer: a stateful optimizer would also move the elements no client of
+the round trained, which the width algorithms keep unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from collections.abc import Hashable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import Optional
+
+import attrs
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import ClientTraffic
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import width_rounds
+
+__all__ = ["WidthProcess", "WidthProcessState", "WidthRoundOutput"]
+
+
+@attrs.frozen
+class WidthProcessState:
+  """A `WidthProcess`'s server state.
+
+  Attributes:
+    model: The server model (`tff.learning.models.ModelWeights`, NumPy).
+    round_num: Rounds completed.
+    noise_seed: The DP noise seed (0 without a private aggregation).
+  """
+
+  model: Any
+  round_num: int = 0
+  noise_seed: int = 0
+
+
+@attrs.frozen
+class WidthRoundOutput:
+  """What `WidthProcess.next` returns.
+
+  Attributes:
+    state: The new `WidthProcessState`.
+    metrics: `loss` and `train_accuracy` (example-weighted over all clients;
+      the accuracy only when the model's metrics hold it), `bytes_down`,
+      `bytes_up` (summed over clients, as measured), `clients`, `examples`.
+    clients: One measured `ClientTraffic` per client, in `cohort` order
+      (client ids `<key>/<position>`).
+  """
+
+  state: WidthProcessState
+  metrics: collections.OrderedDict
+  clients: tuple[ClientTraffic, ...]
+
+
+def _count_examples(dataset: tf.data.Dataset) -> int:
+  """Examples in a batched dataset (the first dimension of each batch)."""
+  return int(
+    dataset.reduce(
+      np.int64(0),
+      lambda n, batch: (
+        n + tf.cast(tf.shape(tf.nest.flatten(batch)[0])[0], tf.int64)
+      ),
+    )
+  )
+
+
+class WidthProcess:
+  """`initialize` / `next` over width sub-models (module docstring).
+
+  Built by an algorithm's builder (`heterofl.build_heterofl_process`) from
+  its `width_rounds.HeterogeneousRounds` and the levels its clients train,
+  keyed as the user names them (HeteroFL: the width rate).
+  """
+
+  def __init__(
+    self,
+    rounds: width_rounds.HeterogeneousRounds,
+    levels: Mapping[Hashable, width_rounds.Level],
+  ):
+    self._rounds = rounds
+    self._catalog = rounds.catalog
+    self.levels = collections.OrderedDict(levels)
+    # Every computation is traced now, as TFF's builders do: tracing builds
+    # Keras models in a graph, which invalidates Keras models the user made
+    # before it, so none may happen in `next` or `get_model_weights`.
+    self._computations = self._build_computations()
+    initial = self._catalog.initial_weights(self._catalog.outer)
+    for level in self.levels.values():
+      rounds.evaluation_model(initial, level, None)
+
+  def _build_computations(self) -> collections.OrderedDict:
+    parts = self._rounds.computations
+    steps = collections.OrderedDict(
+      (f"group_round/{key}", parts.group_round(level, level))
+      for key, level in self.levels.items()
+    )
+    steps["apply_sums"] = parts.apply_sums
+    if parts.apply_noised_sums is not None:
+      steps["apply_noised_sums"] = parts.apply_noised_sums
+    return steps
+
+  @property
+  def computations(self) -> collections.OrderedDict:
+    """Every typed step of a round by name (module docstring)."""
+    return collections.OrderedDict(self._computations)
+
+  def initialize(self) -> WidthProcessState:
+    return WidthProcessState(
+      model=self._catalog.initial_weights(self._catalog.outer),
+      round_num=0,
+      noise_seed=int(self._rounds.initial_noise_seed()),
+    )
+
+  def _level(self, key) -> width_rounds.Level:
+    if key not in self.levels:
+      raise KeyError(
+        f"no level {key!r}; the levels are {', '.join(map(repr, self.levels))}"
+      )
+    return self.levels[key]
+
+  def next(
+    self,
+    state: WidthProcessState,
+    cohort: Mapping[Hashable, Sequence[tf.data.Dataset]],
+  ) -> WidthRoundOutput:
+    """One round: each key's datasets train that level (module docstring)."""
+    groups = []
+    for key, datasets in cohort.items():
+      level = self._level(key)
+      clients = tuple(
+        api.ClientRound(
+          client_id=f"{key}/{i}",
+          dataset=dataset,
+          num_examples=_count_examples(dataset),
+        )
+        for i, dataset in enumerate(datasets)
+      )
+      if clients:
+        groups.append(width_rounds.Group(level, level, clients))
+    round_num = state.round_num + 1
+    result = self._rounds.run(
+      state.model,
+      groups,
+      round_num=round_num,
+      noise_seed=state.noise_seed,
+    )
+    metrics = collections.OrderedDict(result.metrics)
+    metrics["bytes_down"] = sum(t.bytes_down for t in result.traffic)
+    metrics["bytes_up"] = sum(t.bytes_up for t in result.traffic)
+    metrics["clients"] = len(result.traffic)
+    metrics["examples"] = result.examples_processed
+    return WidthRoundOutput(
+      state=attrs.evolve(state, model=result.model, round_num=round_num),
+      metrics=metrics,
+      clients=result.traffic,
+    )
+
+  def model_fn(self, key=None) -> Callable[[], tf.keras.Model]:
+    """No-arg builder of the Keras model of level `key` (None: the server's)."""
+    return (self._catalog.outer if key is None else self._level(key)).keras_fn
+
+  def get_model_weights(
+    self,
+    state: WidthProcessState,
+    key=None,
+    calibration_data: Optional[Sequence[tf.data.Dataset]] = None,
+  ) -> tff.learning.models.ModelWeights:
+    """The weights of level `key`'s model (None: the server model's).
+
+    The trainable weights are the level's part of the server model. With
+    batch normalisation, static (sBN, `static_batch_norm.py`): its
+    statistics are those of `calibration_data` (batched datasets, e.g. the
+    clients' training data) when given, else the model's initial ones.
+    """
+    level = self._catalog.outer if key is None else self._level(key)
+    data = (
+      None
+      if calibration_data is None
+      else api.ClientDatasets(list(calibration_data))
+    )
+    return self._rounds.evaluation_model(state.model, level, data).weights
