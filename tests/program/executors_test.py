@@ -7,16 +7,21 @@ order of summation differs) and the same measured traffic, for FedAvg with
 seeded crop/flip augmentation (also on one worker) and AdaptiveFL (one
 federated computation per sub-model group, plus the server step and the
 static-BN queries). FedGKT and FedSGC, whose drivers read per-client
-results (models, memory rows, reports), run local and on two workers.
+results (models, memory rows, reports), and the public FedDST process run
+local and on two workers.
 """
 
+import collections
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
 
+import tff_hetero
 from tff_hetero import models
 from tff_hetero import runtime
 from tff_hetero.program import make_config
@@ -208,3 +213,62 @@ def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
 
   local, two = _local_and_two_workers(run, "sgc", two_workers, atol=1e-5)
   assert two.report["per_client"] == local.report["per_client"]
+
+
+def test_feddst_process_on_two_workers_agrees_with_local(two_workers):
+  # The public `build_feddst_process` (a LearningProcess, readjust decided in
+  # the graph from the round counter) split 2 + 1 across two workers: the
+  # same masks, weights and measured bytes as on one local worker.
+  spec = collections.OrderedDict(
+    x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+  )
+
+  def model():
+    return tf.keras.Sequential(
+      [
+        tf.keras.layers.Dense(
+          8,
+          activation="relu",
+          input_shape=(4,),
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+        ),
+        tf.keras.layers.Dense(
+          2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
+        ),
+      ]
+    )
+
+  def data(client, round_num, n):
+    rng = np.random.default_rng([client, round_num])
+    x = rng.normal(size=[n, 4]).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+    return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=y)
+    ).batch(5)
+
+  process = tff_hetero.build_feddst_process(
+    model,
+    input_spec=spec,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    total_rounds=3,
+    sparsity=0.5,
+    readjust_every=2,
+  )
+
+  def run(execution):
+    with execution:
+      state = process.initialize()
+      bytes_up = []
+      for round_num in (1, 2, 3):
+        cohort = [data(c, round_num, n) for c, n in enumerate((20, 10, 15))]
+        output = process.next(state, cohort)
+        state = output.state
+        bytes_up.append(int(output.metrics["sparse"]["upload_bytes"]))
+      return process.get_model_weights(state), bytes_up
+
+  local_weights, local_up = run(tff_hetero.local_execution())
+  two_weights, two_up = run(tff_hetero.remote_execution(two_workers))
+  assert two_up == local_up
+  for a, b in zip(local_weights.trainable, two_weights.trainable):
+    np.testing.assert_array_equal(a == 0, b == 0)  # The same masks.
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)

@@ -282,7 +282,16 @@ def build_client_update(
       )
 
     if readjust:  # Epoch boundaries: count the batches first.
-      total = data.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+
+      def count_batches():
+        return data.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+
+      if isinstance(requested, bool):
+        total = count_batches() if requested else tf.constant(0, tf.int64)
+      else:  # A round the server did not request needs no boundaries.
+        total = tf.cond(
+          requested, count_batches, lambda: tf.constant(0, tf.int64)
+        )
       per_epoch = tf.maximum(total // local_epochs, 1)
 
     def train(state, numbered):

@@ -239,12 +239,12 @@ class SparseTraining(api.FederatedAlgorithm):
     if self.rounds.remembers:
       rows = self._row_indices(clients)
       forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
-      # A client with no data sends nothing and keeps its row (`_remember`):
-      # none of its contribution to the running sums is forgotten either.
+      # A client with no data sends nothing and keeps its row (`_remember`,
+      # given the same list): none of its contribution to the running sums
+      # is forgotten either.
+      sent = [c.num_examples > 0 for c in clients]
       forgotten = forgotten._replace(
-        weight=np.where(
-          [c.num_examples > 0 for c in clients], forgotten.weight, 0.0
-        ).astype(np.float32)
+        weight=np.where(sent, forgotten.weight, 0.0).astype(np.float32)
       )
       model, directions, sums, received, measured = computation(
         state.model,
@@ -256,7 +256,7 @@ class SparseTraining(api.FederatedAlgorithm):
         positions,
       )
       received = cohort_positions.unstack_rows(received, n, self.name)
-      memory = self._remember(memory, rows, [row for row, _ in received])
+      memory = self._remember(memory, rows, [row for row, _ in received], sent)
       reports = [report for _, report in received]
     else:
       model, directions, received, measured = computation(
@@ -329,12 +329,17 @@ class SparseTraining(api.FederatedAlgorithm):
     )
 
   @staticmethod
-  def _remember(memory, rows: list[int], new_rows) -> Any:
-    """A copy of `memory` with `rows` replaced by the received rows."""
+  def _remember(memory, rows: list[int], new_rows, sent: list[bool]) -> Any:
+    """A copy of `memory` with the `rows` of clients that `sent` replaced by
+    the received rows.
+
+    A client that had no data sent nothing: its row stays, and `next` forgot
+    none of it in the running sums (the same `sent`). Every other client's
+    row is replaced, with weight 0 if TFF zeroed a non-finite update, as
+    the running sums replaced its contribution.
+    """
     received = [computations.MemoryRows(*r) for r in new_rows]
-    # A client that trained on nothing sent nothing: its row stays (and
-    # `next` forgot none of it in the running sums).
-    kept = [(row, r) for row, r in zip(rows, received) if float(r.weight) > 0]
+    kept = [(row, r) for row, r, s in zip(rows, received, sent) if s]
     rows = [row for row, _ in kept]
     received = [r for _, r in kept]
 
