@@ -10,12 +10,12 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   `build_fedavg_process`, `build_fedprox_process`, `build_fedadam_process`,
   and `build_feddst_process` (federated dynamic sparse training; readjust
   decided in the graph from the round counter in its state).
-* `build_heterofl_process`: HeteroFL over a width factory of your Keras
-  model, clients of one round training sub-models of different widths; a
-  `WidthProcess` (`initialize` / `next` in Python over typed
-  `tff.Computation`s, `tff_hetero.algorithms.width_process`), its uploads
-  summed by a `MaskedAggregation` (mean, clipped, or differentially
-  private).
+* `build_heterofl_process` and `build_adaptivefl_process`: HeteroFL and
+  AdaptiveFL over a width factory of your Keras model, clients of one round
+  training sub-models of different widths; `initialize` / `next` in Python
+  over typed `tff.Computation`s (`tff_hetero.algorithms.width_process`,
+  AdaptiveFL's clients given as `AvailableClient`s), uploads summed by a
+  `MaskedAggregation` (mean, clipped, or differentially private).
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
@@ -44,6 +44,8 @@ _EXPORTS = {
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
   "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
   "build_heterofl_process": "tff_hetero.algorithms.heterofl",
+  "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
+  "AvailableClient": "tff_hetero.algorithms.adaptivefl",
   "MaskedAggregation": "tff_hetero.aggregators.masked_dp",
   "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
   "local_execution": "tff_hetero.runtime.contexts",

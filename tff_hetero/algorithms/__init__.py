@@ -1,9 +1,9 @@
 """Federated algorithms: one module per algorithm.
 
 Homogeneous algorithms, and FedDST, are TFF `LearningProcess`es
-(`build_<name>_process`); HeteroFL is also a `WidthProcess`
-(`build_heterofl_process`: `initialize` / `next` in Python over typed
-computations, for TFF users).
+(`build_<name>_process`); HeteroFL and AdaptiveFL are also processes for
+TFF users (`build_heterofl_process`, `build_adaptivefl_process`:
+`initialize` / `next` in Python over typed computations).
 Width-heterogeneous ones run one federated computation per sub-model group
 (`width_computations.WidthComputations.group_round`, run by
 `width_rounds.HeterogeneousRounds`) and are driven as
@@ -11,6 +11,9 @@ Width-heterogeneous ones run one federated computation per sub-model group
 """
 
 from tff_hetero.algorithms.adaptivefl import AdaptiveFL
+from tff_hetero.algorithms.adaptivefl import AdaptiveFLProcess
+from tff_hetero.algorithms.adaptivefl import AvailableClient
+from tff_hetero.algorithms.adaptivefl import build_adaptivefl_process
 from tff_hetero.algorithms.all_large import AllLarge
 from tff_hetero.algorithms.api import Assignment
 from tff_hetero.algorithms.api import ClientDatasets
@@ -37,6 +40,9 @@ from tff_hetero.algorithms.width_rounds import LevelCatalog
 
 __all__ = [
   "AdaptiveFL",
+  "AdaptiveFLProcess",
+  "AvailableClient",
+  "build_adaptivefl_process",
   "AllLarge",
   "Assignment",
   "ClientRound",

@@ -125,11 +125,17 @@ be summed over rounds), `pruned` (clients that pruned) and `failed` (clients
 that could train nothing).
 Evaluation: the full model (L1) and M1 and S1, each with static BN
 statistics, and their mean (`avg_accuracy`), the paper's "full" and "avg".
+
+For TFF users, `build_adaptivefl_process` runs the same rounds over a width
+factory of their own model (`AdaptiveFLProcess`); its selection draws from
+`numpy.random.default_rng([selection_seed, round])` instead of the
+program's checkpointed sampler, so its state is immutable and small.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from collections.abc import Sequence
 import math
 from typing import Any
@@ -138,11 +144,13 @@ from typing import Optional
 import attrs
 import numpy as np
 
+from tff_hetero import devices as devices_lib
 from tff_hetero import models as models_lib
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
+from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
@@ -513,8 +521,9 @@ class AdaptiveFL(api.FederatedAlgorithm):
     pool: pools_lib.SubModelPool,
     client_ids: Sequence[str],
     *,
-    client_lr: float,
+    client_lr: Optional[float] = None,
     client_momentum: float = 0.0,
+    client_optimizer: Any = None,
     server_lr: float = 1.0,
     selection: str = "rl",
     min_start_index: int = 1,
@@ -540,6 +549,7 @@ class AdaptiveFL(api.FederatedAlgorithm):
       self.catalog,
       client_lr=client_lr,
       client_momentum=client_momentum,
+      client_optimizer=client_optimizer,
       prox_mu=prox_mu,
       server_lr=server_lr,
       aggregation=aggregation,
@@ -721,3 +731,227 @@ def build_adaptivefl(
       f"{e} (--pool_ratios={settings.pool_ratios}, --pool_start_indices="
       f"{settings.pool_start_indices or 'the model default'})",
     ) from None
+
+
+# -- The public process -------------------------------------------------------
+
+
+@attrs.frozen
+class AvailableClient:
+  """A client a `AdaptiveFLProcess` round may choose.
+
+  Attributes:
+    dataset: Its whole local training for the round if chosen (batched;
+      repeat it for several epochs). Not read unless chosen.
+    capacity_params: The trainable parameters the device can hold (None: no
+      limit). Only the client-placed decision reads it (phase one).
+  """
+
+  dataset: Any
+  capacity_params: Optional[int] = None
+
+
+@attrs.frozen
+class AdaptiveFLProcessState:
+  """An `AdaptiveFLProcess`'s state: the server's (model, RL tables, DP
+  noise seed), the rounds completed and the seed of the client selection."""
+
+  server: AdaptiveFLState
+  round_num: int = 0
+  selection_seed: int = 0
+
+
+class AdaptiveFLProcess:
+  """AdaptiveFL as `initialize` / `next` over typed computations.
+
+  Like `width_process.WidthProcess` (whose module docstring gives the
+  group computations' signatures), with AdaptiveFL's two phases: `next`
+  draws the round's (client, member) pairs from the RL tables
+  (`plan_selection`, randomness from `(selection_seed, round)`), runs the
+  client-placed decision
+
+      decide: (<{int32}@CLIENTS, {float64}@CLIENTS, {int32}@CLIENTS> ->
+               {<int32, int32>}@CLIENTS)
+
+  (member sent, the device's own budget, cohort position -> member it will
+  train or -1, position), then one `group_round/<sent>-><trained>` per
+  group, `delivery/<sent>` for devices that can train nothing, the server
+  step, and the table update (`update_tables`), all as `AdaptiveFL.next`.
+  """
+
+  def __init__(
+    self, algorithm: AdaptiveFL, clients_per_round: int, selection_seed: int
+  ):
+    self._algorithm = algorithm
+    self._clients_per_round = int(clients_per_round)
+    self._selection_seed = int(selection_seed)
+    self.levels = tuple(level.name for level in algorithm.catalog.levels)
+    # Traced now, as TFF's builders do (see `WidthProcess`).
+    self._computations = self._build_computations()
+
+  def _build_computations(self) -> collections.OrderedDict:
+    algorithm = self._algorithm
+    parts = algorithm.rounds.computations
+    levels = algorithm.catalog.levels
+    steps = collections.OrderedDict()
+    algorithm.decide([], [])  # Builds the decision.
+    steps["decide"] = algorithm._decision.computation  # pylint: disable=protected-access
+    for sent in range(len(levels)):
+      for trained in reachable(algorithm.pool, sent, algorithm.min_start_index):
+        name = f"group_round/{levels[sent].name}->{levels[trained].name}"
+        steps[name] = parts.group_round(levels[sent], levels[trained])
+      steps[f"delivery/{levels[sent].name}"] = parts.delivery(levels[sent])
+    steps["apply_sums"] = parts.apply_sums
+    if parts.apply_noised_sums is not None:
+      steps["apply_noised_sums"] = parts.apply_noised_sums
+    initial = algorithm.catalog.initial_weights(algorithm.catalog.outer)
+    for level in levels:
+      algorithm.rounds.evaluation_model(initial, level, None)
+    return steps
+
+  @property
+  def computations(self) -> collections.OrderedDict:
+    """Every typed step of a round by name."""
+    return collections.OrderedDict(self._computations)
+
+  def initialize(self) -> AdaptiveFLProcessState:
+    return AdaptiveFLProcessState(
+      server=self._algorithm.initialize(),
+      round_num=0,
+      selection_seed=self._selection_seed,
+    )
+
+  def next(
+    self,
+    state: AdaptiveFLProcessState,
+    available: Mapping[str, AvailableClient],
+  ) -> width_process.WidthRoundOutput:
+    """One round among the `available` clients (ids given at build time)."""
+    algorithm = self._algorithm
+    unknown = sorted(set(available) - set(algorithm.client_ids))
+    if unknown:
+      raise KeyError(
+        f"clients {unknown} were not given to build_adaptivefl_process"
+      )
+    round_num = state.round_num + 1
+    candidates = np.zeros(len(algorithm.client_ids), bool)
+    candidates[[algorithm._client_index[c] for c in available]] = True  # pylint: disable=protected-access
+    pairs = plan_selection(
+      state.server.tables,
+      algorithm.pool,
+      candidates,
+      self._clients_per_round,
+      algorithm.selection,
+      np.random.default_rng([state.selection_seed, round_num]),
+    )
+    clients = []
+    for index, member in pairs:
+      client_id = algorithm.client_ids[index]
+      client = available[client_id]
+      clients.append(
+        api.ClientRound(
+          client_id=client_id,
+          dataset=client.dataset,
+          num_examples=width_process.count_examples(client.dataset),
+          capacity=devices_lib.Capacity(client.capacity_params, None),
+          assignment=member,
+        )
+      )
+    output = algorithm.next(state.server, round_num, clients)
+    return width_process.WidthRoundOutput(
+      state=attrs.evolve(state, server=output.state, round_num=round_num),
+      metrics=width_process.with_traffic_totals(output.metrics, output.traffic),
+      clients=output.traffic,
+    )
+
+  def model_fn(self, level: Optional[str] = None):
+    """No-arg builder of the Keras model of pool member `level` (None: L1)."""
+    catalog = self._algorithm.catalog
+    return catalog.by_name(level or catalog.outer.name).keras_fn
+
+  def get_model_weights(
+    self,
+    state: AdaptiveFLProcessState,
+    level: Optional[str] = None,
+    calibration_data=None,
+  ):
+    """The weights of pool member `level` (None: L1, the server model), with
+    static batch-norm statistics from `calibration_data` when given (as
+    `WidthProcess.get_model_weights`)."""
+    catalog = self._algorithm.catalog
+    data = (
+      None
+      if calibration_data is None
+      else api.ClientDatasets(list(calibration_data))
+    )
+    return self._algorithm.rounds.evaluation_model(
+      state.server.model, catalog.by_name(level or catalog.outer.name), data
+    ).weights
+
+
+def build_adaptivefl_process(
+  width_model_fn,
+  *,
+  full_widths: Sequence[int],
+  start_indices: Sequence[int],
+  client_ids: Sequence[str],
+  clients_per_round: int,
+  input_spec: Any,
+  client_optimizer_fn,
+  pool_ratios: tuple[float, float] = (0.66, 0.4),
+  min_start_index: int = 1,
+  selection: str = "rl",
+  loss_fn=None,
+  metrics_fn=None,
+  prox_mu: float = 0.0,
+  server_lr: float = 1.0,
+  model_aggregator: Optional[masked_dp.MaskedAggregation] = None,
+  noise_seed: Optional[int] = None,
+  selection_seed: int = 0,
+) -> AdaptiveFLProcess:
+  """AdaptiveFL as an `AdaptiveFLProcess` (module docstring: the rounds).
+
+  `width_model_fn(widths)` builds your Keras model with one output width
+  per width unit (as for `heterofl.build_heterofl_process`). The pool is
+  L1, M1..Mp and S1..Sp: M and S scale every unit after the start index I
+  by `pool_ratios` (rounded down), one M and one S per I of
+  `start_indices` (decreasing, each >= `min_start_index`, tau). The RL
+  tables have one column per id of `client_ids`; `next(state, available)`
+  chooses `clients_per_round` of the available ones (`selection`: "rl" or
+  the ablations "greedy", "random", "curiosity", "resource").
+
+  `client_optimizer_fn` is a TFF optimizer, `model_aggregator` a
+  `tff_hetero.MaskedAggregation` (as for HeteroFL).
+  """
+  if selection not in SELECTIONS:
+    raise ValueError(
+      f"selection must be one of {SELECTIONS}, got {selection!r}"
+    )
+  if int(clients_per_round) < 1:
+    raise ValueError(f"clients_per_round must be >= 1, got {clients_per_round}")
+  ids = [str(c) for c in client_ids]
+  if not ids or len(set(ids)) != len(ids):
+    raise ValueError("client_ids must be distinct and not empty")
+  ratios = tuple(float(r) for r in pool_ratios)
+  if len(ratios) != 2:
+    raise ValueError(f"pool_ratios must be (M, S), got {pool_ratios}")
+  aggregation = width_process.checked_aggregation(model_aggregator)
+  task = width_process.width_task(
+    width_model_fn, full_widths, input_spec, loss_fn, metrics_fn
+  )
+  pool = pools_lib.adaptivefl_pool(
+    task.width_units, *ratios, tuple(start_indices), min_start_index
+  )
+  algorithm = AdaptiveFL(
+    task,
+    pool,
+    ids,
+    client_optimizer=client_optimizer_fn,
+    server_lr=server_lr,
+    selection=selection,
+    min_start_index=min_start_index,
+    prox_mu=prox_mu,
+    aggregation=aggregation,
+    noise_seed=noise_seed,
+  )
+  return AdaptiveFLProcess(algorithm, clients_per_round, selection_seed)

@@ -322,45 +322,14 @@ def build_heterofl_process(
   count, seeded by `(noise_seed, round)`; no privacy accounting is
   reported). Type signatures: `width_process`'s module docstring.
   """
-  if not callable(width_model_fn):
-    raise TypeError(
-      "width_model_fn must be a callable taking one width per width unit,"
-      f" got {type(width_model_fn).__name__}"
-    )
-  full = tuple(full_widths)
-  if not full or not all(
-    isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in full
-  ):
-    raise ValueError(
-      f"full_widths must be positive integers, one per width unit, got {full}"
-    )
   rates = tuple(float(r) for r in rates)
   if not all(0 < r <= 1 for r in rates):
     raise ValueError(f"rates must lie in (0, 1], got {rates}")
-  if model_aggregator is None:
-    model_aggregator = masked_dp.MaskedAggregation()
-  if not isinstance(model_aggregator, masked_dp.MaskedAggregation):
-    raise TypeError(
-      "model_aggregator must be a tff_hetero.MaskedAggregation, got"
-      f" {type(model_aggregator).__name__}"
-    )
-  probe = width_model_fn(full)
-  units = tuple(
-    width_lib.WidthUnit(i + 1, f"unit{i + 1}", w, ())
-    for i, w in enumerate(full)
+  aggregation = width_process.checked_aggregation(model_aggregator)
+  task = width_process.width_task(
+    width_model_fn, full_widths, input_spec, loss_fn, metrics_fn
   )
-  task = api.Task(
-    model_name=getattr(width_model_fn, "__name__", "model"),
-    model_fn=lambda: width_model_fn(full),
-    input_shape=tuple(tf.nest.flatten(input_spec)[0].shape[1:]),
-    num_classes=int(probe.output_shape[-1]),
-    element_spec=input_spec,
-    training_flops_per_example=models_lib.training_flops_per_example(probe),
-    width_model_fn=lambda widths: width_model_fn(tuple(widths)),
-    width_units=units,
-    loss_fn=loss_fn,
-    metrics_fn=metrics_fn,
-  )
+  units = task.width_units
   pool = pools_lib.uniform_pool(units, sorted(set(rates) | {1.0}), "ceil")
   levels = collections.OrderedDict()  # widths -> level name, smallest first
   for member in pool.members:
@@ -373,7 +342,7 @@ def build_heterofl_process(
     client_optimizer=client_optimizer_fn,
     prox_mu=prox_mu,
     server_lr=server_lr,
-    aggregation=model_aggregator,
+    aggregation=aggregation,
     noise_seed=noise_seed,
   )
   return width_process.WidthProcess(

@@ -56,9 +56,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
+from tff_hetero.aggregators import masked_dp
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import width_rounds
+from tff_hetero.models import width as width_lib
 
 __all__ = ["WidthProcess", "WidthProcessState", "WidthRoundOutput"]
 
@@ -83,20 +86,78 @@ class WidthRoundOutput:
   """What `WidthProcess.next` returns.
 
   Attributes:
-    state: The new `WidthProcessState`.
+    state: The new state (`WidthProcessState`; an `AdaptiveFLProcess`'s
+      own state type for AdaptiveFL).
     metrics: `loss` and `train_accuracy` (example-weighted over all clients;
       the accuracy only when the model's metrics hold it), `bytes_down`,
-      `bytes_up` (summed over clients, as measured), `clients`, `examples`.
+      `bytes_up` (summed over clients, as measured), `clients`, `examples`
+      (given to the clients), and each algorithm's own (AdaptiveFL:
+      `waste_rate`, `pruned`, `failed`, ...).
     clients: One measured `ClientTraffic` per client, in `cohort` order
       (client ids `<key>/<position>`).
   """
 
-  state: WidthProcessState
+  state: Any
   metrics: collections.OrderedDict
   clients: tuple[ClientTraffic, ...]
 
 
-def _count_examples(dataset: tf.data.Dataset) -> int:
+def width_task(
+  width_model_fn: Callable[[Sequence[int]], tf.keras.Model],
+  full_widths: Sequence[int],
+  input_spec: Any,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list]] = None,
+) -> api.Task:
+  """The internal `api.Task` of a user's width factory (checked).
+
+  `width_model_fn(widths)` builds the Keras model with one output width per
+  width unit (the full model at `full_widths`); the units are numbered in
+  the order given.
+  """
+  if not callable(width_model_fn):
+    raise TypeError(
+      "width_model_fn must be a callable taking one width per width unit,"
+      f" got {type(width_model_fn).__name__}"
+    )
+  full = tuple(full_widths)
+  if not full or not all(
+    isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in full
+  ):
+    raise ValueError(
+      f"full_widths must be positive integers, one per width unit, got {full}"
+    )
+  probe = width_model_fn(full)
+  return api.Task(
+    model_name=getattr(width_model_fn, "__name__", "model"),
+    model_fn=lambda: width_model_fn(full),
+    input_shape=tuple(tf.nest.flatten(input_spec)[0].shape[1:]),
+    num_classes=int(probe.output_shape[-1]),
+    element_spec=input_spec,
+    training_flops_per_example=models_lib.training_flops_per_example(probe),
+    width_model_fn=lambda widths: width_model_fn(tuple(widths)),
+    width_units=tuple(
+      width_lib.WidthUnit(i + 1, f"unit{i + 1}", w, ())
+      for i, w in enumerate(full)
+    ),
+    loss_fn=loss_fn,
+    metrics_fn=metrics_fn,
+  )
+
+
+def checked_aggregation(model_aggregator) -> masked_dp.MaskedAggregation:
+  """`model_aggregator`, a `MaskedAggregation` (None: the masked mean)."""
+  if model_aggregator is None:
+    return masked_dp.MaskedAggregation()
+  if not isinstance(model_aggregator, masked_dp.MaskedAggregation):
+    raise TypeError(
+      "model_aggregator must be a tff_hetero.MaskedAggregation, got"
+      f" {type(model_aggregator).__name__}"
+    )
+  return model_aggregator
+
+
+def count_examples(dataset: tf.data.Dataset) -> int:
   """Examples in a batched dataset (the first dimension of each batch)."""
   return int(
     dataset.reduce(
@@ -106,6 +167,19 @@ def _count_examples(dataset: tf.data.Dataset) -> int:
       ),
     )
   )
+
+
+def with_traffic_totals(
+  metrics: Mapping[str, Any], traffic: Sequence[ClientTraffic]
+) -> collections.OrderedDict:
+  """`metrics` and the round's measured totals: `bytes_down`, `bytes_up`,
+  `clients` and `examples` (summed over the clients' `ClientTraffic`)."""
+  metrics = collections.OrderedDict(metrics)
+  metrics["bytes_down"] = sum(t.bytes_down for t in traffic)
+  metrics["bytes_up"] = sum(t.bytes_up for t in traffic)
+  metrics["clients"] = len(traffic)
+  metrics["examples"] = sum(t.examples for t in traffic)
+  return metrics
 
 
 class WidthProcess:
@@ -175,7 +249,7 @@ class WidthProcess:
         api.ClientRound(
           client_id=f"{key}/{i}",
           dataset=dataset,
-          num_examples=_count_examples(dataset),
+          num_examples=count_examples(dataset),
         )
         for i, dataset in enumerate(datasets)
       )
@@ -188,14 +262,9 @@ class WidthProcess:
       round_num=round_num,
       noise_seed=state.noise_seed,
     )
-    metrics = collections.OrderedDict(result.metrics)
-    metrics["bytes_down"] = sum(t.bytes_down for t in result.traffic)
-    metrics["bytes_up"] = sum(t.bytes_up for t in result.traffic)
-    metrics["clients"] = len(result.traffic)
-    metrics["examples"] = result.examples_processed
     return WidthRoundOutput(
       state=attrs.evolve(state, model=result.model, round_num=round_num),
-      metrics=metrics,
+      metrics=with_traffic_totals(result.metrics, result.traffic),
       clients=result.traffic,
     )
 
