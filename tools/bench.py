@@ -784,7 +784,7 @@ def bench_sparse() -> collections.OrderedDict:
     durations = []
     for _ in range(timed):
       start = time.perf_counter()
-      sgc._remember(memory, rows, received)  # pylint: disable=protected-access
+      sgc._remember(memory, rows, received, [True] * len(rows))  # pylint: disable=protected-access
       durations.append(time.perf_counter() - start)
     results["fedsgc_memory_update_s"] = float(statistics.median(durations))
   results["fedsgc_vs_fedavg"] = round(
