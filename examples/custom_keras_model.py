@@ -119,7 +119,8 @@ def main() -> None:
       model_aggregator=tff_hetero.MaskedAggregation(
         clip_norm=clip_norm, noise_multiplier=noise_multiplier
       ),
-      noise_seed=0,
+      # A fixed DP noise seed makes the example repeatable (None: secret).
+      noise_seed=0 if args.aggregator == "dp" else None,
     )
   elif args.algorithm == "feddst":
     process = tff_hetero.build_feddst_process(

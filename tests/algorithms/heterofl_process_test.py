@@ -90,14 +90,14 @@ def _cohort():
 
 
 def _process(**kwargs):
-  return tff_hetero.build_heterofl_process(
-    _mlp,
+  arguments = dict(
     full_widths=_FULL,
     rates=(0.5,),
     input_spec=_SPEC,
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-    **kwargs,
   )
+  arguments.update(kwargs)
+  return tff_hetero.build_heterofl_process(_mlp, **arguments)
 
 
 def _tff_fedavg(keras_fn, start, datasets):
@@ -184,15 +184,29 @@ def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
     4 * half_params,
     4 * full_params,
   ]
-  metric_bytes = {
-    c.bytes_up - 4 * p - 4
-    for c, p in zip(output.clients, (half_params, half_params, full_params))
-  }
-  assert len(metric_bytes) == 1 and metric_bytes.pop() > 0
+  # Metric sums: loss and accuracy as float32 pairs, examples and batches
+  # as int64 (32 bytes).
+  assert [c.bytes_up for c in output.clients] == [
+    4 * half_params + 4 + 32,
+    4 * half_params + 4 + 32,
+    4 * full_params + 4 + 32,
+  ]
   assert [c.examples for c in output.clients] == [7, 5, 4]
   assert output.metrics["bytes_down"] == 4 * (2 * half_params + full_params)
+  assert output.metrics["bytes_up"] == sum(c.bytes_up for c in output.clients)
   assert output.metrics["examples"] == 16
-  assert 0 <= output.metrics["train_accuracy"] <= 1
+
+  # A round of half-width clients only: what no client holds keeps its value.
+  half_only = process.next(
+    output.state, collections.OrderedDict([(0.5, cohort[0.5])])
+  )
+  for before, after, covered in zip(
+    output.state.model.trainable,
+    half_only.state.model.trainable,
+    _half_coverage(),
+  ):
+    np.testing.assert_array_equal(after[covered == 0], before[covered == 0])
+    assert np.any(after[covered == 1] != before[covered == 1])
 
   # The rate-0.5 model is the hand slice of the new server model.
   sub = process.get_model_weights(output.state, 0.5)
@@ -223,9 +237,16 @@ def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
     noise_seed=7,
   )
   no_noise = clipped_only.next(state, cohort).state.model.trainable
+  # The noise is seeded by (noise_seed, round): the same pair draws the
+  # same, another seed or round another.
+  second_round = process.next(
+    attrs.evolve(state, round_num=1), cohort
+  ).state.model.trainable
   for a, b in zip(first, again):
     np.testing.assert_array_equal(a, b)
   assert any(not np.array_equal(a, b) for a, b in zip(first, other))
+  assert any(not np.array_equal(a, b) for a, b in zip(first, second_round))
+  assert "noise_seed" not in repr(state)
   # Noise of std z C = 0.5 on every element's sum (counts 1 to 3 clients)
   # moves some of the 108 weights well away from the clipped mean.
   noise = max(float(np.max(np.abs(a - b))) for a, b in zip(first, no_noise))
@@ -238,6 +259,14 @@ def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
     (dict(rates=(0.0,)), ValueError, "rates must lie in (0, 1]"),
     (dict(full_widths=(6, 0)), ValueError, "full_widths must be positive"),
     (dict(model_aggregator="dp"), TypeError, "MaskedAggregation"),
+    (
+      dict(client_optimizer_fn=lambda: tf.keras.optimizers.SGD(0.1)),
+      TypeError,
+      "tff.learning.optimizers.Optimizer",
+    ),
+    (dict(noise_seed=3), ValueError, "only with a private aggregation"),
+    (dict(server_lr=float("nan")), ValueError, "server_lr must be finite"),
+    (dict(input_spec=None), TypeError, "input_spec is required"),
   ],
 )
 def test_bad_arguments_fail_at_build_time(kwargs, error, text):
@@ -250,3 +279,25 @@ def test_bad_arguments_fail_at_build_time(kwargs, error, text):
   arguments.update(kwargs)
   with pytest.raises(error, match=re.escape(text)):
     tff_hetero.build_heterofl_process(_mlp, **arguments)
+
+
+def test_bad_cohorts_are_refused_and_numpy_widths_accepted(tff_context):
+  del tff_context
+  process = _process(full_widths=(np.int64(6), np.int64(4)))
+  state = process.initialize()
+  with pytest.raises(KeyError, match="no level 0.3"):
+    process.next(state, {0.3: [_dataset(0, 3)]})
+  with pytest.raises(ValueError, match="at least one client dataset"):
+    process.next(state, {0.5: []})
+  with pytest.raises(TypeError, match="must map each level key"):
+    process.next(state, [_dataset(0, 3)])
+  with pytest.raises(TypeError, match="must be a list of datasets"):
+    process.next(state, {0.5: _dataset(0, 3)})
+
+
+def test_metrics_without_accuracy_report_the_loss_only(tff_context):
+  del tff_context
+  process = _process(metrics_fn=list)
+  output = process.next(process.initialize(), _cohort())
+  assert "train_accuracy" not in output.metrics
+  assert np.isfinite(output.metrics["loss"])

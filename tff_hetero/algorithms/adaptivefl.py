@@ -225,7 +225,8 @@ class AdaptiveFLState:
 
   model: Any  # tff.learning.models.ModelWeights of L1
   tables: SelectionTables
-  noise_seed: Any = np.int64(0)  # The DP noise seed (a secret by default).
+  # The DP noise seed (a secret by default; left out of the repr).
+  noise_seed: Any = attrs.field(default=np.int64(0), repr=False)
 
 
 def initial_tables(pool_size: int, num_clients: int) -> SelectionTables:
@@ -804,9 +805,8 @@ class AdaptiveFLProcess:
     steps["apply_sums"] = parts.apply_sums
     if parts.apply_noised_sums is not None:
       steps["apply_noised_sums"] = parts.apply_noised_sums
-    initial = algorithm.catalog.initial_weights(algorithm.catalog.outer)
     for level in levels:
-      algorithm.rounds.evaluation_model(initial, level, None)
+      algorithm.rounds.build_evaluation(level)
     return steps
 
   @property
@@ -833,6 +833,8 @@ class AdaptiveFLProcess:
       raise KeyError(
         f"clients {unknown} were not given to build_adaptivefl_process"
       )
+    if not available:
+      raise ValueError("a round needs at least one available client")
     round_num = state.round_num + 1
     candidates = np.zeros(len(algorithm.client_ids), bool)
     candidates[[algorithm._client_index[c] for c in available]] = True  # pylint: disable=protected-access
@@ -935,7 +937,9 @@ def build_adaptivefl_process(
   ratios = tuple(float(r) for r in pool_ratios)
   if len(ratios) != 2:
     raise ValueError(f"pool_ratios must be (M, S), got {pool_ratios}")
-  aggregation = width_process.checked_aggregation(model_aggregator)
+  aggregation = width_process.checked_options(
+    client_optimizer_fn, model_aggregator, server_lr, noise_seed
+  )
   task = width_process.width_task(
     width_model_fn, full_widths, input_spec, loss_fn, metrics_fn
   )

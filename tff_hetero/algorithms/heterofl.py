@@ -317,23 +317,28 @@ def build_heterofl_process(
   `client_optimizer_fn` is a TFF optimizer; `model_aggregator` a
   `tff_hetero.MaskedAggregation` (default: the example-weighted masked
   mean; `MaskedAggregation(clip_norm=C)` clips each update to L2 norm C;
-  with `noise_multiplier=z` as well, clients are weighted uniformly and
-  Gaussian noise of std z C is added to every element's sum and z to its
-  count, seeded by `(noise_seed, round)`; no privacy accounting is
-  reported). Type signatures: `width_process`'s module docstring.
+  with `noise_multiplier=z` as well, clients are weighted uniformly, and
+  Gaussian noise of std z C is added to every element's sum and of std z
+  to each level's count (an element covered by L levels: z sqrt(L); see
+  `masked_dp`), seeded by `(noise_seed, round)` (`noise_seed` None: a
+  secret one); no privacy accounting is reported). Type signatures:
+  `width_process`'s module docstring.
   """
   rates = tuple(float(r) for r in rates)
   if not all(0 < r <= 1 for r in rates):
     raise ValueError(f"rates must lie in (0, 1], got {rates}")
-  aggregation = width_process.checked_aggregation(model_aggregator)
+  aggregation = width_process.checked_options(
+    client_optimizer_fn, model_aggregator, server_lr, noise_seed
+  )
   task = width_process.width_task(
     width_model_fn, full_widths, input_spec, loss_fn, metrics_fn
   )
   units = task.width_units
   pool = pools_lib.uniform_pool(units, sorted(set(rates) | {1.0}), "ceil")
-  levels = collections.OrderedDict()  # widths -> level name, smallest first
+  # widths -> level name (the largest rate giving them), smallest first.
+  levels = collections.OrderedDict()
   for member in pool.members:
-    levels.setdefault(member.widths, member.level)
+    levels[member.widths] = member.level
   catalog = width_rounds.LevelCatalog(
     task, [(name, widths) for widths, name in levels.items()]
   )

@@ -188,6 +188,10 @@ class StaticBatchNorm:
   def _query(self) -> Optional[tff.Computation]:
     return build_statistics_query(self._keras_model_fn, self._element_spec)
 
+  def build(self) -> None:
+    """Builds the query now (it traces Keras models in a graph)."""
+    _ = self._query
+
   def calibrate(self, weights: tff.learning.models.ModelWeights, data):
     if data is None or self._query is None:
       return weights

@@ -30,7 +30,14 @@ training for the round: repeat it for several epochs):
 2. it adds each level's sums into O-sized sums in NumPy;
 3. `apply_sums` once: every element some client trained moves by
    `server_lr` times the weighted mean of the updates that hold it; every
-   other element keeps its value.
+   other element keeps its value (with a private aggregation every element
+   gets noise, `masked_dp`).
+
+A round needs at least one client (an empty cohort is refused: under DP the
+noise alone would move the model). The metrics report the loss and, when
+the model's metrics hold it, the accuracy; other metrics are computed and
+uploaded but not reported. Static batch norm reads the inputs under key
+`x` of each batch.
 
 State is `WidthProcessState` (server model, round number, DP noise seed);
 `next` returns a `WidthRoundOutput` with the new state, the round's metrics
@@ -48,6 +55,8 @@ from collections.abc import Callable
 from collections.abc import Hashable
 from collections.abc import Mapping
 from collections.abc import Sequence
+import math
+import operator
 from typing import Any
 from typing import Optional
 
@@ -73,12 +82,13 @@ class WidthProcessState:
   Attributes:
     model: The server model (`tff.learning.models.ModelWeights`, NumPy).
     round_num: Rounds completed.
-    noise_seed: The DP noise seed (0 without a private aggregation).
+    noise_seed: The DP noise seed (read only with a private aggregation;
+      left out of the state's repr).
   """
 
   model: Any
   round_num: int = 0
-  noise_seed: int = 0
+  noise_seed: int = attrs.field(default=0, repr=False)  # A secret under DP.
 
 
 @attrs.frozen
@@ -120,14 +130,25 @@ def width_task(
       "width_model_fn must be a callable taking one width per width unit,"
       f" got {type(width_model_fn).__name__}"
     )
-  full = tuple(full_widths)
-  if not full or not all(
-    isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in full
-  ):
+  try:
+    full = tuple(operator.index(w) for w in full_widths)
+  except TypeError:
+    full = ()
+  if not full or any(isinstance(w, bool) or w < 1 for w in full):
     raise ValueError(
-      f"full_widths must be positive integers, one per width unit, got {full}"
+      "full_widths must be positive integers, one per width unit, got"
+      f" {tuple(full_widths)}"
+    )
+  if input_spec is None:
+    raise TypeError(
+      "input_spec is required: the spec of one batch of client data, e.g."
+      " OrderedDict(x=TensorSpec, y=TensorSpec)"
     )
   probe = width_model_fn(full)
+  if not isinstance(probe, tf.keras.Model):
+    raise TypeError(
+      f"width_model_fn must return a tf.keras.Model, got {type(probe).__name__}"
+    )
   return api.Task(
     model_name=getattr(width_model_fn, "__name__", "model"),
     model_fn=lambda: width_model_fn(full),
@@ -145,14 +166,30 @@ def width_task(
   )
 
 
-def checked_aggregation(model_aggregator) -> masked_dp.MaskedAggregation:
-  """`model_aggregator`, a `MaskedAggregation` (None: the masked mean)."""
+def checked_options(
+  client_optimizer_fn, model_aggregator, server_lr: float, noise_seed
+) -> masked_dp.MaskedAggregation:
+  """Checks the builders' common arguments; returns the aggregation
+  (`model_aggregator`, None: the masked mean)."""
+  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+      "client_optimizer_fn must be a tff.learning.optimizers.Optimizer"
+      " (e.g. tff.learning.optimizers.build_sgdm(0.1)), got"
+      f" {type(client_optimizer_fn).__name__}"
+    )
   if model_aggregator is None:
-    return masked_dp.MaskedAggregation()
+    model_aggregator = masked_dp.MaskedAggregation()
   if not isinstance(model_aggregator, masked_dp.MaskedAggregation):
     raise TypeError(
       "model_aggregator must be a tff_hetero.MaskedAggregation, got"
       f" {type(model_aggregator).__name__}"
+    )
+  if not (math.isfinite(server_lr) and server_lr > 0):
+    raise ValueError(f"server_lr must be finite and > 0, got {server_lr}")
+  if noise_seed is not None and not model_aggregator.private:
+    raise ValueError(
+      "noise_seed is read only with a private aggregation"
+      " (MaskedAggregation with noise_multiplier)"
     )
   return model_aggregator
 
@@ -167,6 +204,25 @@ def count_examples(dataset: tf.data.Dataset) -> int:
       ),
     )
   )
+
+
+def check_cohort(cohort: Any) -> None:
+  """`cohort` maps level keys to sequences of datasets, at least one."""
+  if not isinstance(cohort, Mapping):
+    raise TypeError(
+      "the cohort must map each level key to a list of client datasets,"
+      f" got {type(cohort).__name__}"
+    )
+  for key, datasets in cohort.items():
+    if isinstance(datasets, tf.data.Dataset) or not isinstance(
+      datasets, Sequence
+    ):
+      raise TypeError(
+        f"the cohort's value for {key!r} must be a list of datasets, got"
+        f" {type(datasets).__name__}"
+      )
+  if not any(cohort.values()):
+    raise ValueError("a round needs at least one client dataset")
 
 
 def with_traffic_totals(
@@ -202,9 +258,8 @@ class WidthProcess:
     # Keras models in a graph, which invalidates Keras models the user made
     # before it, so none may happen in `next` or `get_model_weights`.
     self._computations = self._build_computations()
-    initial = self._catalog.initial_weights(self._catalog.outer)
     for level in self.levels.values():
-      rounds.evaluation_model(initial, level, None)
+      rounds.build_evaluation(level)
 
   def _build_computations(self) -> collections.OrderedDict:
     parts = self._rounds.computations
@@ -241,7 +296,12 @@ class WidthProcess:
     state: WidthProcessState,
     cohort: Mapping[Hashable, Sequence[tf.data.Dataset]],
   ) -> WidthRoundOutput:
-    """One round: each key's datasets train that level (module docstring)."""
+    """One round: each key's datasets train that level (module docstring).
+
+    Each dataset must be finite: the driver counts its examples (for each
+    client's `ClientTraffic`) before the round.
+    """
+    check_cohort(cohort)
     groups = []
     for key, datasets in cohort.items():
       level = self._level(key)

@@ -271,6 +271,19 @@ class HeterogeneousRounds:
 
   # -- evaluation --------------------------------------------------------
 
+  def _static_batch_norm(
+    self, level: Level
+  ) -> static_batch_norm.StaticBatchNorm:
+    if level.index not in self._static_bn:
+      self._static_bn[level.index] = static_batch_norm.StaticBatchNorm(
+        level.keras_fn, self.catalog.task.element_spec
+      )
+    return self._static_bn[level.index]
+
+  def build_evaluation(self, level: Level) -> None:
+    """Builds `level`'s static batch-norm query now, not at its first use."""
+    self._static_batch_norm(level).build()
+
   def evaluation_model(
     self,
     weights: tff.learning.models.ModelWeights,
@@ -285,12 +298,8 @@ class HeterogeneousRounds:
       ],
       non_trainable=list(self.catalog.initial_weights(level).non_trainable),
     )
-    if level.index not in self._static_bn:
-      self._static_bn[level.index] = static_batch_norm.StaticBatchNorm(
-        level.keras_fn, self.catalog.task.element_spec
-      )
     return api.EvaluationModel(
-      weights=self._static_bn[level.index].calibrate(extracted, data),
+      weights=self._static_batch_norm(level).calibrate(extracted, data),
       model_fn=level.keras_fn,
     )
 
@@ -300,4 +309,5 @@ class WidthState:
   """Server state of a width-heterogeneous algorithm: the server model."""
 
   model: Any  # tff.learning.models.ModelWeights of the catalog's outer level
-  noise_seed: Any = np.int64(0)  # The DP noise seed (a secret by default).
+  # The DP noise seed (a secret by default; left out of the repr).
+  noise_seed: Any = attrs.field(default=np.int64(0), repr=False)
