@@ -16,9 +16,11 @@ import tensorflow_federated as tff
 from tff_hetero import data as data_lib
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.algorithms.sparse import training
 from tff_hetero.program import loop
 from tff_hetero.program import make_config
 from tff_hetero.program.configs import config_from_values
@@ -714,3 +716,40 @@ def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
     atol=1e-5,
   )
   assert np.abs(evaluated.weights.non_trainable[mean_at]).max() > 1e-2
+
+
+def test_remember_replaces_the_rows_of_clients_that_sent():
+  # Rows 0 and 2 of three were in the cohort. Row 0's client sent an upload;
+  # row 2's client either had no data (sent nothing: its old row stays, as
+  # `next` forgot none of it in the running sums) or had data and TFF
+  # zeroed its non-finite update (weight 0: the row is replaced, as the
+  # running sums replaced its contribution).
+  memory = computations.MemoryRows(
+    values=[np.arange(6, dtype=np.float32).reshape(3, 2)],
+    masks=[np.ones((3, 2), np.uint8)],
+    weight=np.asarray([5.0, 6.0, 7.0], np.float32),
+  )
+  received = [
+    (
+      [np.asarray([10.0, 11.0], np.float32)],
+      [np.asarray([1, 0], np.uint8)],
+      3.0,
+    ),
+    ([np.zeros(2, np.float32)], [np.zeros(2, np.uint8)], 0.0),
+  ]
+  replaced = training.SparseTraining._remember(  # pylint: disable=protected-access
+    memory, [0, 2], received, [True, True]
+  )
+  np.testing.assert_array_equal(
+    replaced.values[0], [[10.0, 11.0], [2.0, 3.0], [0.0, 0.0]]
+  )
+  np.testing.assert_array_equal(replaced.masks[0], [[1, 0], [1, 1], [0, 0]])
+  np.testing.assert_array_equal(replaced.weight, [3.0, 6.0, 0.0])
+  kept = training.SparseTraining._remember(  # pylint: disable=protected-access
+    memory, [0, 2], received, [True, False]
+  )
+  np.testing.assert_array_equal(
+    kept.values[0], [[10.0, 11.0], [2.0, 3.0], [4.0, 5.0]]
+  )
+  np.testing.assert_array_equal(kept.weight, [3.0, 6.0, 7.0])
+  np.testing.assert_array_equal(memory.weight, [5.0, 6.0, 7.0])  # A copy.
