@@ -227,6 +227,10 @@ def test_unknown_client_and_bad_arguments_are_refused(tff_context):
       process.initialize(),
       {"z": tff_hetero.AvailableClient(_dataset(0, 3))},
     )
+  with pytest.raises(TypeError, match="tff_hetero.AvailableClient"):
+    process.next(process.initialize(), {"a": _dataset(0, 3)})
+  with pytest.raises(ValueError, match="at least one available client"):
+    process.next(process.initialize(), {})
   with pytest.raises(ValueError, match="selection must be one of"):
     _process(selection="best")
   with pytest.raises(ValueError, match="client_ids must be distinct"):

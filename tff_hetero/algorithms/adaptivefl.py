@@ -828,6 +828,13 @@ class AdaptiveFLProcess:
   ) -> width_process.WidthRoundOutput:
     """One round among the `available` clients (ids given at build time)."""
     algorithm = self._algorithm
+    if not isinstance(available, Mapping) or not all(
+      isinstance(c, AvailableClient) for c in available.values()
+    ):
+      raise TypeError(
+        "available must map client ids to tff_hetero.AvailableClient, got"
+        f" {type(available).__name__}"
+      )
     unknown = sorted(set(available) - set(algorithm.client_ids))
     if unknown:
       raise KeyError(
