@@ -258,3 +258,59 @@ def test_learns_and_weights_load_into_the_plain_model(process, tff_context):
   got = process.get_model_weights(reset).trainable
   np.testing.assert_array_equal(got[0], np.asarray(state.model.masks[0]))
   np.testing.assert_array_equal(got[1], np.ones(8, np.float32))
+
+
+def _bn_model():
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(
+        8,
+        input_shape=(4,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+      tf.keras.layers.BatchNormalization(),
+      tf.keras.layers.ReLU(),
+      tf.keras.layers.Dense(
+        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
+      ),
+    ]
+  )
+
+
+def test_batch_norm_statistics_are_the_plain_models_non_trainable(
+  tff_context,
+):
+  del tff_context
+  process = feddst.build_feddst_process(
+    _bn_model,
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    total_rounds=_TOTAL_ROUNDS,
+    sparsity=0.5,
+  )
+  plain = _bn_model()
+  state = process.initialize()
+  weights = process.get_model_weights(state)
+  # BN's moving mean and variance (8 each): zeros and ones at the start.
+  assert [np.shape(w) for w in weights.non_trainable] == [(8,), (8,)]
+  np.testing.assert_array_equal(weights.non_trainable[0], np.zeros(8))
+  np.testing.assert_array_equal(weights.non_trainable[1], np.ones(8))
+  assert [np.shape(w) for w in weights.trainable] == [
+    tuple(v.shape) for v in plain.trainable_weights
+  ]
+  # Set and get again: the statistics are kept as given, kernels re-masked.
+  statistics = [np.full(8, 0.5, np.float32), np.full(8, 2.0, np.float32)]
+  dense = [np.ones(np.shape(w), np.float32) for w in weights.trainable]
+  state = process.set_model_weights(
+    state,
+    tff.learning.models.ModelWeights(trainable=dense, non_trainable=statistics),
+  )
+  again = process.get_model_weights(state)
+  np.testing.assert_array_equal(again.non_trainable[0], statistics[0])
+  np.testing.assert_array_equal(again.non_trainable[1], statistics[1])
+  kept = [int(np.sum(np.asarray(w) != 0)) for w in again.trainable]
+  # ERK at sparsity 0.5 over the kernels 4x8 and 8x2 (by hand, as _KEEP):
+  # 13 and 11 kept; BN's gamma and beta and the biases stay dense.
+  assert kept == [13, 8, 8, 8, 11, 2]
+  again.assign_weights_to(plain)
+  np.testing.assert_array_equal(plain.layers[1].moving_variance, statistics[1])
