@@ -108,3 +108,28 @@ def run_train_subprocess(flags, timeout_s=600):
   assert proc.returncode == 0, proc.stderr
   proc_testing.assert_no_workers_left(tag, timeout_s=5)
   return proc
+
+
+def tff_fedavg_round(keras_fn, input_spec, learning_rate, start, datasets):
+  """The trainable weights after one round of TFF's own
+  `build_weighted_fed_avg` (SGD at `learning_rate`, cross-entropy on
+  logits) from `start` over `datasets`: an oracle independent of our code.
+  `keras_fn()` must have no non-trainable weights."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    lambda: tff.learning.models.from_keras_model(
+      keras_fn(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=input_spec,
+    ),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate),
+  )
+  state = process.set_model_weights(
+    process.initialize(),
+    tff.learning.models.ModelWeights(trainable=start, non_trainable=[]),
+  )
+  state = process.next(state, list(datasets)).state
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]

@@ -7,6 +7,7 @@ element-wise example-weighted mean of whoever returned each element."""
 
 import collections
 
+from conftest import tff_fedavg_round
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -100,23 +101,6 @@ def _process(**kwargs):
   return tff_hetero.build_adaptivefl_process(_mlp, **arguments)
 
 
-def _tff_fedavg(keras_fn, start, dataset):
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-    lambda: tff.learning.models.from_keras_model(
-      keras_fn(),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=_SPEC,
-    ),
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-  )
-  state = process.set_model_weights(
-    process.initialize(),
-    tff.learning.models.ModelWeights(trainable=start, non_trainable=[]),
-  )
-  state = process.next(state, [dataset]).state
-  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
-
-
 def test_type_signatures():
   steps = _process().computations
   assert list(steps) == [
@@ -191,8 +175,12 @@ def test_round_equals_tff_fedavg_per_client_within_capacities(tff_context):
     assert trained == fitting[-1]
     pruned += trained != sent
     k = _HIDDEN2[trained]
-    values = _tff_fedavg(
-      lambda k=k: _mlp((8, k)), _slice(start, k), datasets[traffic.client_id]
+    values = tff_fedavg_round(
+      lambda k=k: _mlp((8, k)),
+      _SPEC,
+      _LR,
+      _slice(start, k),
+      [datasets[traffic.client_id]],
     )
     for i, (value, mask) in enumerate(zip(_scatter(values, k), _coverage(k))):
       weighted[i] += examples * value

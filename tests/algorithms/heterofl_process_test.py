@@ -8,6 +8,7 @@ import collections
 import re
 
 import attrs
+from conftest import tff_fedavg_round
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -100,24 +101,6 @@ def _process(**kwargs):
   return tff_hetero.build_heterofl_process(_mlp, **arguments)
 
 
-def _tff_fedavg(keras_fn, start, datasets):
-  """One round of TFF's own weighted FedAvg from `start`."""
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-    lambda: tff.learning.models.from_keras_model(
-      keras_fn(),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=_SPEC,
-    ),
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-  )
-  state = process.initialize()
-  state = process.set_model_weights(
-    state, tff.learning.models.ModelWeights(trainable=start, non_trainable=[])
-  )
-  state = process.next(state, datasets).state
-  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
-
-
 def test_type_signatures():
   process = _process()
   steps = process.computations
@@ -159,11 +142,15 @@ def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
   for rate, datasets in cohort.items():
     for n, dataset in zip(_SIZES[rate], datasets):
       if rate == 1.0:
-        trained = _tff_fedavg(lambda: _mlp(_FULL), start, [dataset])
+        trained = tff_fedavg_round(
+          lambda: _mlp(_FULL), _SPEC, _LR, start, [dataset]
+        )
         coverage = [np.ones_like(w) for w in start]
       else:
         trained = _scatter_half(
-          _tff_fedavg(lambda: _mlp((3, 2)), _half_slice(start), [dataset])
+          tff_fedavg_round(
+            lambda: _mlp((3, 2)), _SPEC, _LR, _half_slice(start), [dataset]
+          )
         )
         coverage = _half_coverage()
       for i in range(len(start)):
@@ -270,15 +257,8 @@ def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
   ],
 )
 def test_bad_arguments_fail_at_build_time(kwargs, error, text):
-  arguments = dict(
-    full_widths=_FULL,
-    rates=(0.5,),
-    input_spec=_SPEC,
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-  )
-  arguments.update(kwargs)
   with pytest.raises(error, match=re.escape(text)):
-    tff_hetero.build_heterofl_process(_mlp, **arguments)
+    _process(**kwargs)
 
 
 def test_bad_cohorts_are_refused_and_numpy_widths_accepted(tff_context):

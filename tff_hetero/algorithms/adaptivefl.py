@@ -138,6 +138,7 @@ import collections
 from collections.abc import Mapping
 from collections.abc import Sequence
 import math
+import types
 from typing import Any
 from typing import Optional
 
@@ -587,11 +588,15 @@ class AdaptiveFL(api.FederatedAlgorithm):
     self, sent: Sequence[int], capacities: Sequence[Any]
   ) -> list[Optional[int]]:
     """Phase one: the members the devices will train (None: nothing)."""
+    return self.device_decision()(sent, [device_budget(c) for c in capacities])
+
+  def device_decision(self) -> DeviceDecision:
+    """Phase one's client-placed computation (built on first use)."""
     if self._decision is None:
       self._decision = DeviceDecision(
         self.pool, self.params, self.min_start_index
       )
-    return self._decision(sent, [device_budget(c) for c in capacities])
+    return self._decision
 
   def next(
     self,
@@ -794,20 +799,15 @@ class AdaptiveFLProcess:
     algorithm = self._algorithm
     parts = algorithm.rounds.computations
     levels = algorithm.catalog.levels
-    steps = collections.OrderedDict()
-    algorithm.decide([], [])  # Builds the decision.
-    steps["decide"] = algorithm._decision.computation  # pylint: disable=protected-access
+    steps = collections.OrderedDict(
+      decide=algorithm.device_decision().computation
+    )
     for sent in range(len(levels)):
       for trained in reachable(algorithm.pool, sent, algorithm.min_start_index):
         name = f"group_round/{levels[sent].name}->{levels[trained].name}"
         steps[name] = parts.group_round(levels[sent], levels[trained])
       steps[f"delivery/{levels[sent].name}"] = parts.delivery(levels[sent])
-    steps["apply_sums"] = parts.apply_sums
-    if parts.apply_noised_sums is not None:
-      steps["apply_noised_sums"] = parts.apply_noised_sums
-    for level in levels:
-      algorithm.rounds.build_evaluation(level)
-    return steps
+    return width_process.with_server_steps(algorithm.rounds, steps, levels)
 
   @property
   def computations(self) -> collections.OrderedDict:
@@ -843,27 +843,22 @@ class AdaptiveFLProcess:
     if not available:
       raise ValueError("a round needs at least one available client")
     round_num = state.round_num + 1
-    candidates = np.zeros(len(algorithm.client_ids), bool)
-    candidates[[algorithm._client_index[c] for c in available]] = True  # pylint: disable=protected-access
-    pairs = plan_selection(
-      state.server.tables,
-      algorithm.pool,
-      candidates,
-      self._clients_per_round,
-      algorithm.selection,
-      np.random.default_rng([state.selection_seed, round_num]),
+    # `plan_round`'s only randomness is its sampler's generator.
+    draws = types.SimpleNamespace(
+      rng=np.random.default_rng([state.selection_seed, round_num])
     )
     clients = []
-    for index, member in pairs:
-      client_id = algorithm.client_ids[index]
-      client = available[client_id]
+    for assignment in algorithm.plan_round(
+      state.server, round_num, list(available), self._clients_per_round, draws
+    ):
+      client = available[assignment.client_id]
       clients.append(
         api.ClientRound(
-          client_id=client_id,
+          client_id=assignment.client_id,
           dataset=client.dataset,
           num_examples=width_process.count_examples(client.dataset),
           capacity=devices_lib.Capacity(client.capacity_params, None),
-          assignment=member,
+          assignment=assignment.payload,
         )
       )
     output = algorithm.next(state.server, round_num, clients)
@@ -888,14 +883,12 @@ class AdaptiveFLProcess:
     static batch-norm statistics from `calibration_data` when given (as
     `WidthProcess.get_model_weights`)."""
     catalog = self._algorithm.catalog
-    data = (
-      None
-      if calibration_data is None
-      else api.ClientDatasets(list(calibration_data))
+    return width_process.level_weights(
+      self._algorithm.rounds,
+      state.server.model,
+      catalog.by_name(level or catalog.outer.name),
+      calibration_data,
     )
-    return self._algorithm.rounds.evaluation_model(
-      state.server.model, catalog.by_name(level or catalog.outer.name), data
-    ).weights
 
 
 def build_adaptivefl_process(

@@ -53,6 +53,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from collections.abc import Hashable
+from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 import math
@@ -238,6 +239,41 @@ def with_traffic_totals(
   return metrics
 
 
+def with_server_steps(
+  rounds: width_rounds.HeterogeneousRounds,
+  steps: Mapping[str, Any],
+  levels: Iterable[width_rounds.Level],
+) -> collections.OrderedDict:
+  """`steps` and the server step(s) of `rounds`, with the static batch-norm
+  query of every level of `levels` built too: a process traces everything
+  at build time, as TFF's builders do (tracing builds Keras models in a
+  graph, which invalidates the Keras models a user made before it)."""
+  parts = rounds.computations
+  steps = collections.OrderedDict(steps)
+  steps["apply_sums"] = parts.apply_sums
+  if parts.apply_noised_sums is not None:
+    steps["apply_noised_sums"] = parts.apply_noised_sums
+  for level in levels:
+    rounds.build_evaluation(level)
+  return steps
+
+
+def level_weights(
+  rounds: width_rounds.HeterogeneousRounds,
+  model: tff.learning.models.ModelWeights,
+  level: width_rounds.Level,
+  calibration_data: Optional[Sequence[tf.data.Dataset]],
+) -> tff.learning.models.ModelWeights:
+  """`level`'s part of the server `model`, its static batch-norm statistics
+  from `calibration_data` when given (else the model's initial ones)."""
+  data = (
+    None
+    if calibration_data is None
+    else api.ClientDatasets(list(calibration_data))
+  )
+  return rounds.evaluation_model(model, level, data).weights
+
+
 class WidthProcess:
   """`initialize` / `next` over width sub-models (module docstring).
 
@@ -254,23 +290,17 @@ class WidthProcess:
     self._rounds = rounds
     self._catalog = rounds.catalog
     self.levels = collections.OrderedDict(levels)
-    # Every computation is traced now, as TFF's builders do: tracing builds
-    # Keras models in a graph, which invalidates Keras models the user made
-    # before it, so none may happen in `next` or `get_model_weights`.
-    self._computations = self._build_computations()
-    for level in self.levels.values():
-      rounds.build_evaluation(level)
-
-  def _build_computations(self) -> collections.OrderedDict:
-    parts = self._rounds.computations
-    steps = collections.OrderedDict(
-      (f"group_round/{key}", parts.group_round(level, level))
-      for key, level in self.levels.items()
+    # Everything is traced now (`with_server_steps`): nothing may build a
+    # Keras model in a graph in `next` or `get_model_weights`.
+    parts = rounds.computations
+    self._computations = with_server_steps(
+      rounds,
+      collections.OrderedDict(
+        (f"group_round/{key}", parts.group_round(level, level))
+        for key, level in self.levels.items()
+      ),
+      self.levels.values(),
     )
-    steps["apply_sums"] = parts.apply_sums
-    if parts.apply_noised_sums is not None:
-      steps["apply_noised_sums"] = parts.apply_noised_sums
-    return steps
 
   @property
   def computations(self) -> collections.OrderedDict:
@@ -346,9 +376,4 @@ class WidthProcess:
     clients' training data) when given, else the model's initial ones.
     """
     level = self._catalog.outer if key is None else self._level(key)
-    data = (
-      None
-      if calibration_data is None
-      else api.ClientDatasets(list(calibration_data))
-    )
-    return self._rounds.evaluation_model(state.model, level, data).weights
+    return level_weights(self._rounds, state.model, level, calibration_data)
