@@ -16,6 +16,10 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   over typed `tff.Computation`s (`tff_hetero.algorithms.width_process`,
   AdaptiveFL's clients given as `AvailableClient`s), uploads summed by a
   `MaskedAggregation` (mean, clipped, or differentially private).
+* `build_fedsgc_process`: FedSGC, whose server remembers clients by id and
+  whose clients count their own epochs; `initialize` / `next(state,
+  {client_id: dataset})` in Python over typed `tff.Computation`s
+  (`tff_hetero.algorithms.sparse.sparse_process`).
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
@@ -43,6 +47,7 @@ _EXPORTS = {
   "build_fedprox_process": "tff_hetero.algorithms.fedprox",
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
   "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
+  "build_fedsgc_process": "tff_hetero.algorithms.sparse.fedsgc",
   "build_heterofl_process": "tff_hetero.algorithms.heterofl",
   "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
   "AvailableClient": "tff_hetero.algorithms.adaptivefl",

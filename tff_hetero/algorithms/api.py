@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_hetero import data
+from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import model_fns
 
@@ -76,6 +77,42 @@ class Task:
       self.element_spec,
       self.loss_fn,
       self.metrics_fn,
+    )
+
+  @classmethod
+  def of_keras(
+    cls,
+    model_fn: Callable[[], tf.keras.Model],
+    input_spec: Any,
+    loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+    metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
+  ) -> "Task":
+    """The task of a user's no-arg Keras factory (checked; the public
+    builders' way in). Its model is built once here, to count its FLOPs."""
+    if not callable(model_fn):
+      raise TypeError(
+        "model_fn must be a no-arg callable returning a tf.keras.Model, got"
+        f" {type(model_fn).__name__}"
+      )
+    if input_spec is None:
+      raise TypeError(
+        "input_spec is required: the spec of one batch of client data, e.g."
+        " OrderedDict(x=TensorSpec, y=TensorSpec)"
+      )
+    probe = model_fn()
+    if not isinstance(probe, tf.keras.Model):
+      raise TypeError(
+        f"model_fn must return a tf.keras.Model, got {type(probe).__name__}"
+      )
+    return cls(
+      model_name=getattr(model_fn, "__name__", "model"),
+      model_fn=model_fn,
+      input_shape=tuple(tf.nest.flatten(input_spec)[0].shape[1:]),
+      num_classes=int(probe.output_shape[-1]),
+      element_spec=input_spec,
+      training_flops_per_example=models_lib.training_flops_per_example(probe),
+      loss_fn=loss_fn,
+      metrics_fn=metrics_fn,
     )
 
 

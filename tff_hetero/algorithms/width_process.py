@@ -66,7 +66,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.algorithms import api
@@ -140,30 +139,22 @@ def width_task(
       "full_widths must be positive integers, one per width unit, got"
       f" {tuple(full_widths)}"
     )
-  if input_spec is None:
-    raise TypeError(
-      "input_spec is required: the spec of one batch of client data, e.g."
-      " OrderedDict(x=TensorSpec, y=TensorSpec)"
-    )
   probe = width_model_fn(full)
   if not isinstance(probe, tf.keras.Model):
     raise TypeError(
       f"width_model_fn must return a tf.keras.Model, got {type(probe).__name__}"
     )
-  return api.Task(
+  task = api.Task.of_keras(
+    lambda: width_model_fn(full), input_spec, loss_fn, metrics_fn
+  )
+  return attrs.evolve(
+    task,
     model_name=getattr(width_model_fn, "__name__", "model"),
-    model_fn=lambda: width_model_fn(full),
-    input_shape=tuple(tf.nest.flatten(input_spec)[0].shape[1:]),
-    num_classes=int(probe.output_shape[-1]),
-    element_spec=input_spec,
-    training_flops_per_example=models_lib.training_flops_per_example(probe),
     width_model_fn=lambda widths: width_model_fn(tuple(widths)),
     width_units=tuple(
       width_lib.WidthUnit(i + 1, f"unit{i + 1}", w, ())
       for i, w in enumerate(full)
     ),
-    loss_fn=loss_fn,
-    metrics_fn=metrics_fn,
   )
 
 

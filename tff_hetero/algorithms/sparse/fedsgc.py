@@ -108,13 +108,21 @@ Readings and departures, each on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Sequence
 import math
+from typing import Any
 
 import attrs
+import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import computations
+from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.algorithms.sparse import sparse_process
 from tff_hetero.algorithms.sparse import training
 from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
 from tff_hetero.settings import in_interval
@@ -136,6 +144,103 @@ class FedSGCSettings(DynamicSparseSettings):
     " round's uploads only, as FedDST).",
     choices=computations.MEMORIES,
   )
+
+
+def build_fedsgc_process(
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  client_ids: Sequence[Hashable],
+  local_epochs: int,
+  readjust_end_epoch: int,
+  sparsity: float = 0.8,
+  prune_alpha: float = 0.2,
+  congruity_lambda: float = 0.5,
+  sgc_memory: str = "models",
+  readjust_every: int = 1,
+  readjust_end_round: int = 0,
+  readjust_begin_epoch: int = 0,
+  readjust_delta_epochs: int = 0,
+  prox_mu: float = 0.0,
+  mask_seed: int = 0,
+  model_aggregator=None,
+) -> sparse_process.SparseProcess:
+  """FedSGC (module docstring) as a `sparse_process.SparseProcess`.
+
+  The same client and server steps as `--algorithm=fedsgc`, with the
+  settings of `FedSGCSettings` as keyword arguments (checked by it: an
+  error names the setting as its `--flag`). `next(state, {client_id:
+  dataset})` runs a round of the named clients; the server memory has one
+  row per id of `client_ids`. The loss is sparse cross-entropy on the
+  model's logits; the metrics are sparse categorical accuracy.
+
+  Args:
+    model_fn: No-arg callable returning a fresh, identically initialised
+      `tf.keras.Model` (logits out); its Dense and Conv kernels are masked.
+    input_spec: Spec of one batch of client data.
+    client_optimizer_fn: The clients' `tff.learning.optimizers.Optimizer`.
+    client_ids: Every client that may take part (distinct, hashable).
+    local_epochs: E, the passes over its data a client's dataset holds.
+    readjust_end_epoch: E_end, the cumulative epoch from which a client no
+      longer readjusts (the cosine's end), e.g. E x rounds x clients per
+      round / clients.
+    sparsity .. readjust_delta_epochs, prox_mu: `FedSGCSettings`'s (0 for
+      the begin and delta epochs: ceil(E / 2) and E).
+    mask_seed: Seeds the random initial masks.
+    model_aggregator: An unweighted-sum-based factory forming the masked
+      sums (default `tff_hetero.aggregators.MaskedSumFactory()`).
+  """
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  ids = list(client_ids)
+  if not ids or len(set(ids)) != len(ids):
+    raise ValueError(
+      f"client_ids must be distinct and at least one, got {len(ids)} ids"
+      f" of which {len(set(ids))} distinct"
+    )
+  for name, value in (
+    ("local_epochs", local_epochs),
+    ("readjust_end_epoch", readjust_end_epoch),
+  ):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+  settings = FedSGCSettings(
+    sparsity=sparsity,
+    prune_alpha=prune_alpha,
+    congruity_lambda=congruity_lambda,
+    sgc_memory=sgc_memory,
+    readjust_every=readjust_every,
+    readjust_end_round=readjust_end_round,
+    readjust_begin_epoch=readjust_begin_epoch,
+    readjust_delta_epochs=readjust_delta_epochs,
+    readjust_end_epoch=readjust_end_epoch,
+    prox_mu=prox_mu,
+  )
+  task = api.Task.of_keras(model_fn, input_spec)
+  schedule = prune_grow.ReadjustSchedule(
+    alpha=settings.prune_alpha,
+    delta_epochs=settings.readjust_delta_epochs or local_epochs,
+    begin_epoch=settings.readjust_begin_epoch or math.ceil(local_epochs / 2),
+    end_epoch=settings.readjust_end_epoch,
+    request_every=settings.readjust_every,
+    request_end_round=settings.readjust_end_round,
+  )
+  algorithm = training.SparseTraining(
+    "fedsgc",
+    task,
+    ids,
+    sparsity=settings.sparsity,
+    schedule=schedule,
+    congruity_lambda=settings.congruity_lambda,
+    memory=settings.sgc_memory,
+    client_optimizer=client_optimizer_fn,
+    prox_mu=settings.prox_mu or 0.0,
+    local_epochs=local_epochs,
+    seed=mask_seed,
+    model_aggregator=model_aggregator,
+    growth_gradient="accumulated",
+  )
+  return sparse_process.SparseProcess(algorithm, ids)
 
 
 def build_fedsgc(

@@ -1,0 +1,235 @@
+"""`build_fedsgc_process`: its computations and state, then known answers:
+each server-memory reading against TFF's own FedAvg of single clients on the
+masked model (two rounds, different clients), the clients' cumulative
+epochs and readjustments by hand, bytes by hand, and refused arguments."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.algorithms.sparse import fedsgc
+from tff_hetero.errors import UsageError
+from tff_hetero.submodels import masks as masks_lib
+from tff_hetero.submodels.masks import SparseModel
+
+_SPEC = collections.OrderedDict(
+  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
+_IDS = ("a", "b", "c")
+_LR = 0.1
+
+
+def _model():
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(
+        8,
+        activation="relu",
+        input_shape=(4,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+      tf.keras.layers.Dense(
+        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
+      ),
+    ]
+  )
+
+
+# ERK at sparsity 0.5 over the kernels 4x8 and 8x2 (by hand, as in
+# feddst_process_test): 13 of 32 and 11 of 16 kept.
+_KEEP = (13, 11)
+
+
+def _dataset(client: int, round_num: int, n: int, epochs: int = 1):
+  rng = np.random.default_rng([client, round_num])
+  x = rng.normal(size=[n, 4]).astype(np.float32)
+  y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+  data = collections.OrderedDict(x=x, y=y)
+  return tf.data.Dataset.from_tensor_slices(data).batch(5).repeat(epochs)
+
+
+def _process(**kwargs):
+  kwargs = dict(
+    dict(
+      input_spec=_SPEC,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+      client_ids=_IDS,
+      local_epochs=1,
+      readjust_end_epoch=10,
+      sparsity=0.5,
+    ),
+    **kwargs,
+  )
+  return fedsgc.build_fedsgc_process(_model, **kwargs)
+
+
+def test_computations_and_state(tff_context):
+  del tff_context
+  process = _process()
+  assert list(process.computations) == ["round", "readjust_round"]
+  for computation in process.computations.values():
+    assert isinstance(computation, tff.Computation)
+    parameter = computation.type_signature.parameter
+    # model, directions, running sums, memory rows, epochs, data, positions
+    assert [p.placement for p in parameter] == [tff.SERVER] * 4 + [
+      tff.CLIENTS
+    ] * 3
+    assert parameter[5].member == tff.SequenceType(
+      tff.types.tensorflow_to_type(_SPEC)
+    )
+  state = process.initialize()
+  assert state.round_num == 0
+  np.testing.assert_array_equal(state.client_epochs, [0, 0, 0])
+  # One memory row per client id, server state.
+  memory = state.server.memory
+  assert [np.shape(v)[0] for v in memory.values] == [3] * 4
+  assert np.shape(memory.weight) == (3,)
+  masks = process.masks(state)
+  assert [int(m.sum()) for m in masks] == list(_KEEP)
+  # Without server memory: no sums or rows in the round.
+  none = _process(sgc_memory="none", readjust_every=0)
+  assert list(none.computations) == ["round"]
+  assert len(none.computations["round"].type_signature.parameter) == 5
+
+
+def _masked_fedavg(start: SparseModel, dataset) -> list[np.ndarray]:
+  """TFF's own `build_weighted_fed_avg` of one client on the prune-wrapped
+  model (masked forward pass) from `start`, then masked: what a client
+  without readjustment uploads."""
+  wrapped = masks_lib.prune_wrap(_model())
+  layout = masks_lib.MaskLayout.of(wrapped)
+  reference = tff.learning.algorithms.build_weighted_fed_avg(
+    lambda: tff.learning.models.from_keras_model(
+      masks_lib.prune_wrap(_model()),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=_SPEC,
+    ),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+  )
+  weights = tf.nest.map_structure(np.asarray, layout.to_model_weights(start))
+  state = reference.set_model_weights(reference.initialize(), weights)
+  state = reference.next(state, [dataset]).state
+  trained = reference.get_model_weights(state).trainable
+  masks = [np.asarray(m) for m in start.masks]
+  return [
+    np.asarray(w) * (masks[i // 2] if i % 2 == 0 else 1.0)
+    for i, w in enumerate(trained)
+  ]
+
+
+@pytest.mark.parametrize("memory", ["models", "updates", "none"])
+def test_each_memory_reading_by_an_oracle(memory, tff_context):
+  """Round 1 trains client a (20 examples) alone, round 2 client b (10).
+  Without readjustment the masks never change, so the union average is an
+  element-wise mean on the global mask and the re-prune keeps that mask.
+  With W0 the start, W1 = a's model (TFF FedAvg of a from W0) and W2 = b's
+  (from W1), round 2 gives:
+    models:  (20 W1 + 10 W2) / 30       (a's remembered upload counts)
+    updates: W1 + (20 (W1 - W0) + 10 (W2 - W1)) / 30  (a's change re-added)
+    none:    W2                         (this round's upload only)."""
+  del tff_context
+  process = _process(sgc_memory=memory, readjust_every=0)
+  state = process.initialize()
+  start = SparseModel(*state.server.model)
+  data_a, data_b = _dataset(0, 1, 20), _dataset(1, 2, 10)
+  state = process.next(state, {"a": data_a}).state
+  w0 = [np.asarray(w) for w in start.trainable]
+  w1 = _masked_fedavg(start, data_a)
+  after_one = process.get_model_weights(state).trainable
+  for got, want in zip(after_one, w1):
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+  w2 = _masked_fedavg(
+    SparseModel(trainable=w1, masks=start.masks, statistics=[]), data_b
+  )
+  state = process.next(state, {"b": data_b}).state
+  if memory == "models":
+    expected = [(20 * a + 10 * b) / 30 for a, b in zip(w1, w2)]
+  elif memory == "updates":
+    expected = [
+      a + (20 * (a - z) + 10 * (b - a)) / 30 for z, a, b in zip(w0, w1, w2)
+    ]
+  else:
+    expected = w2
+  for got, want in zip(process.get_model_weights(state).trainable, expected):
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+  assert [int(m.sum()) for m in process.masks(state)] == list(_KEEP)
+  # The memory is server state: a's row and b's, by client id (none: no
+  # rows at all).
+  weights = np.asarray(state.server.memory.weight)
+  np.testing.assert_array_equal(
+    weights, [] if memory == "none" else [20, 10, 0]
+  )
+
+
+def test_client_epochs_and_readjustments_by_hand(tff_context):
+  """Two local epochs: a client readjusts after its cumulative epochs
+  t = 1, 3, 5, ... (begin ceil(E / 2) = 1, delta E = 2), pruning
+  floor(alpha_t x 13) and floor(alpha_t x 11) weights, alpha_t = 0.2 / 2
+  (1 + cos(pi t / 10))."""
+  del tff_context
+  process = _process(local_epochs=2, readjust_every=1)
+  state = process.initialize()
+
+  def pruned(t):
+    alpha = 0.2 / 2 * (1 + math.cos(math.pi * t / 10))
+    return sum(math.floor(alpha * k) for k in _KEEP)
+
+  first = process.next(state, {"a": _dataset(0, 1, 10, epochs=2)})
+  np.testing.assert_array_equal(first.state.client_epochs, [2, 0, 0])
+  assert first.metrics["readjusts"] == 1.0
+  assert first.metrics["pruned"] == first.metrics["grown"] == pruned(1) == 4
+  second = process.next(
+    first.state,
+    {"a": _dataset(0, 2, 10, epochs=2), "b": _dataset(1, 2, 15, epochs=2)},
+  )
+  np.testing.assert_array_equal(second.state.client_epochs, [4, 2, 0])
+  assert second.state.round_num == 2
+  # a at t = 3, b at t = 1.
+  assert second.metrics["readjusts"] == 2.0
+  assert second.metrics["pruned"] == pruned(3) + pruned(1) == 3 + 4
+  # Every kernel back at its ERK budget after the server's re-prune.
+  assert [int(m.sum()) for m in process.masks(second.state)] == list(_KEEP)
+  # Bytes by hand, per client: the model (kept kernel values 4 x 24, bit
+  # masks 4 + 2 bytes, biases 4 x 10) and the direction maps at 2 bits per
+  # element (8 + 4 bytes) on this requested round.
+  assert [c.bytes_down for c in second.clients] == [142 + 12] * 2
+  assert second.metrics["bytes_down"] == 2 * 154
+  assert [c.examples for c in second.clients] == [20, 30]
+
+
+def test_upload_bytes_by_hand_without_readjustment(tff_context):
+  del tff_context
+  process = _process(sgc_memory="none", readjust_every=0)
+  output = process.next(process.initialize(), {"c": _dataset(2, 1, 10)})
+  (client,) = output.clients
+  assert client.client_id == "c"
+  # Down: 96 + 6 + 40 bytes, no direction map. Up: kept values and biases,
+  # the float32 weight, no mask (unchanged), and 32 bytes of metric sums.
+  assert client.bytes_down == 142
+  assert client.bytes_up == 96 + 40 + 4 + 32
+
+
+def test_bad_arguments_and_cohorts_are_refused(tff_context):
+  del tff_context
+  with pytest.raises(UsageError, match="--sparsity"):
+    _process(sparsity=1.5)
+  with pytest.raises(UsageError, match="--sgc_memory"):
+    _process(sgc_memory="everything")
+  with pytest.raises(ValueError, match="readjust_end_epoch"):
+    _process(readjust_end_epoch=0)
+  with pytest.raises(ValueError, match="client_ids"):
+    _process(client_ids=("a", "a"))
+  with pytest.raises(TypeError, match="client_optimizer_fn"):
+    _process(client_optimizer_fn="sgd")
+  process = _process(sgc_memory="none", readjust_every=0)
+  state = process.initialize()
+  with pytest.raises(KeyError, match="'z'"):
+    process.next(state, {"z": _dataset(0, 1, 5)})
+  with pytest.raises(ValueError, match="at least one client"):
+    process.next(state, {})
+  with pytest.raises(TypeError, match="map client ids"):
+    process.next(state, [_dataset(0, 1, 5)])

@@ -1,0 +1,192 @@
+"""Federated sparse training as a process a TFF user drives: `SparseProcess`.
+
+FedSGC's server remembers each client's last upload and each client counts
+its own training epochs (its readjust schedule), so a round needs to know
+*which* clients take part: a `tff.learning.templates.LearningProcess`'s
+`next(state, {D*}@CLIENTS)` has anonymous clients. As in FedJAX, a
+`SparseProcess` is an `initialize` / `next` pair in plain Python over
+immutable state, and every step of a round is a typed `tff.Computation`,
+the ones `--algorithm=fedsgc` runs (`computations.SparseRounds`). With
+S = `SparseModel`, G the int8 direction maps, R = `MaskedSums` of the
+trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
+
+    round (a round without readjustment) and readjust_round (one the
+    server requests):
+      (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
+        {D*}@CLIENTS, int32@CLIENTS> ->
+       <S@SERVER, G@SERVER, R@SERVER,
+        <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
+    without server memory (`sgc_memory="none"`): no R and M, rows=U[K].
+
+(the module docstring of `computations.py` has the steps and the server
+update inside them). `next(state, cohort)`, `cohort` mapping client ids
+(among those the process was built for) to datasets, runs one of them: the
+driver passes the cohort's memory rows and cumulative epochs in, and keeps
+what comes back in the new state.
+
+State is `SparseProcessState`: `server` (`training.SparseState`: the global
+`SparseModel`, its direction maps, the running sums and the memory rows,
+one row per client id in the order given to the builder), `client_epochs`
+(int64, one per client id: the client's cumulative training epochs, which
+a TFF client cannot keep) and `round_num`. `next` returns a
+`SparseRoundOutput` with the new state, the round's metrics and every
+client's measured `ClientTraffic` in `cohort` order.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Hashable
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero.accounting import ClientTraffic
+from tff_hetero.algorithms import api
+from tff_hetero.algorithms import width_process
+from tff_hetero.algorithms.sparse import training
+
+__all__ = ["SparseProcess", "SparseProcessState", "SparseRoundOutput"]
+
+
+@attrs.frozen
+class SparseProcessState:
+  """A `SparseProcess`'s state (module docstring).
+
+  Attributes:
+    server: The `training.SparseState` (model, direction maps, running
+      sums, memory rows).
+    client_epochs: int64 [clients]: each client's cumulative epochs.
+    round_num: Rounds completed.
+  """
+
+  server: Any
+  client_epochs: Any
+  round_num: int = 0
+
+
+@attrs.frozen
+class SparseRoundOutput:
+  """What `SparseProcess.next` returns.
+
+  Attributes:
+    state: The new `SparseProcessState`.
+    metrics: The round's metrics (`training.SparseTraining.next`: loss,
+      train_accuracy, the readjust counts, sparsity per kernel, ...) and
+      the measured totals `bytes_down`, `bytes_up`, `clients`, `examples`.
+    clients: One measured `ClientTraffic` per client, in `cohort` order.
+  """
+
+  state: SparseProcessState
+  metrics: collections.OrderedDict
+  clients: tuple[ClientTraffic, ...]
+
+
+class SparseProcess:
+  """`initialize` / `next` over sparse training (module docstring).
+
+  Built by `fedsgc.build_fedsgc_process` from a `training.SparseTraining`
+  and the client ids it was built with.
+  """
+
+  def __init__(self, algorithm: training.SparseTraining, client_ids):
+    self._algorithm = algorithm
+    self._rows = {c: i for i, c in enumerate(client_ids)}
+    rounds = algorithm.rounds
+    # Traced now, as TFF's builders do (tracing builds Keras models in a
+    # graph, which would invalidate the Keras models a user made later).
+    self._computations = collections.OrderedDict(
+      round=rounds.round_computation(False)
+    )
+    if algorithm.schedule.request_every > 0:
+      self._computations["readjust_round"] = rounds.round_computation(True)
+
+  @property
+  def computations(self) -> collections.OrderedDict:
+    """Every typed round computation by name (module docstring)."""
+    return collections.OrderedDict(self._computations)
+
+  @property
+  def client_ids(self) -> tuple[Hashable, ...]:
+    return tuple(self._rows)
+
+  def initialize(self) -> SparseProcessState:
+    return SparseProcessState(
+      server=self._algorithm.initialize(),
+      client_epochs=np.zeros(len(self._rows), np.int64),
+      round_num=0,
+    )
+
+  def next(
+    self,
+    state: SparseProcessState,
+    cohort: Mapping[Hashable, tf.data.Dataset],
+  ) -> SparseRoundOutput:
+    """One round of the clients in `cohort` (client id -> dataset).
+
+    Each dataset is the client's whole local training for the round: the
+    process's `local_epochs` passes over its data, batched so that no batch
+    spans two passes (e.g. `data.batch(b).repeat(local_epochs)`, or one
+    `batch` per pass concatenated), since a client readjusts at the end of
+    a pass. Each must be finite: the driver counts its examples first.
+    """
+    if not isinstance(cohort, Mapping):
+      raise TypeError(
+        "the cohort must map client ids to datasets, got"
+        f" {type(cohort).__name__}"
+      )
+    if not cohort:
+      raise ValueError("a round needs at least one client")
+    unknown = [c for c in cohort if c not in self._rows]
+    if unknown:
+      raise KeyError(
+        f"clients {unknown!r} are not among the client ids the process was"
+        " built with"
+      )
+    for client_id, dataset in cohort.items():
+      if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(
+          f"the dataset of client {client_id!r} must be a tf.data.Dataset,"
+          f" got {type(dataset).__name__}"
+        )
+    clients = [
+      api.ClientRound(
+        client_id=client_id,
+        dataset=dataset,
+        num_examples=width_process.count_examples(dataset),
+        state=np.int64(state.client_epochs[self._rows[client_id]]),
+      )
+      for client_id, dataset in cohort.items()
+    ]
+    round_num = state.round_num + 1
+    output = self._algorithm.next(state.server, round_num, clients)
+    epochs = np.array(state.client_epochs, np.int64, copy=True)
+    for client_id, value in output.client_states.items():
+      epochs[self._rows[client_id]] = value
+    return SparseRoundOutput(
+      state=SparseProcessState(
+        server=output.state, client_epochs=epochs, round_num=round_num
+      ),
+      metrics=width_process.with_traffic_totals(output.metrics, output.traffic),
+      clients=output.traffic,
+    )
+
+  def get_model_weights(
+    self, state: SparseProcessState
+  ) -> tff.learning.models.ModelWeights:
+    """The global model as the weights of `model_fn()`'s plain Keras model:
+    masked kernels (zero off their masks), dense biases, and the batch-norm
+    statistics of `model_fn()` (the server does not aggregate them)."""
+    model = state.server.model
+    return tff.learning.models.ModelWeights(
+      trainable=[np.asarray(w) for w in model.trainable],
+      non_trainable=[np.asarray(s) for s in model.statistics],
+    )
+
+  def masks(self, state: SparseProcessState) -> list[np.ndarray]:
+    """The global model's kernel masks (float32 0/1), in layer order."""
+    return [np.asarray(m, np.float32) for m in state.server.model.masks]
