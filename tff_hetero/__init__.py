@@ -17,8 +17,10 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   AdaptiveFL's clients given as `AvailableClient`s), uploads summed by a
   `MaskedAggregation` (mean, clipped, or differentially private).
 * `build_fedsgc_process`: FedSGC, whose server remembers clients by id and
-  whose clients count their own epochs; `initialize` / `next(state,
-  {client_id: dataset})` in Python over typed `tff.Computation`s
+  whose clients count their own epochs, and its baselines
+  `build_prunefl_process` and `build_grasp_process` (pruning on the first
+  client of round 1); `initialize` / `next(state, {client_id: dataset})` in
+  Python over typed `tff.Computation`s
   (`tff_hetero.algorithms.sparse.sparse_process`).
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
@@ -48,6 +50,8 @@ _EXPORTS = {
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
   "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
   "build_fedsgc_process": "tff_hetero.algorithms.sparse.fedsgc",
+  "build_grasp_process": "tff_hetero.algorithms.sparse.grasp",
+  "build_prunefl_process": "tff_hetero.algorithms.sparse.prunefl",
   "build_heterofl_process": "tff_hetero.algorithms.heterofl",
   "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
   "AvailableClient": "tff_hetero.algorithms.adaptivefl",

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 import math
+import numbers
 from typing import Any
 
 from absl import flags
@@ -101,9 +102,13 @@ def one_of(choices: Iterable[str]) -> _OneOf:
   return _OneOf(tuple(choices))
 
 
+def _not_integer(value) -> bool:
+  return isinstance(value, bool) or not isinstance(value, numbers.Integral)
+
+
 def positive_int(instance, attribute, value):
   del instance
-  if value < 1:
+  if _not_integer(value) or value < 1:
     raise UsageError(
       flag_name(attribute), f"must be a positive integer, got {value}"
     )
@@ -115,7 +120,7 @@ class _NonNegativeInt:
 
   def __call__(self, instance, attribute, value):
     del instance
-    if value < 0:
+    if _not_integer(value) or value < 0:
       meaning = f" (0: {self.zero_means})" if self.zero_means else ""
       raise UsageError(
         flag_name(attribute), f"must be >= 0{meaning}, got {value}"

@@ -66,8 +66,8 @@ Suite `hetero` (`--model` defaults to vgg16_eighth there) times
     computations alike), in MiB.
 Suite `sparse` (default model mnist_cnn) times, on the same cohort and data
 (100 clients, so FedSGC's server remembers 100 uploads), one round of each
-of the four runs below in turn, `--rounds` times after one warm-up round of
-each (medians, `_min` and `_max`; `fedsgc_vs_fedavg` is the median of the
+of the four runs below in turn (the order rotating from cycle to cycle),
+`--rounds` times after one warm-up round of each (medians, `_min` and `_max`; `fedsgc_vs_fedavg` is the median of the
 ratios of the FedSGC and FedAvg rounds run side by side, with its `_min` and
 `_max`):
   * `fedavg_round_s`: FedAvg;
@@ -767,9 +767,12 @@ def bench_sparse() -> collections.OrderedDict:
     for generator in rounds.values():
       next(generator)  # Warm-up: builds and runs the computations once.
     times = {key: [] for key in runs}
-    for _ in range(timed):
-      for key, generator in rounds.items():
-        times[key].append(next(generator))
+    keys = list(rounds)
+    for cycle in range(timed):
+      # Each run takes each place in the order in turn.
+      shift = cycle % len(keys)
+      for key in keys[shift:] + keys[:shift]:
+        times[key].append(next(rounds[key]))
     for key, seconds in times.items():
       _spread(results, key, seconds)
     ratios = [

@@ -55,7 +55,8 @@ class FixedMasks(tfmot.sparsity.keras.PruningSchedule):
     return {"class_name": self.__class__.__name__, "config": {}}
 
 
-_KERNEL_LAYERS = (
+# The layers `prune_wrap` wraps (their kernels are masked).
+KERNEL_LAYERS = (
   tf.keras.layers.Conv1D,
   tf.keras.layers.Conv2D,
   tf.keras.layers.Conv3D,
@@ -99,7 +100,7 @@ def prune_wrap(model: tf.keras.Model) -> tf.keras.Model:
   copies = []
 
   def wrap(layer):
-    if isinstance(layer, _KERNEL_LAYERS):
+    if isinstance(layer, KERNEL_LAYERS):
       return FixedMaskPruning(layer)
     copy = layer.__class__.from_config(layer.get_config())
     copies.append((layer, copy))

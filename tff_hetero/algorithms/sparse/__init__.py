@@ -20,9 +20,11 @@ from tff_hetero.algorithms.sparse.feddst import build_feddst_process
 from tff_hetero.algorithms.sparse.fedsgc import build_fedsgc
 from tff_hetero.algorithms.sparse.fedsgc import build_fedsgc_process
 from tff_hetero.algorithms.sparse.grasp import build_grasp
+from tff_hetero.algorithms.sparse.grasp import build_grasp_process
 from tff_hetero.algorithms.sparse.prune_grow import ReadjustCounts
 from tff_hetero.algorithms.sparse.prune_grow import ReadjustSchedule
 from tff_hetero.algorithms.sparse.prunefl import build_prunefl
+from tff_hetero.algorithms.sparse.prunefl import build_prunefl_process
 from tff_hetero.algorithms.sparse.sparse_process import SparseProcess
 from tff_hetero.algorithms.sparse.sparse_process import SparseProcessState
 from tff_hetero.algorithms.sparse.sparse_process import SparseRoundOutput
@@ -48,5 +50,7 @@ __all__ = [
   "build_fedsgc",
   "build_fedsgc_process",
   "build_grasp",
+  "build_grasp_process",
   "build_prunefl",
+  "build_prunefl_process",
 ]

@@ -119,7 +119,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
-from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.algorithms.sparse import sparse_process
@@ -189,21 +188,19 @@ def build_fedsgc_process(
       the begin and delta epochs: ceil(E / 2) and E).
     mask_seed: Seeds the random initial masks.
     model_aggregator: An unweighted-sum-based factory forming the masked
-      sums (default `tff_hetero.aggregators.MaskedSumFactory()`).
+      sums (default `tff_hetero.aggregators.MaskedSumFactory()`); only
+      with `sgc_memory="none"` (the memory keeps raw uploads).
   """
-  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
-  ids = list(client_ids)
-  if not ids or len(set(ids)) != len(ids):
+  task, ids = sparse_process.checked_task(
+    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+  )
+  sparse_process.check_positive("readjust_end_epoch", readjust_end_epoch)
+  if model_aggregator is not None and sgc_memory != "none":
     raise ValueError(
-      f"client_ids must be distinct and at least one, got {len(ids)} ids"
-      f" of which {len(set(ids))} distinct"
+      "model_aggregator applies only with sgc_memory='none': the server"
+      " memory keeps each client's raw upload and replaces it in the running"
+      " sums, which a clipped or noised sum would not match"
     )
-  for name, value in (
-    ("local_epochs", local_epochs),
-    ("readjust_end_epoch", readjust_end_epoch),
-  ):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
   settings = FedSGCSettings(
     sparsity=sparsity,
     prune_alpha=prune_alpha,
@@ -216,7 +213,6 @@ def build_fedsgc_process(
     readjust_end_epoch=readjust_end_epoch,
     prox_mu=prox_mu,
   )
-  task = api.Task.of_keras(model_fn, input_spec)
   schedule = prune_grow.ReadjustSchedule(
     alpha=settings.prune_alpha,
     delta_epochs=settings.readjust_delta_epochs or local_epochs,

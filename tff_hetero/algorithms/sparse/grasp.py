@@ -51,14 +51,19 @@ Departures, each on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import initial_pruning
-from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.algorithms.sparse import sparse_process
+from tff_hetero.algorithms.sparse.settings import SparseSettings
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
@@ -136,21 +141,47 @@ class GraSP(initial_pruning.OneClientPruning):
 def build_grasp(
   config, task: api.Task, client_ids: Sequence[str] = ()
 ) -> GraSP:
-  schedule = prune_grow.ReadjustSchedule(
-    alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
-  )
   return GraSP(
     "grasp",
     task,
     client_ids,
-    sparsity=config.settings.sparsity,
-    schedule=schedule,
-    congruity_lambda=0.0,
-    memory="none",
-    client_optimizer=learning_process.client_optimizer(
-      config.client_optimizer, config.client_lr, config.client_momentum
+    **initial_pruning.fixed_mask_options(
+      config.settings,
+      learning_process.client_optimizer(
+        config.client_optimizer, config.client_lr, config.client_momentum
+      ),
+      config.local_epochs,
+      config.seed,
     ),
-    prox_mu=config.settings.prox_mu or 0.0,
-    local_epochs=config.local_epochs,
-    seed=config.seed,
   )
+
+
+def build_grasp_process(
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  client_ids: Sequence[Hashable],
+  local_epochs: int = 1,
+  sparsity: float = 0.8,
+  prox_mu: float = 0.0,
+) -> sparse_process.SparseProcess:
+  """GraSP in FL (module docstring) as a `sparse_process.SparseProcess`:
+  round 1 first scores the initial model on the first client of its cohort
+  (the process's `initial_pruning` computation), then sparse FedAvg with
+  those masks fixed. Settings checked by `SparseSettings` (an error names
+  the setting as its `--flag`); `next(state, {client_id: dataset})` as for
+  FedSGC. The loss is sparse cross-entropy on the model's logits."""
+  task, ids = sparse_process.checked_task(
+    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+  )
+  settings = SparseSettings(sparsity=sparsity, prox_mu=prox_mu)
+  algorithm = GraSP(
+    "grasp",
+    task,
+    ids,
+    **initial_pruning.fixed_mask_options(
+      settings, client_optimizer_fn, local_epochs, seed=0
+    ),
+  )
+  return sparse_process.SparseProcess(algorithm, ids)

@@ -30,6 +30,7 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms.sparse import computations
+from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.algorithms.sparse import training
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
@@ -57,6 +58,26 @@ def global_top_k_masks(scores: Sequence[tf.Tensor], count) -> list:
   ]
 
 
+def fixed_mask_options(
+  settings, client_optimizer, local_epochs: int, seed: int
+) -> dict:
+  """`SparseTraining`'s keyword arguments for an algorithm whose clients
+  never readjust and whose server remembers nothing (PruneFL, GraSP), from
+  its `SparseSettings`."""
+  return dict(
+    sparsity=settings.sparsity,
+    schedule=prune_grow.ReadjustSchedule(
+      alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
+    ),
+    congruity_lambda=0.0,
+    memory="none",
+    client_optimizer=client_optimizer,
+    prox_mu=settings.prox_mu or 0.0,
+    local_epochs=local_epochs,
+    seed=seed,
+  )
+
+
 class OneClientPruning(training.SparseTraining, abc.ABC):
   """`SparseTraining` whose round 1 first prunes on one client (module doc).
 
@@ -79,6 +100,9 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
   def client_fn(self, model_fn, received: SparseModel, data):
     """TF: (trainable values, kernel masks) the pruning client returns;
     `model_fn` builds the wrapped `tff.learning.models.VariableModel`."""
+
+  def setup_computations(self) -> dict:
+    return {"initial_pruning": self.pruning_computation()}
 
   def pruning_computation(self) -> tff.Computation:
     if getattr(self, "_pruning", None) is not None:

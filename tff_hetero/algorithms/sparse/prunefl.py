@@ -63,17 +63,21 @@ Adaptation and departures, each on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import initial_pruning
-from tff_hetero.algorithms.sparse import prune_grow
+from tff_hetero.algorithms.sparse import sparse_process
 from tff_hetero.algorithms.sparse.settings import SparseSettings
 from tff_hetero.models import counting
 from tff_hetero.settings import non_negative_int
@@ -158,10 +162,22 @@ def kernel_costs(
   """(t per masked kernel, c): forward MACs per example of one weight of
   each kernel's layer, and of everything outside the kernels."""
   by_layer = {row.name: row for row in counting.layer_costs(model)}
-  costs = []
-  for kernel in layout.kernels:
-    row = by_layer[kernel.name.split("/")[0]]
-    costs.append(row.macs / kernel.size)
+  # `model` and the wrapped model of `layout` are built apart (a user's
+  # unnamed layers get other names each time): kernels match by order.
+  layers = [
+    layer
+    for layer in model.layers
+    if isinstance(layer, masks_lib.KERNEL_LAYERS)
+  ]
+  if [tuple(layer.kernel.shape) for layer in layers] != list(layout.shapes):
+    raise ValueError(
+      "the model's kernels do not match the masked kernels"
+      f" {list(layout.shapes)}"
+    )
+  costs = [
+    by_layer[layer.name].macs / kernel.size
+    for layer, kernel in zip(layers, layout.kernels)
+  ]
   total = counting.count_flops(model)
   constant = total - sum(t * k.size for t, k in zip(costs, layout.kernels))
   return costs, max(float(constant), 0.0)
@@ -203,6 +219,9 @@ class PruneFL(initial_pruning.OneClientPruning):
       and (round_num - 1) % self.readjust_every == 0
     )
     return False, reconfigure
+
+  def round_kinds(self) -> list[tuple[bool, bool]]:
+    return [(False, False)] + ([(False, True)] if self.readjust_every else [])
 
   def pruning_examples(self, client: api.ClientRound) -> int:
     return self.initial_rounds * client.num_examples
@@ -258,24 +277,68 @@ class PruneFL(initial_pruning.OneClientPruning):
 def build_prunefl(
   config, task: api.Task, client_ids: Sequence[str] = ()
 ) -> PruneFL:
-  schedule = prune_grow.ReadjustSchedule(
-    alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
-  )
   return PruneFL(
     "prunefl",
     task,
     client_ids,
-    sparsity=config.settings.sparsity,
-    schedule=schedule,
-    congruity_lambda=0.0,
-    memory="none",
-    client_optimizer=learning_process.client_optimizer(
-      config.client_optimizer, config.client_lr, config.client_momentum
-    ),
-    prox_mu=config.settings.prox_mu or 0.0,
-    local_epochs=config.local_epochs,
-    seed=config.seed,
     readjust_every=config.settings.prunefl_readjust_every,
     initial_rounds=config.settings.prunefl_initial_rounds,
     initial_readjust_every=config.settings.prunefl_initial_readjust_every,
+    **initial_pruning.fixed_mask_options(
+      config.settings,
+      learning_process.client_optimizer(
+        config.client_optimizer, config.client_lr, config.client_momentum
+      ),
+      config.local_epochs,
+      config.seed,
+    ),
   )
+
+
+def build_prunefl_process(
+  model_fn: Callable[[], tf.keras.Model],
+  *,
+  input_spec: Any,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  client_ids: Sequence[Hashable],
+  local_epochs: int = 1,
+  sparsity: float = 0.8,
+  prunefl_readjust_every: int = 50,
+  prunefl_initial_rounds: int = 1,
+  prunefl_initial_readjust_every: int = 1,
+  prox_mu: float = 0.0,
+) -> sparse_process.SparseProcess:
+  """PruneFL (module docstring) as a `sparse_process.SparseProcess`.
+
+  The same steps as `--algorithm=prunefl`, with `PruneFLSettings`'s
+  settings as keyword arguments (checked by it: an error names the setting
+  as its `--flag`): round 1 first prunes on the first client of its cohort
+  (the process's `initial_pruning` computation), and every
+  `prunefl_readjust_every` rounds after it (`reconfigure_round`) the
+  clients upload their squared gradients and the server reconfigures the
+  masks. `next(state, {client_id: dataset})` as for FedSGC; each dataset
+  is the client's whole local training for the round (`local_epochs`
+  passes). The loss is sparse cross-entropy on the model's logits.
+  """
+  task, ids = sparse_process.checked_task(
+    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+  )
+  settings = PruneFLSettings(
+    sparsity=sparsity,
+    prox_mu=prox_mu,
+    prunefl_readjust_every=prunefl_readjust_every,
+    prunefl_initial_rounds=prunefl_initial_rounds,
+    prunefl_initial_readjust_every=prunefl_initial_readjust_every,
+  )
+  algorithm = PruneFL(
+    "prunefl",
+    task,
+    ids,
+    readjust_every=settings.prunefl_readjust_every,
+    initial_rounds=settings.prunefl_initial_rounds,
+    initial_readjust_every=settings.prunefl_initial_readjust_every,
+    **initial_pruning.fixed_mask_options(
+      settings, client_optimizer_fn, local_epochs, seed=0
+    ),
+  )
+  return sparse_process.SparseProcess(algorithm, ids)

@@ -1,12 +1,14 @@
 """Federated sparse training as a process a TFF user drives: `SparseProcess`.
 
 FedSGC's server remembers each client's last upload and each client counts
-its own training epochs (its readjust schedule), so a round needs to know
-*which* clients take part: a `tff.learning.templates.LearningProcess`'s
-`next(state, {D*}@CLIENTS)` has anonymous clients. As in FedJAX, a
-`SparseProcess` is an `initialize` / `next` pair in plain Python over
-immutable state, and every step of a round is a typed `tff.Computation`,
-the ones `--algorithm=fedsgc` runs (`computations.SparseRounds`). With
+its own training epochs (its readjust schedule), and PruneFL and GraSP prune
+on one chosen client first, so a round needs to know *which* clients take
+part: a `tff.learning.templates.LearningProcess`'s `next(state,
+{D*}@CLIENTS)` has anonymous clients. As in FedJAX, a `SparseProcess` is an
+`initialize` / `next` pair in plain Python over immutable state, and every
+TensorFlow step of a round is a typed `tff.Computation` (the driver only
+picks and keeps the memory rows and epochs, in NumPy), the ones
+`--algorithm=fedsgc|prunefl|grasp` run (`computations.SparseRounds`). With
 S = `SparseModel`, G the int8 direction maps, R = `MaskedSums` of the
 trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
 
@@ -18,11 +20,19 @@ trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
         <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
     without server memory (`sgc_memory="none"`): no R and M, rows=U[K].
 
+    reconfigure_round (PruneFL's rounds whose clients also upload their
+    squared gradients): as `round` without memory.
+    initial_pruning (PruneFL, GraSP, before round 1's training):
+      (<S@SERVER, {D*}@CLIENTS> -> <S@SERVER, int64@SERVER, int64@SERVER>)
+      (one client: the pruned model, its bytes down and up)
+
 (the module docstring of `computations.py` has the steps and the server
-update inside them). `next(state, cohort)`, `cohort` mapping client ids
-(among those the process was built for) to datasets, runs one of them: the
-driver passes the cohort's memory rows and cumulative epochs in, and keeps
-what comes back in the new state.
+update inside them; `initial_pruning.py` the pruning). `next(state,
+cohort)`, `cohort` mapping client ids (among those the process was built
+for) to datasets, runs one of the rounds (PruneFL's and GraSP's round 1
+runs `initial_pruning` on the cohort's first client first): the driver
+passes the cohort's memory rows and cumulative epochs in, and keeps what
+comes back in the new state.
 
 State is `SparseProcessState`: `server` (`training.SparseState`: the global
 `SparseModel`, its direction maps, the running sums and the memory rows,
@@ -37,7 +47,9 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Hashable
+from collections.abc import Iterable
 from collections.abc import Mapping
+import numbers
 from typing import Any
 
 import attrs
@@ -47,10 +59,56 @@ import tensorflow_federated as tff
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms.sparse import training
 
 __all__ = ["SparseProcess", "SparseProcessState", "SparseRoundOutput"]
+
+
+# Names of the round computations by (clients readjust, clients upload
+# importance): `training.SparseTraining.round_kind`.
+_KIND_NAMES = {
+  (False, False): "round",
+  (True, False): "readjust_round",
+  (False, True): "reconfigure_round",
+}
+
+
+def checked_task(
+  model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+) -> tuple[api.Task, list]:
+  """Checks the sparse builders' common arguments; returns the task of
+  `model_fn` and the client ids as a list."""
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  if isinstance(client_ids, (str, bytes)) or not isinstance(
+    client_ids, Iterable
+  ):
+    raise TypeError(
+      "client_ids must be a sequence of client ids, got"
+      f" {type(client_ids).__name__}"
+    )
+  ids = list(client_ids)
+  try:
+    distinct = len(set(ids))
+  except TypeError as e:
+    raise TypeError(f"client ids must be hashable: {e}") from None
+  if not ids or distinct != len(ids):
+    raise ValueError(
+      f"client_ids must be distinct and at least one, got {len(ids)} ids"
+      f" of which {distinct} distinct"
+    )
+  check_positive("local_epochs", local_epochs)
+  return api.Task.of_keras(model_fn, input_spec), ids
+
+
+def check_positive(name: str, value) -> None:
+  if (
+    isinstance(value, bool)
+    or not isinstance(value, numbers.Integral)
+    or value < 1
+  ):
+    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 @attrs.frozen
@@ -89,8 +147,12 @@ class SparseRoundOutput:
 class SparseProcess:
   """`initialize` / `next` over sparse training (module docstring).
 
-  Built by `fedsgc.build_fedsgc_process` from a `training.SparseTraining`
-  and the client ids it was built with.
+  Built by `build_fedsgc_process`, `build_prunefl_process` and
+  `build_grasp_process` from a `training.SparseTraining` and the client ids
+  it was built with. `computations` holds `round`, and `readjust_round`
+  (FedSGC) or `reconfigure_round` (PruneFL) when the settings request them,
+  and `initial_pruning` (PruneFL, GraSP: round 1 first prunes on the first
+  client of its cohort, `initial_pruning.OneClientPruning`).
   """
 
   def __init__(self, algorithm: training.SparseTraining, client_ids):
@@ -100,10 +162,10 @@ class SparseProcess:
     # Traced now, as TFF's builders do (tracing builds Keras models in a
     # graph, which would invalidate the Keras models a user made later).
     self._computations = collections.OrderedDict(
-      round=rounds.round_computation(False)
+      (_KIND_NAMES[kind], rounds.round_computation(*kind))
+      for kind in algorithm.round_kinds()
     )
-    if algorithm.schedule.request_every > 0:
-      self._computations["readjust_round"] = rounds.round_computation(True)
+    self._computations.update(algorithm.setup_computations())
 
   @property
   def computations(self) -> collections.OrderedDict:

@@ -173,6 +173,18 @@ class SparseTraining(api.FederatedAlgorithm):
     """(clients readjust, clients upload importance) in `round_num`."""
     return self.schedule.requested(round_num), False
 
+  def round_kinds(self) -> list[tuple[bool, bool]]:
+    """Every value `round_kind` may return (the round computations the
+    algorithm may run)."""
+    kinds = [(False, False)]
+    if self.schedule.request_every > 0 and self.schedule.alpha > 0:
+      kinds.append((True, False))
+    return kinds
+
+  def setup_computations(self) -> dict:
+    """The computations `prepare_round` may run, by name (none)."""
+    return {}
+
   def prepare_round(
     self, state: SparseState, round_num: int, clients: Sequence[api.ClientRound]
   ) -> tuple[SparseState, dict]:

@@ -1,7 +1,10 @@
-"""`build_fedsgc_process`: its computations and state, then known answers:
-each server-memory reading against TFF's own FedAvg of single clients on the
-masked model (two rounds, different clients), the clients' cumulative
-epochs and readjustments by hand, bytes by hand, and refused arguments."""
+"""The sparse processes. `build_fedsgc_process`: its computations and state,
+then known answers: each server-memory reading against TFF's own FedAvg of
+single clients on the masked model (two rounds, different clients), the
+clients' cumulative epochs and readjustments by hand, bytes by hand, and
+refused arguments. `build_prunefl_process` and `build_grasp_process`: the
+initial pruning on the first client of round 1 (kept counts, its traffic)
+and PruneFL's importance upload by hand."""
 
 import collections
 import math
@@ -12,6 +15,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms.sparse import fedsgc
+from tff_hetero.algorithms.sparse import grasp
+from tff_hetero.algorithms.sparse import prunefl
 from tff_hetero.errors import UsageError
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
@@ -225,6 +230,12 @@ def test_bad_arguments_and_cohorts_are_refused(tff_context):
     _process(client_ids=("a", "a"))
   with pytest.raises(TypeError, match="client_optimizer_fn"):
     _process(client_optimizer_fn="sgd")
+  with pytest.raises(TypeError, match="client_ids"):
+    _process(client_ids="abc")
+  with pytest.raises(UsageError, match="--readjust_every"):
+    _process(readjust_every=0.5)
+  with pytest.raises(ValueError, match="sgc_memory='none'"):
+    _process(model_aggregator=tff.aggregators.SumFactory())
   process = _process(sgc_memory="none", readjust_every=0)
   state = process.initialize()
   with pytest.raises(KeyError, match="'z'"):
@@ -233,3 +244,63 @@ def test_bad_arguments_and_cohorts_are_refused(tff_context):
     process.next(state, {})
   with pytest.raises(TypeError, match="map client ids"):
     process.next(state, [_dataset(0, 1, 5)])
+
+
+def _baseline(build, **kwargs):
+  return build(
+    _model,
+    input_spec=_SPEC,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+    client_ids=_IDS,
+    sparsity=0.5,
+    **kwargs,
+  )
+
+
+def test_prunefl_prunes_first_then_uploads_importance(tff_context):
+  del tff_context
+  process = _baseline(prunefl.build_prunefl_process, prunefl_readjust_every=2)
+  assert list(process.computations) == [
+    "round",
+    "reconfigure_round",
+    "initial_pruning",
+  ]
+  state = process.initialize()
+  # Dense until the first client prunes.
+  assert [int(m.sum()) for m in process.masks(state)] == [32, 16]
+  cohort = {"b": _dataset(1, 1, 10), "a": _dataset(0, 1, 20)}
+  first = process.next(state, cohort)
+  # The first client of the cohort pruned (one local round over its 10
+  # examples) and then trained: 20 examples; the other only trained.
+  assert [(c.client_id, c.examples) for c in first.clients] == [
+    ("b", 20),
+    ("a", 20),
+  ]
+  kept = sum(int(m.sum()) for m in process.masks(first.state))
+  assert 24 <= kept < 48  # At least the target, 24 of 48 (density floor).
+  # Round 2 trains; round 3 (1 + 2) reconfigures: the same client's upload
+  # then also carries its squared gradients, float32 per kernel element
+  # (4 x 48 bytes), and nothing else changes size.
+  second = process.next(first.state, {"c": _dataset(2, 2, 10)})
+  third = process.next(second.state, {"c": _dataset(2, 3, 10)})
+  assert third.metrics["reconfigured"] == 1.0
+  assert second.metrics["reconfigured"] == 0.0
+  assert third.clients[0].bytes_up - second.clients[0].bytes_up == 4 * 48
+
+
+def test_grasp_prunes_once_on_the_first_client(tff_context):
+  del tff_context
+  process = _baseline(grasp.build_grasp_process)
+  assert list(process.computations) == ["round", "initial_pruning"]
+  state = process.initialize()
+  first = process.next(
+    state, {"a": _dataset(0, 1, 20), "c": _dataset(2, 1, 10)}
+  )
+  masks = process.masks(first.state)
+  # Exactly the target (ERK budgets' total, 13 + 11), placed by score.
+  assert sum(int(m.sum()) for m in masks) == 24
+  # The pruning client: two passes over its 20 examples, then training.
+  assert [c.examples for c in first.clients] == [60, 10]
+  later = process.next(first.state, {"b": _dataset(1, 2, 10)})
+  for a, b in zip(masks, process.masks(later.state)):
+    np.testing.assert_array_equal(a, b)  # Fixed from then on.
