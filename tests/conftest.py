@@ -133,3 +133,49 @@ def tff_fedavg_round(keras_fn, input_spec, learning_rate, start, datasets):
   )
   state = process.next(state, list(datasets)).state
   return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+def sparse_toy_spec():
+  """The batch spec of `sparse_toy_model`'s data: 4 features, int labels."""
+  import collections  # pylint: disable=g-import-not-at-top
+
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return collections.OrderedDict(
+    x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+  )
+
+
+def sparse_toy_model():
+  """The sparse-training tests' seeded Dense 4 -> 8 (ReLU) -> 2 model: its
+  kernels (32 and 16 weights) keep 13 and 11 at sparsity 0.5 under ERK."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(
+        8,
+        activation="relu",
+        input_shape=(4,),
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
+      ),
+      tf.keras.layers.Dense(
+        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
+      ),
+    ]
+  )
+
+
+def sparse_toy_dataset(client: int, round_num: int, n: int, epochs: int = 1):
+  """`n` examples seeded by (client, round), label x0 + x1 > 0, batches of
+  5, `epochs` passes."""
+  import collections  # pylint: disable=g-import-not-at-top
+
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng([client, round_num])
+  x = rng.normal(size=[n, 4]).astype(np.float32)
+  y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+  data = collections.OrderedDict(x=x, y=y)
+  return tf.data.Dataset.from_tensor_slices(data).batch(5).repeat(epochs)

@@ -11,14 +11,15 @@ results (models, memory rows, reports), and the public FedDST process run
 local and on two workers.
 """
 
-import collections
 import os
 import subprocess
 import sys
 
+from conftest import sparse_toy_dataset
+from conftest import sparse_toy_model
+from conftest import sparse_toy_spec
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_hetero
@@ -219,32 +220,7 @@ def test_feddst_process_on_two_workers_agrees_with_local(two_workers):
   # The public `build_feddst_process` (a LearningProcess, readjust decided in
   # the graph from the round counter) split 2 + 1 across two workers: the
   # same masks, weights and measured bytes as on one local worker.
-  spec = collections.OrderedDict(
-    x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
-  )
-
-  def model():
-    return tf.keras.Sequential(
-      [
-        tf.keras.layers.Dense(
-          8,
-          activation="relu",
-          input_shape=(4,),
-          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
-        ),
-        tf.keras.layers.Dense(
-          2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
-        ),
-      ]
-    )
-
-  def data(client, round_num, n):
-    rng = np.random.default_rng([client, round_num])
-    x = rng.normal(size=[n, 4]).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
-    return tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=x, y=y)
-    ).batch(5)
+  spec, model, data = sparse_toy_spec(), sparse_toy_model, sparse_toy_dataset
 
   process = tff_hetero.build_feddst_process(
     model,

@@ -6,6 +6,9 @@ readjustment against TFF's own FedAvg on the masked model, and learning."""
 import collections
 import math
 
+from conftest import sparse_toy_dataset
+from conftest import sparse_toy_model
+from conftest import sparse_toy_spec
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,27 +18,13 @@ from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
-_SPEC = collections.OrderedDict(
-  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
-)
+_SPEC = sparse_toy_spec()
 _TOTAL_ROUNDS = 6
 _ALPHA = 0.2
 
 
-def _model():
-  return tf.keras.Sequential(
-    [
-      tf.keras.layers.Dense(
-        8,
-        activation="relu",
-        input_shape=(4,),
-        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
-      ),
-      tf.keras.layers.Dense(
-        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
-      ),
-    ]
-  )
+_model = sparse_toy_model
+_dataset = sparse_toy_dataset
 
 
 # ERK at sparsity 0.5 (by hand): raw densities (4 + 8) / 32 = 0.375 and
@@ -44,15 +33,6 @@ def _model():
 # round(13.09) = 13 of 32 and round(10.91) = 11 of 16.
 _KEEP = (13, 11)
 _SIZES = (32, 16)
-
-
-def _dataset(client: int, round_num: int, n: int):
-  rng = np.random.default_rng([client, round_num])
-  x = rng.normal(size=[n, 4]).astype(np.float32)
-  y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
-  return tf.data.Dataset.from_tensor_slices(
-    collections.OrderedDict(x=x, y=y)
-  ).batch(5)
 
 
 def _cohort(round_num: int):

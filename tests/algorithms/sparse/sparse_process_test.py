@@ -6,9 +6,11 @@ refused arguments. `build_prunefl_process` and `build_grasp_process`: the
 initial pruning on the first client of round 1 (kept counts, its traffic)
 and PruneFL's importance upload by hand."""
 
-import collections
 import math
 
+from conftest import sparse_toy_dataset
+from conftest import sparse_toy_model
+from conftest import sparse_toy_spec
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,40 +23,18 @@ from tff_hetero.errors import UsageError
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
 
-_SPEC = collections.OrderedDict(
-  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
-)
+_SPEC = sparse_toy_spec()
 _IDS = ("a", "b", "c")
 _LR = 0.1
 
 
-def _model():
-  return tf.keras.Sequential(
-    [
-      tf.keras.layers.Dense(
-        8,
-        activation="relu",
-        input_shape=(4,),
-        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
-      ),
-      tf.keras.layers.Dense(
-        2, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)
-      ),
-    ]
-  )
+_model = sparse_toy_model
+_dataset = sparse_toy_dataset
 
 
 # ERK at sparsity 0.5 over the kernels 4x8 and 8x2 (by hand, as in
 # feddst_process_test): 13 of 32 and 11 of 16 kept.
 _KEEP = (13, 11)
-
-
-def _dataset(client: int, round_num: int, n: int, epochs: int = 1):
-  rng = np.random.default_rng([client, round_num])
-  x = rng.normal(size=[n, 4]).astype(np.float32)
-  y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
-  data = collections.OrderedDict(x=x, y=y)
-  return tf.data.Dataset.from_tensor_slices(data).batch(5).repeat(epochs)
 
 
 def _process(**kwargs):

@@ -120,7 +120,6 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms.sparse import computations
-from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.algorithms.sparse import sparse_process
 from tff_hetero.algorithms.sparse import training
 from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
@@ -213,13 +212,11 @@ def build_fedsgc_process(
     readjust_end_epoch=readjust_end_epoch,
     prox_mu=prox_mu,
   )
-  schedule = prune_grow.ReadjustSchedule(
-    alpha=settings.prune_alpha,
-    delta_epochs=settings.readjust_delta_epochs or local_epochs,
-    begin_epoch=settings.readjust_begin_epoch or math.ceil(local_epochs / 2),
-    end_epoch=settings.readjust_end_epoch,
-    request_every=settings.readjust_every,
-    request_end_round=settings.readjust_end_round,
+  schedule = training.readjust_schedule(
+    settings,
+    local_epochs,
+    begin_epoch=math.ceil(local_epochs / 2),
+    end_epoch=readjust_end_epoch,
   )
   algorithm = training.SparseTraining(
     "fedsgc",

@@ -141,18 +141,16 @@ class GraSP(initial_pruning.OneClientPruning):
 def build_grasp(
   config, task: api.Task, client_ids: Sequence[str] = ()
 ) -> GraSP:
-  return GraSP(
+  return GraSP.from_settings(
     "grasp",
     task,
     client_ids,
-    **initial_pruning.fixed_mask_options(
-      config.settings,
-      learning_process.client_optimizer(
-        config.client_optimizer, config.client_lr, config.client_momentum
-      ),
-      config.local_epochs,
-      config.seed,
+    config.settings,
+    learning_process.client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
     ),
+    config.local_epochs,
+    config.seed,
   )
 
 
@@ -176,12 +174,7 @@ def build_grasp_process(
     model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
   )
   settings = SparseSettings(sparsity=sparsity, prox_mu=prox_mu)
-  algorithm = GraSP(
-    "grasp",
-    task,
-    ids,
-    **initial_pruning.fixed_mask_options(
-      settings, client_optimizer_fn, local_epochs, seed=0
-    ),
+  algorithm = GraSP.from_settings(
+    "grasp", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
   )
   return sparse_process.SparseProcess(algorithm, ids)

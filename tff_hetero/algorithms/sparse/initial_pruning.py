@@ -58,26 +58,6 @@ def global_top_k_masks(scores: Sequence[tf.Tensor], count) -> list:
   ]
 
 
-def fixed_mask_options(
-  settings, client_optimizer, local_epochs: int, seed: int
-) -> dict:
-  """`SparseTraining`'s keyword arguments for an algorithm whose clients
-  never readjust and whose server remembers nothing (PruneFL, GraSP), from
-  its `SparseSettings`."""
-  return dict(
-    sparsity=settings.sparsity,
-    schedule=prune_grow.ReadjustSchedule(
-      alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
-    ),
-    congruity_lambda=0.0,
-    memory="none",
-    client_optimizer=client_optimizer,
-    prox_mu=settings.prox_mu or 0.0,
-    local_epochs=local_epochs,
-    seed=seed,
-  )
-
-
 class OneClientPruning(training.SparseTraining, abc.ABC):
   """`SparseTraining` whose round 1 first prunes on one client (module doc).
 
@@ -85,6 +65,38 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
   """
 
   send_values: bool = False
+
+  @classmethod
+  def from_settings(
+    cls,
+    name: str,
+    task: api.Task,
+    client_ids: Sequence,
+    settings,
+    client_optimizer,
+    local_epochs: int,
+    seed: int,
+    **extra,
+  ):
+    """The algorithm from its `SparseSettings` (and `extra` keyword
+    arguments of its own): clients never readjust and the server remembers
+    nothing."""
+    return cls(
+      name,
+      task,
+      client_ids,
+      sparsity=settings.sparsity,
+      schedule=prune_grow.ReadjustSchedule(
+        alpha=0.0, delta_epochs=1, begin_epoch=1, end_epoch=1, request_every=0
+      ),
+      congruity_lambda=0.0,
+      memory="none",
+      client_optimizer=client_optimizer,
+      prox_mu=settings.prox_mu or 0.0,
+      local_epochs=local_epochs,
+      seed=seed,
+      **extra,
+    )
 
   def server_budgets(self) -> list[int]:
     """No per-kernel re-prune: the masks are the pruning's, allotted over

@@ -220,6 +220,21 @@ class PruneFL(initial_pruning.OneClientPruning):
     )
     return False, reconfigure
 
+  @classmethod
+  def from_settings(cls, name, task, client_ids, settings, *args, **kwargs):
+    """`OneClientPruning.from_settings` with `PruneFLSettings`' own."""
+    return super().from_settings(
+      name,
+      task,
+      client_ids,
+      settings,
+      *args,
+      readjust_every=settings.prunefl_readjust_every,
+      initial_rounds=settings.prunefl_initial_rounds,
+      initial_readjust_every=settings.prunefl_initial_readjust_every,
+      **kwargs,
+    )
+
   def round_kinds(self) -> list[tuple[bool, bool]]:
     return [(False, False)] + ([(False, True)] if self.readjust_every else [])
 
@@ -277,21 +292,16 @@ class PruneFL(initial_pruning.OneClientPruning):
 def build_prunefl(
   config, task: api.Task, client_ids: Sequence[str] = ()
 ) -> PruneFL:
-  return PruneFL(
+  return PruneFL.from_settings(
     "prunefl",
     task,
     client_ids,
-    readjust_every=config.settings.prunefl_readjust_every,
-    initial_rounds=config.settings.prunefl_initial_rounds,
-    initial_readjust_every=config.settings.prunefl_initial_readjust_every,
-    **initial_pruning.fixed_mask_options(
-      config.settings,
-      learning_process.client_optimizer(
-        config.client_optimizer, config.client_lr, config.client_momentum
-      ),
-      config.local_epochs,
-      config.seed,
+    config.settings,
+    learning_process.client_optimizer(
+      config.client_optimizer, config.client_lr, config.client_momentum
     ),
+    config.local_epochs,
+    config.seed,
   )
 
 
@@ -330,15 +340,7 @@ def build_prunefl_process(
     prunefl_initial_rounds=prunefl_initial_rounds,
     prunefl_initial_readjust_every=prunefl_initial_readjust_every,
   )
-  algorithm = PruneFL(
-    "prunefl",
-    task,
-    ids,
-    readjust_every=settings.prunefl_readjust_every,
-    initial_rounds=settings.prunefl_initial_rounds,
-    initial_readjust_every=settings.prunefl_initial_readjust_every,
-    **initial_pruning.fixed_mask_options(
-      settings, client_optimizer_fn, local_epochs, seed=0
-    ),
+  algorithm = PruneFL.from_settings(
+    "prunefl", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
   )
   return sparse_process.SparseProcess(algorithm, ids)

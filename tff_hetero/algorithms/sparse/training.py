@@ -398,6 +398,22 @@ def check_memory(memory: str) -> str:
   return memory
 
 
+def readjust_schedule(
+  settings, local_epochs: int, begin_epoch: int, end_epoch: int
+) -> prune_grow.ReadjustSchedule:
+  """The `ReadjustSchedule` of `DynamicSparseSettings`: a setting of 0 takes
+  the default given here (delta: `local_epochs`; begin: `begin_epoch`;
+  E_end: `end_epoch`)."""
+  return prune_grow.ReadjustSchedule(
+    alpha=settings.prune_alpha,
+    delta_epochs=settings.readjust_delta_epochs or local_epochs,
+    begin_epoch=settings.readjust_begin_epoch or begin_epoch,
+    end_epoch=settings.readjust_end_epoch or end_epoch,
+    request_every=settings.readjust_every,
+    request_end_round=settings.readjust_end_round,
+  )
+
+
 def build_sparse_training(
   name: str,
   config,
@@ -425,14 +441,7 @@ def build_sparse_training(
     ),
   )
   settings = config.settings
-  schedule = prune_grow.ReadjustSchedule(
-    alpha=settings.prune_alpha,
-    delta_epochs=settings.readjust_delta_epochs or epochs,
-    begin_epoch=settings.readjust_begin_epoch or begin_epoch,
-    end_epoch=settings.readjust_end_epoch or expected_epochs,
-    request_every=settings.readjust_every,
-    request_end_round=settings.readjust_end_round,
-  )
+  schedule = readjust_schedule(settings, epochs, begin_epoch, expected_epochs)
   return SparseTraining(
     name,
     task,
