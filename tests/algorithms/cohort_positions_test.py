@@ -65,6 +65,10 @@ def test_gather_stacks_each_clients_value_with_its_position(tff_context):
   for (vector, count), k in zip(rows, (1, 2, 0)):
     np.testing.assert_array_equal(vector, [k, -k])
     assert count == 10 * k
+  # Still stacked: row k is position k's value.
+  vectors, counts = cohort_positions.in_cohort_order(gathered, 3, "FedX")
+  np.testing.assert_array_equal(vectors, [[1, -1], [2, -2], [0, 0]])
+  np.testing.assert_array_equal(counts, [10, 20, 0])
   broken = cohort_positions.Gathered(
     gathered.rows, np.zeros_like(gathered.positions)
   )

@@ -146,12 +146,20 @@ def gather(values, client_positions):
   return concatenated(tff.federated_map(as_row, (values, client_positions)))
 
 
-def unstack_rows(gathered, n: int, what: str) -> list:
-  """Cohort positions 0..n-1's values from a `gather` result (NumPy):
-  element k is position k's value (raises `RuntimeError` naming `what` as
+def in_cohort_order(gathered, n: int, what: str):
+  """A `gather` result's rows (NumPy, still stacked) with row k holding
+  cohort position k's value (raises `RuntimeError` naming `what` as
   `cohort_order` does)."""
   order = cohort_order(np.asarray(gathered.positions), n, what)
-  return [
-    tf.nest.map_structure(lambda t, i=i: np.asarray(t)[i], gathered.rows)
-    for i in order
-  ]
+  return tf.nest.map_structure(lambda t: np.asarray(t)[order], gathered.rows)
+
+
+def unstacked(stacked, n: int) -> list:
+  """Rows 0..n-1 of a structure of stacked arrays, one structure each."""
+  return [tf.nest.map_structure(lambda t, k=k: t[k], stacked) for k in range(n)]
+
+
+def unstack_rows(gathered, n: int, what: str) -> list:
+  """Cohort positions 0..n-1's values from a `gather` result (NumPy):
+  element k is position k's value (`in_cohort_order`, unstacked)."""
+  return unstacked(in_cohort_order(gathered, n, what), n)

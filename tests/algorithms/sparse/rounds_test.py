@@ -729,14 +729,11 @@ def test_remember_replaces_the_rows_of_clients_that_sent():
     masks=[np.ones((3, 2), np.uint8)],
     weight=np.asarray([5.0, 6.0, 7.0], np.float32),
   )
-  received = [
-    (
-      [np.asarray([10.0, 11.0], np.float32)],
-      [np.asarray([1, 0], np.uint8)],
-      3.0,
-    ),
-    ([np.zeros(2, np.float32)], [np.zeros(2, np.uint8)], 0.0),
-  ]
+  received = computations.MemoryRows(  # Stacked, in the order of the rows.
+    values=[np.asarray([[10.0, 11.0], [0.0, 0.0]], np.float32)],
+    masks=[np.asarray([[1, 0], [0, 0]], np.uint8)],
+    weight=np.asarray([3.0, 0.0], np.float32),
+  )
   replaced = training.SparseTraining._remember(  # pylint: disable=protected-access
     memory, [0, 2], received, [True, True]
   )

@@ -59,11 +59,12 @@ def test_computations_and_state(tff_context):
   for computation in process.computations.values():
     assert isinstance(computation, tff.Computation)
     parameter = computation.type_signature.parameter
-    # model, directions, running sums, memory rows, epochs, data, positions
-    assert [p.placement for p in parameter] == [tff.SERVER] * 4 + [
+    # model, directions, running sums without the cohort's rows, epochs,
+    # data, positions: the memory rows stay with the driver.
+    assert [p.placement for p in parameter] == [tff.SERVER] * 3 + [
       tff.CLIENTS
     ] * 3
-    assert parameter[5].member == tff.SequenceType(
+    assert parameter[4].member == tff.SequenceType(
       tff.types.tensorflow_to_type(_SPEC)
     )
   state = process.initialize()

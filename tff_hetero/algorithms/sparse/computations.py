@@ -7,14 +7,16 @@ R = `MaskedSums` of the trainable weights, M = `MemoryRows` (the server's
 record of uploads, one row per client, leading dimension = rows),
 U = `ClientReport`, C = `ReadjustCounts`:
 
-    round: (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
-             {D*}@CLIENTS, int32@CLIENTS (position)> ->
+    round: (<S@SERVER, G@SERVER, R@SERVER, int64@CLIENTS, {D*}@CLIENTS,
+             int32@CLIENTS (position)> ->
             <S@SERVER, G@SERVER, R@SERVER,
              <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
 
 Inputs: the global model, its direction map, the running sums over every
-remembered upload, the previous memory rows of this round's K clients (to
-replace their contributions), each client's cumulative epochs and data.
+remembered upload except those of this round's K clients (whose new
+uploads replace them: the driver subtracts their memory rows beforehand,
+`without_rows`, so the old rows are not sent to the worker), each
+client's cumulative epochs and data.
 Outputs: the new model, map and running sums, each client's new memory row
 (what the server received from it, as it remembers it) and report (upload
 bytes, new cumulative epochs), stacked at the server with each client's
@@ -24,8 +26,8 @@ position), and measured metrics (bytes down, the readjust counts, per-kernel
 densities, training metrics). Every result is SERVER-placed, so on several
 workers TFF's mergeable context runs the server step once.
 
-Without server memory (FedDST, `--sgc_memory=none`) R and M are neither
-inputs nor outputs:
+Without server memory (FedDST, `--sgc_memory=none`) R is neither an input
+nor an output, and the rows are reports only:
 
     round: (<S@SERVER, G@SERVER, int64@CLIENTS, {D*}@CLIENTS,
              int32@CLIENTS (position)> ->
@@ -37,16 +39,16 @@ On a round the server requests readjustment, G is packed on the server
 (congruity_lambda > 0: not FedDST); otherwise only the model is sent. The
 memory rows are server state throughout: they come back SERVER-placed
 (TFF 0.87 has no federated collect; `gather` is one, a concatenating
-`tff.federated_aggregate`), the driver keeps them between rounds and passes
-the next cohort's rows back SERVER-placed.
+`tff.federated_aggregate`), the driver keeps them between rounds and takes
+the next cohort's rows out of the running sums.
 
 The server step (`server_update`, a `tff.tensorflow.computation`):
 
-    (<S, R, M[K], R> -> <S, G, R, float32[kernels], float32>)
+    (<S, R, R> -> <S, G, R, float32[kernels], float32>)
 
-replaces the cohort's old contributions in the running sums by the new ones
-(memory `models`: values; `updates`: changes to the model they were trained
-from), takes the union average (Eq. 5) over every upload that holds an
+adds the cohort's new contributions (memory `models`: values; `updates`:
+changes to the model they were trained from) to the running sums without
+their old ones, takes the union average (Eq. 5) over every upload that holds an
 element, computes the direction map against the previous global model,
 re-prunes each kernel by magnitude to its ERK budget, and reports densities
 and the fraction of globally inactive weights whose new direction is
@@ -108,16 +110,6 @@ class MemoryRows(NamedTuple):
 _spec = learning_process.tensor_spec
 
 
-def _rows_spec(trainable, masks, rows) -> MemoryRows:
-  return MemoryRows(
-    values=[
-      tf.TensorSpec([rows] + list(np.shape(w)), tf.float32) for w in trainable
-    ],
-    masks=[tf.TensorSpec([rows] + list(np.shape(m)), tf.uint8) for m in masks],
-    weight=tf.TensorSpec([rows], tf.float32),
-  )
-
-
 def empty_memory(initial: SparseModel, rows: int) -> MemoryRows:
   """`rows` rows that remember nothing (weight 0), as NumPy arrays."""
   return MemoryRows(
@@ -152,6 +144,17 @@ def row_sums(layout: masks_lib.MaskLayout, rows: MemoryRows) -> MaskedSums:
     weighted.append(tf.reduce_sum(n * m * values, axis=0))
     counts.append(tf.reduce_sum(n * m, axis=0))
   return MaskedSums(weighted, counts)
+
+
+def without_rows(
+  layout: masks_lib.MaskLayout, running: MaskedSums, rows: MemoryRows
+) -> MaskedSums:
+  """On the driver (NumPy in and out): the running sums less the
+  contributions of `rows` (the round's argument R, module docstring)."""
+  old = row_sums(layout, tf.nest.map_structure(tf.constant, rows))
+  return tf.nest.map_structure(
+    lambda r, o: np.asarray(r, np.float32) - o.numpy(), running, old
+  )
 
 
 def server_aggregate(
@@ -299,16 +302,6 @@ class SparseRounds:
       MaskedSums(
         [_spec(w) for w in initial.trainable],
         [_spec(w) for w in initial.trainable],
-      )
-    )
-    self.rows_type = learning_process.type_of(
-      _rows_spec(initial.trainable, initial.masks, None)
-    )
-    self.row_type = learning_process.type_of(
-      MemoryRows(
-        values=[_spec(w) for w in initial.trainable],
-        masks=[tf.TensorSpec(np.shape(m), tf.uint8) for m in initial.masks],
-        weight=tf.TensorSpec([], tf.float32),
       )
     )
     self.data_type = tff.SequenceType(
@@ -474,7 +467,7 @@ class SparseRounds:
     aggregator = self._aggregator.create(
       value_type, to_weight.type_signature.result
     )
-    sums_type, rows_type = self.sums_type, self.rows_type
+    sums_type = self.sums_type
 
     def aggregate(model, sums, importance=None):
       new_model, directions, density, informed = server_aggregate(
@@ -501,33 +494,16 @@ class SparseRounds:
         return aggregate(model, new)
     else:
 
-      @tff.tensorflow.computation(
-        self.model_type, sums_type, rows_type, sums_type
-      )
-      def server_update(model, running, forgotten, new):
-        running, new = MaskedSums(*running), MaskedSums(*new)
-        old = row_sums(layout, MemoryRows(*forgotten))
+      @tff.tensorflow.computation(self.model_type, sums_type, sums_type)
+      def server_update(model, others, new):
+        others, new = MaskedSums(*others), MaskedSums(*new)
         return aggregate(
-          model,
-          MaskedSums(
-            [
-              r - o + n
-              for r, o, n in zip(
-                running.weighted_sum, old.weighted_sum, new.weighted_sum
-              )
-            ],
-            [
-              r - o + n
-              for r, o, n in zip(
-                running.weight_sum, old.weight_sum, new.weight_sum
-              )
-            ],
-          ),
+          model, tf.nest.map_structure(lambda o, n: o + n, others, new)
         )
 
     self.server_steps[kind] = server_update
 
-    def body(model, directions, running, forgotten, epochs, data, positions):
+    def body(model, directions, others, epochs, data, positions):
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(distributor=delivered.measurements)
       if readjust and sends_directions:
@@ -560,7 +536,7 @@ class SparseRounds:
       elif memory == "none":
         server_inputs = (model, aggregated.result)
       else:
-        server_inputs = (model, running, forgotten, aggregated.result)
+        server_inputs = (model, others, aggregated.result)
       new_model, new_directions, sums, density, informed = tff.federated_map(
         server_update, server_inputs
       )
@@ -608,17 +584,12 @@ class SparseRounds:
         model_at,
         directions_at,
         tff.FederatedType(sums_type, tff.SERVER),
-        tff.FederatedType(rows_type, tff.SERVER),
         epochs_at,
         data_at,
         cohort_positions.POSITIONS_AT_CLIENTS,
       )
-      def sparse_round(
-        model, directions, running, forgotten, epochs, data, positions
-      ):
-        return body(
-          model, directions, running, forgotten, epochs, data, positions
-        )
+      def sparse_round(model, directions, others, epochs, data, positions):
+        return body(model, directions, others, epochs, data, positions)
     else:
 
       @tff.federated_computation(
@@ -630,7 +601,7 @@ class SparseRounds:
       )
       def sparse_round(model, directions, epochs, data, positions):
         new_model, new_directions, _, received, measurements = body(
-          model, directions, None, None, epochs, data, positions
+          model, directions, None, epochs, data, positions
         )
         return new_model, new_directions, received, measurements
 

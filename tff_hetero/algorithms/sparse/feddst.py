@@ -241,7 +241,7 @@ def build_feddst_process(
     round_num = tff.federated_map(next_round_of, state)
     sent = round_distributor.next(round_distributor.initialize(), round_num)
     new_model, _, _, _, measurements = body(
-      model, None, None, None, sent.result, data, None
+      model, None, None, sent.result, data, None
     )
     metrics = tff.federated_zip(
       collections.OrderedDict(round=sent.measurements, sparse=measurements)

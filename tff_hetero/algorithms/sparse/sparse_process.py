@@ -7,18 +7,21 @@ part: a `tff.learning.templates.LearningProcess`'s `next(state,
 {D*}@CLIENTS)` has anonymous clients. As in FedJAX, a `SparseProcess` is an
 `initialize` / `next` pair in plain Python over immutable state, and every
 TensorFlow step of a round is a typed `tff.Computation` (the driver only
-picks and keeps the memory rows and epochs, in NumPy), the ones
+keeps the memory rows and epochs, and takes the cohort's rows out of the
+running sums), the ones
 `--algorithm=fedsgc|prunefl|grasp` run (`computations.SparseRounds`). With
 S = `SparseModel`, G the int8 direction maps, R = `MaskedSums` of the
 trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
 
     round (a round without readjustment) and readjust_round (one the
     server requests):
-      (<S@SERVER, G@SERVER, R@SERVER, M[K]@SERVER, int64@CLIENTS,
-        {D*}@CLIENTS, int32@CLIENTS> ->
+      (<S@SERVER, G@SERVER, R@SERVER, int64@CLIENTS, {D*}@CLIENTS,
+        int32@CLIENTS> ->
        <S@SERVER, G@SERVER, R@SERVER,
         <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
-    without server memory (`sgc_memory="none"`): no R and M, rows=U[K].
+    (R in: the running sums less the cohort's remembered rows, which the
+    driver subtracts, `computations.without_rows`; R out: the new running
+    sums) without server memory (`sgc_memory="none"`): no R, rows=U[K].
 
     reconfigure_round (PruneFL's rounds whose clients also upload their
     squared gradients): as `round` without memory.
@@ -31,8 +34,9 @@ update inside them; `initial_pruning.py` the pruning). `next(state,
 cohort)`, `cohort` mapping client ids (among those the process was built
 for) to datasets, runs one of the rounds (PruneFL's and GraSP's round 1
 runs `initial_pruning` on the cohort's first client first): the driver
-passes the cohort's memory rows and cumulative epochs in, and keeps what
-comes back in the new state.
+takes the cohort's memory rows out of the running sums, passes those and
+the cohort's cumulative epochs in, and keeps what comes back in the new
+state.
 
 State is `SparseProcessState`: `server` (`training.SparseState`: the global
 `SparseModel`, its direction maps, the running sums and the memory rows,

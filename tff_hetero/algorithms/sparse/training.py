@@ -261,15 +261,18 @@ class SparseTraining(api.FederatedAlgorithm):
       model, directions, sums, received, measured = computation(
         state.model,
         state.directions,
-        state.sums,
-        forgotten,
+        computations.without_rows(
+          self.layout, computations.MaskedSums(*state.sums), forgotten
+        ),
         epochs,
         data,
         positions,
       )
-      received = cohort_positions.unstack_rows(received, n, self.name)
-      memory = self._remember(memory, rows, [row for row, _ in received], sent)
-      reports = [report for _, report in received]
+      new_rows, reports = cohort_positions.in_cohort_order(
+        received, n, self.name
+      )
+      memory = self._remember(memory, rows, new_rows, sent)
+      reports = cohort_positions.unstacked(reports, n)
     else:
       model, directions, received, measured = computation(
         state.model, state.directions, epochs, data, positions
@@ -343,34 +346,23 @@ class SparseTraining(api.FederatedAlgorithm):
   @staticmethod
   def _remember(memory, rows: list[int], new_rows, sent: list[bool]) -> Any:
     """A copy of `memory` with the `rows` of clients that `sent` replaced by
-    the received rows.
+    the received rows (`new_rows`: stacked, in the order of `rows`).
 
     A client that had no data sent nothing: its row stays, and `next` forgot
     none of it in the running sums (the same `sent`). Every other client's
     row is replaced, with weight 0 if TFF zeroed a non-finite update, as
     the running sums replaced its contribution.
     """
-    received = [computations.MemoryRows(*r) for r in new_rows]
-    kept = [(row, r) for row, r, s in zip(rows, received, sent) if s]
-    rows = [row for row, _ in kept]
-    received = [r for _, r in kept]
+    kept = np.flatnonzero(sent)
+    replaced = np.asarray(rows, np.int64)[kept]
 
-    def replace(array, values):
+    def replace(array, new):
       out = np.array(array, copy=True)
-      if rows:
-        out[rows] = np.stack([np.asarray(v) for v in values])
+      out[replaced] = np.asarray(new)[kept]
       return out
 
-    return computations.MemoryRows(
-      values=[
-        replace(a, [r.values[i] for r in received])
-        for i, a in enumerate(memory.values)
-      ],
-      masks=[
-        replace(a, [r.masks[i] for r in received])
-        for i, a in enumerate(memory.masks)
-      ],
-      weight=replace(memory.weight, [r.weight for r in received]),
+    return tf.nest.map_structure(
+      replace, memory, computations.MemoryRows(*new_rows), check_types=False
     )
 
   def model_weights(self, state: SparseState):
