@@ -8,7 +8,7 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   of client data, TFF optimizers and `tff.aggregators` factories, and
   returning measured `tff.learning.templates.LearningProcess`es:
   `build_fedavg_process`, `build_fedprox_process`, `build_fedadam_process`,
-  and `build_feddst_process` (federated dynamic sparse training; readjust
+  `build_fednova_process`, and `build_feddst_process` (federated dynamic sparse training; readjust
   decided in the graph from the round counter in its state).
 * `build_heterofl_process` and `build_adaptivefl_process`: HeteroFL and
   AdaptiveFL over a width factory of your Keras model, clients of one round
@@ -48,6 +48,7 @@ _EXPORTS = {
   "build_fedavg_process": "tff_hetero.algorithms.fedavg",
   "build_fedprox_process": "tff_hetero.algorithms.fedprox",
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
+  "build_fednova_process": "tff_hetero.algorithms.fednova",
   "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
   "build_fedsgc_process": "tff_hetero.algorithms.sparse.fedsgc",
   "build_grasp_process": "tff_hetero.algorithms.sparse.grasp",

@@ -71,6 +71,11 @@ CASES = [
     ],
     "--aggregator",
   ),
+  (
+    ["--algorithm=fednova", "--aggregator=clip", "--clip_norm=1"],
+    "--aggregator",
+  ),
+  (["--algorithm=fednova", "--client_optimizer=adam"], "--client_optimizer"),
   (["--executor=gpu"], "--executor"),
   (["--executor=remote"], "--workers"),
   (["--workers=127.0.0.1:5000"], "--workers"),

@@ -26,6 +26,7 @@ from tff_hetero.algorithms.api import Task
 from tff_hetero.algorithms.decoupled import Decoupled
 from tff_hetero.algorithms.fedadam import build_fedadam_process
 from tff_hetero.algorithms.fedavg import build_fedavg_process
+from tff_hetero.algorithms.fednova import build_fednova_process
 from tff_hetero.algorithms.fedprox import build_fedprox_process
 from tff_hetero.algorithms.heterofl import HeteroFL
 from tff_hetero.algorithms.heterofl import build_heterofl_process
@@ -56,6 +57,7 @@ __all__ = [
   "build_fedadam_process",
   "build_fedavg_process",
   "build_feddst_process",
+  "build_fednova_process",
   "build_fedprox_process",
   "HeteroFL",
   "build_heterofl_process",

@@ -107,24 +107,6 @@ from tff_hetero.settings import setting
 DEFAULT_PROX_MU = 0.01
 
 
-def _zero_all_if_any_non_finite(structure):
-  """`(structure, 0)` if all entries are finite, else `(zeros, 1)` (as TFF)."""
-  flat = tf.nest.flatten(structure)
-  if not flat:
-    return structure, tf.constant(0)
-  all_finite = tf.reduce_all(
-    tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
-  )
-  return tf.cond(
-    all_finite,
-    true_fn=lambda: (structure, tf.constant(0)),
-    false_fn=lambda: (
-      tf.nest.map_structure(tf.zeros_like, structure),
-      tf.constant(1),
-    ),
-  )
-
-
 def build_proximal_client_update(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   prox_mu: float,
@@ -199,7 +181,7 @@ def build_proximal_client_update(
       model_weights.trainable,
       check_types=False,
     )
-    update, non_finite = _zero_all_if_any_non_finite(update)
+    update, non_finite = local_training.zero_all_if_any_non_finite(update)
     if uniform:  # A Python bool: chosen when the function is traced.
       finite_weight = tf.constant(1.0, tf.float32)
     else:

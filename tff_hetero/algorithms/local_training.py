@@ -1,8 +1,10 @@
 """One local SGD step on a `tff.learning.models.VariableModel`, shared by every
 algorithm whose clients train the task's loss: FedAvg, FedProx, FedAdam and
-the width algorithms (`fedprox.build_proximal_client_update`) and the sparse
-ones (`sparse.client_update.MaskedTraining`, masks applied through
-`transform`).
+the width algorithms (`fedprox.build_proximal_client_update`), FedNova
+(`fednova.build_fednova_client_update`) and the sparse ones
+(`sparse.client_update.MaskedTraining`, masks applied through `transform`);
+and `zero_all_if_any_non_finite`, how those clients drop a diverged update
+(as TFF's FedAvg client work does).
 
 `sgd_step` is plain TensorFlow, to be called inside a `tf.function`:
 
@@ -81,3 +83,21 @@ def sgd_step(
   else:
     count = tf.cast(output.num_examples, tf.int64)
   return optimizer_state, list(raw), count
+
+
+def zero_all_if_any_non_finite(structure):
+  """`(structure, 0)` if all entries are finite, else `(zeros, 1)` (as TFF)."""
+  flat = tf.nest.flatten(structure)
+  if not flat:
+    return structure, tf.constant(0)
+  all_finite = tf.reduce_all(
+    tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+  )
+  return tf.cond(
+    all_finite,
+    true_fn=lambda: (structure, tf.constant(0)),
+    false_fn=lambda: (
+      tf.nest.map_structure(tf.zeros_like, structure),
+      tf.constant(1),
+    ),
+  )

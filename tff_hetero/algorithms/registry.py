@@ -20,6 +20,7 @@ from tff_hetero.algorithms import decoupled
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedgkt
+from tff_hetero.algorithms import fednova
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import heterofl
 from tff_hetero.algorithms import split_learning
@@ -106,6 +107,9 @@ register(
   settings=fedadam.FedAdamSettings,
   aggregators=_TFF_AGGREGATORS,
 )
+# a_i travels with the normalised update: a clipping or noising aggregator
+# would change it too (`fednova.py`).
+register("fednova", fednova.build_fednova, "Wang et al. 2020")
 register(
   "adaptivefl",
   adaptivefl.build_adaptivefl,
