@@ -16,6 +16,10 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   over typed `tff.Computation`s (`tff_hetero.algorithms.width_process`,
   AdaptiveFL's clients given as `AvailableClient`s), uploads summed by a
   `MaskedAggregation` (mean, clipped, or differentially private).
+* `build_scaffold_process`: SCAFFOLD, whose clients keep control variates;
+  `initialize` / `next(state, datasets, client_controls)` in Python over
+  typed `tff.Computation`s (`ScaffoldProcess`), the caller keeping each
+  client's variate.
 * `build_fedsgc_process`: FedSGC, whose server remembers clients by id and
   whose clients count their own epochs, and its baselines
   `build_prunefl_process` and `build_grasp_process` (pruning on the first
@@ -49,6 +53,8 @@ _EXPORTS = {
   "build_fedprox_process": "tff_hetero.algorithms.fedprox",
   "build_fedadam_process": "tff_hetero.algorithms.fedadam",
   "build_fednova_process": "tff_hetero.algorithms.fednova",
+  "build_scaffold_process": "tff_hetero.algorithms.scaffold",
+  "ScaffoldProcess": "tff_hetero.algorithms.scaffold",
   "build_feddst_process": "tff_hetero.algorithms.sparse.feddst",
   "build_fedsgc_process": "tff_hetero.algorithms.sparse.fedsgc",
   "build_grasp_process": "tff_hetero.algorithms.sparse.grasp",

@@ -137,7 +137,7 @@ def _keras_model_tff():
 
 
 def test_refuses_an_optimizer_it_cannot_normalise():
-  with pytest.raises(TypeError, match=r"build_sgdm.*beta_1"):
+  with pytest.raises(TypeError, match=r"^FedNova .*build_sgdm.*beta_1"):
     fednova.build_fednova_process(
       _keras_model,
       input_spec=_SPEC,

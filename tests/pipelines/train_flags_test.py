@@ -76,6 +76,14 @@ CASES = [
     "--aggregator",
   ),
   (["--algorithm=fednova", "--client_optimizer=adam"], "--client_optimizer"),
+  (
+    ["--algorithm=scaffold", "--client_momentum=0.9"],
+    "--client_momentum: scaffold trains with plain SGD",
+  ),
+  (
+    ["--algorithm=scaffold", "--aggregator=clip", "--clip_norm=1"],
+    "--aggregator",
+  ),
   (["--executor=gpu"], "--executor"),
   (["--executor=remote"], "--workers"),
   (["--workers=127.0.0.1:5000"], "--workers"),

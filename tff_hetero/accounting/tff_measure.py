@@ -42,7 +42,9 @@ import tensorflow_federated as tff
 from tff_hetero.accounting import payload
 
 
-def _dense_nbytes(value):
+def dense_nbytes(value):
+  """Inside a TF computation: the dense size of `value` (a structure of
+  tensors, or a TFF `Struct` of them) in bytes, int64."""
   if isinstance(value, tff.structure.Struct):
     value = tff.structure.flatten(value)
   return payload.tf_dense_nbytes(value)
@@ -52,7 +54,7 @@ def _client_nbytes_fn(value_type: tff.Type, nbytes_fn=None) -> tff.Computation:
 
   @tff.tensorflow.computation(value_type)
   def client_nbytes(value):
-    return (nbytes_fn or _dense_nbytes)(value)
+    return (nbytes_fn or dense_nbytes)(value)
 
   return client_nbytes
 

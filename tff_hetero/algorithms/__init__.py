@@ -31,6 +31,8 @@ from tff_hetero.algorithms.fedprox import build_fedprox_process
 from tff_hetero.algorithms.heterofl import HeteroFL
 from tff_hetero.algorithms.heterofl import build_heterofl_process
 from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.algorithms.scaffold import ScaffoldProcess
+from tff_hetero.algorithms.scaffold import build_scaffold_process
 from tff_hetero.algorithms.sparse.feddst import build_feddst_process
 from tff_hetero.algorithms.static_batch_norm import build_statistics_query
 from tff_hetero.algorithms.width_process import WidthProcess
@@ -62,6 +64,8 @@ __all__ = [
   "HeteroFL",
   "build_heterofl_process",
   "ALGORITHMS",
+  "ScaffoldProcess",
+  "build_scaffold_process",
   "build_statistics_query",
   "HeterogeneousRounds",
   "LevelCatalog",

@@ -16,17 +16,21 @@ data and ends at y_i; with
 momentum, as the official code's `local_normalizing_vec` accumulates it)
 the client uploads the normalised change d_i = (x - y_i) / a_i (which holds
 the learning rate, as the code's `cum_grad` does) and a_i. The server, with
-p_i = n_i / sum_j n_j over the round's clients (examples trained; 1 / |S|
-with `ClientWeighting.UNIFORM`),
+p_i = n_i / sum_j n_j over the round's clients (n_i: the examples the
+client trained this round, its data size times its epochs, so the paper's
+data ratio when every client runs the same epochs, as the CLI's do; a
+caller whose clients run different epochs should weight uniformly or give
+every client the same epochs; 1 / |S| with `ClientWeighting.UNIFORM`),
 
   tau_eff = sum_i p_i a_i,     x <- x - server_opt(tau_eff * sum_i p_i d_i)
 
 and with server SGD at learning rate 1 (the default), x - tau_eff sum_i p_i
 d_i: the paper's Eq. (7) with the FedAvg-like choice of tau_eff. With equal
 tau_i and no momentum it is exactly FedAvg. The official code's server
-momentum (`gmf`: buf <- gmf buf + Delta / lr, x <- x - lr buf) is server
-SGD at learning rate 1 with momentum gmf: pass that as
-`server_optimizer_fn`.
+momentum (`gmf`: buf <- gmf buf + Delta / lr, x <- x - lr buf) is, while the
+client learning rate lr stays constant, server SGD at learning rate 1 with
+momentum gmf: pass that as `server_optimizer_fn` (the CLI has no flag for
+it; the official script's learning-rate decay would rescale its buffer).
 
 The process is TFF's `compose_learning_process` of:
 
@@ -86,9 +90,11 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import local_training
 
-# The hyperparameters of the optimizers FedNova can normalise: TFF's
-# `build_sgdm` without and with momentum.
-_SGD_HPARAMS = (("learning_rate",), ("learning_rate", "momentum"))
+
+def _check_sgd(optimizer) -> None:
+  learning_process.check_sgd(
+    optimizer, "FedNova normalises SGD steps", momentum=True
+  )
 
 
 class NormalizedUpdate(NamedTuple):
@@ -96,20 +102,6 @@ class NormalizedUpdate(NamedTuple):
 
   normalized: Any
   steps_norm: Any
-
-
-def check_sgd(optimizer: tff.learning.optimizers.Optimizer) -> None:
-  """Raises `TypeError` unless `optimizer` is (momentum) SGD."""
-  learning_process.check_optimizer("client_optimizer_fn", optimizer)
-  hparams = optimizer.get_hparams(
-    optimizer.initialize(tf.TensorSpec([], tf.float32))
-  )
-  if tuple(hparams) not in _SGD_HPARAMS:
-    raise TypeError(
-      "FedNova normalises SGD steps: client_optimizer_fn must be"
-      " tff.learning.optimizers.build_sgdm(learning_rate[, momentum]),"
-      f" got one with hyperparameters {list(hparams)}"
-    )
 
 
 def build_fednova_client_update(
@@ -196,7 +188,7 @@ def build_fednova_client_work(
 ) -> tff.learning.templates.ClientWorkProcess:
   """Layers 2 and 3: FedNova's `ClientWorkProcess` (module docstring); its
   state is the client optimizer's hyperparameters, as in TFF's FedAvg."""
-  check_sgd(optimizer)
+  _check_sgd(optimizer)
   if metrics_aggregator is None:
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
   with tf.Graph().as_default():  # The model's variables must not leak out.
@@ -305,7 +297,7 @@ def build_fednova_process(
   Arguments as `fedavg.build_fedavg_process`'s; `client_optimizer_fn` must
   be `tff.learning.optimizers.build_sgdm` (with or without momentum).
   """
-  check_sgd(client_optimizer_fn)
+  _check_sgd(client_optimizer_fn)
   tff_model_fn, server_optimizer_fn, parts = learning_process.builder_parts(
     model_fn,
     input_spec=input_spec,

@@ -43,6 +43,25 @@ def check_optimizer(name: str, optimizer) -> None:
     )
 
 
+def check_sgd(optimizer, why: str, *, momentum: bool) -> None:
+  """Raises `TypeError` (starting with `why`) unless `optimizer` is TFF's
+  `build_sgdm`, with momentum only if `momentum`."""
+  check_optimizer("client_optimizer_fn", optimizer)
+  hparams = tuple(
+    optimizer.get_hparams(optimizer.initialize(tf.TensorSpec([], tf.float32)))
+  )
+  allowed = [("learning_rate",)] + (
+    [("learning_rate", "momentum")] if momentum else []
+  )
+  if hparams not in allowed:
+    form = "learning_rate[, momentum]" if momentum else "learning_rate"
+    raise TypeError(
+      f"{why}: client_optimizer_fn must be"
+      f" tff.learning.optimizers.build_sgdm({form}), got one with"
+      f" hyperparameters {list(hparams)}"
+    )
+
+
 def weighted_model_aggregator(model_aggregator, client_weighting):
   """`model_aggregator` as a weighted factory, checked against the weighting.
 
@@ -238,6 +257,23 @@ def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   return share
 
 
+def train_metrics(train, expected_examples: int) -> collections.OrderedDict:
+  """The round's `loss` and `train_accuracy` from measured training metrics
+  (`<metrics=<loss, sparse_categorical_accuracy, num_examples, ...>, ...>`).
+
+  TFF's client work zeroes the weight and example count of a client whose
+  update is not finite: training diverged on that client. The loss is then
+  NaN, so that the program stops, naming the round.
+  """
+  loss = float(train["metrics"]["loss"])
+  if int(train["metrics"]["num_examples"]) != expected_examples:
+    loss = math.nan
+  return collections.OrderedDict(
+    loss=loss,
+    train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+  )
+
+
 class LearningProcessAlgorithm(api.FederatedAlgorithm):
   """Adapts a measured TFF `LearningProcess` to the program."""
 
@@ -274,20 +310,10 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
       ),
       self._task.training_flops_per_example,
     )
-    processed = int(train["metrics"]["num_examples"])
-    expected = sum(c.num_examples for c in clients)
-    loss = float(train["metrics"]["loss"])
-    if processed != expected:
-      # TFF's client work zeroes the weight and example count of a client
-      # whose update is not finite: training diverged on that client. The
-      # loss is reported as NaN so that the program stops, naming the round.
-      loss = math.nan
-    round_metrics = collections.OrderedDict(
-      loss=loss,
-      train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
-    )
     return api.RoundOutput(
-      state=output.state, metrics=round_metrics, traffic=traffic
+      state=output.state,
+      metrics=train_metrics(train, sum(c.num_examples for c in clients)),
+      traffic=traffic,
     )
 
   def model_weights(self, state):

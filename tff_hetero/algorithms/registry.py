@@ -23,6 +23,7 @@ from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import fednova
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms import scaffold
 from tff_hetero.algorithms import split_learning
 from tff_hetero.algorithms.sparse import feddst
 from tff_hetero.algorithms.sparse import fedsgc
@@ -45,6 +46,8 @@ class AlgorithmEntry:
   settings: type = AlgorithmSettings
   # `--aggregator` values the builder honours.
   aggregators: tuple[str, ...] = ("mean",)
+  # Whether the builder honours `--client_momentum` > 0.
+  client_momentum: bool = True
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = (
@@ -59,6 +62,7 @@ def register(
   client_optimizers: tuple[str, ...] = ("sgd",),
   settings: type = AlgorithmSettings,
   aggregators: tuple[str, ...] = ("mean",),
+  client_momentum: bool = True,
 ) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
@@ -76,6 +80,7 @@ def register(
     tuple(client_optimizers),
     settings,
     tuple(aggregators),
+    bool(client_momentum),
   )
 
 
@@ -110,6 +115,13 @@ register(
 # a_i travels with the normalised update: a clipping or noising aggregator
 # would change it too (`fednova.py`).
 register("fednova", fednova.build_fednova, "Wang et al. 2020")
+# Option II's control variate divides by K eta_l: plain SGD only.
+register(
+  "scaffold",
+  scaffold.build_scaffold,
+  "Karimireddy et al. 2020",
+  client_momentum=False,
+)
 register(
   "adaptivefl",
   adaptivefl.build_adaptivefl,

@@ -81,6 +81,14 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
       f"{config.algorithm} accepts"
       f" {', '.join(accepted)}, got {config.client_optimizer!r}",
     )
+  if (
+    config.client_momentum and not ALGORITHMS[config.algorithm].client_momentum
+  ):
+    raise UsageError(
+      "--client_momentum",
+      f"{config.algorithm} trains with plain SGD, accepts 0 only, got"
+      f" {config.client_momentum}",
+    )
   model_aggregators.check_settings(
     config.aggregator, config.clip_norm, config.noise_multiplier
   )
