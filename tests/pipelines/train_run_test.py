@@ -1,7 +1,8 @@
 """`python -m pipelines.train` end to end, as a user runs it.
 
 Each test starts the pipeline as a subprocess, ends it one way (normal exit,
-SIGKILL then --resume, SIGINT, SIGTERM, divergence) and checks what it wrote
+SIGKILL then --resume from a truncated newest checkpoint, SIGINT, SIGTERM,
+divergence) and checks what it wrote
 and that no TFF worker it started outlives it.
 """
 
@@ -118,15 +119,28 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
     assert (run_dir / name).stat().st_size > 1000
   assert os.listdir(run_dir / "tensorboard")
 
-  # The same run killed once its round-1 checkpoint exists, then resumed.
+  # The same run killed once its round-2 checkpoint exists, its newest
+  # checkpoint then truncated (a disk full mid-write), and resumed: it
+  # falls back to the checkpoint before, with a one-line warning.
   interrupted = _start(args + ["--experiment_name=cut"], tmp_path)
   workers = _workers_of(interrupted)
-  sidecar = tmp_path / "cut" / "checkpoints" / "program_state_1.json"
-  _wait_for(sidecar.exists, 300, "the round-1 checkpoint")
+  checkpoints = tmp_path / "cut" / "checkpoints"
+  sidecar = checkpoints / "program_state_2.json"
+  _wait_for(sidecar.exists, 300, "the round-2 checkpoint")
   interrupted.send_signal(signal.SIGKILL)
   interrupted.communicate()
   proc_testing.assert_no_workers_left(interrupted.worker_tag, pids=workers)
   assert not (tmp_path / "cut" / "report.json").exists()  # Killed mid-run.
+  newest, previous = sorted(
+    (
+      int(p.stem.split("_")[-1])
+      for p in checkpoints.glob("program_state_*.json")
+    ),
+    reverse=True,
+  )[:2]
+  variables = checkpoints / f"program_state_{newest}" / "variables"
+  (truncated,) = variables.glob("variables.data*")
+  truncated.write_bytes(truncated.read_bytes()[:100])
 
   # How often a run checkpoints does not change its results: it may differ.
   resumed = _start(
@@ -135,6 +149,10 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
   )
   code, _, err = _finish(resumed)
   assert code == 0, err
+  assert (
+    f"warning: checkpoint file {truncated} is corrupt (its SHA-256 does not"
+    f" match); falling back to the checkpoint of round {previous}"
+  ) in err
 
   whole = outputs.load_final_weights(tmp_path / "whole")
   cut = outputs.load_final_weights(tmp_path / "cut")

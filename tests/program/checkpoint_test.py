@@ -4,6 +4,7 @@ import collections
 import os
 
 import numpy as np
+import pytest
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import CommLedger
@@ -82,3 +83,59 @@ def test_no_checkpoint(tmp_path):
   manager = checkpoint_lib.CheckpointManager(str(tmp_path / "none"))
   assert manager.load_latest(_server(0), _client(0)) is None
   assert not os.path.exists(tmp_path / "none")
+
+
+def _variables_file(root, round_num):
+  directory = root / f"program_state_{round_num}" / "variables"
+  (name,) = [n for n in os.listdir(directory) if n.startswith("variables.data")]
+  return directory / name
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip_a_byte", "delete"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
+  tmp_path, damage
+):
+  warnings = []
+  manager = checkpoint_lib.CheckpointManager(
+    str(tmp_path), warn=warnings.append
+  )
+  sampler = CohortSampler(seed=0)
+  for round_num in (4, 5):
+    manager.save(_state(round_num, sampler))
+  damaged = _variables_file(tmp_path, 5)
+  content = damaged.read_bytes()
+  if damage == "truncate":  # What a disk filling up mid-write leaves.
+    damaged.write_bytes(content[: len(content) // 2])
+  elif damage == "flip_a_byte":  # Same size: only the checksum tells.
+    damaged.write_bytes(content[:-1] + bytes([content[-1] ^ 0xFF]))
+  else:
+    damaged.unlink()
+  restored = manager.load_latest(_server(0), _client(0))
+  assert restored.round_num == 4
+  np.testing.assert_array_equal(
+    restored.server_state["weights"][0], np.full([2, 3], 4, np.float32)
+  )
+  (warning,) = warnings
+  assert str(damaged) in warning
+  assert "falling back to the checkpoint of round 4" in warning
+  assert "\n" not in warning
+
+
+def test_no_intact_checkpoint_is_a_one_line_resume_error(tmp_path):
+  warnings = []
+  manager = checkpoint_lib.CheckpointManager(
+    str(tmp_path), warn=warnings.append
+  )
+  sampler = CohortSampler(seed=0)
+  for round_num in (1, 2):
+    manager.save(_state(round_num, sampler))
+  for round_num in (1, 2):
+    path = _variables_file(tmp_path, round_num)
+    path.write_bytes(path.read_bytes()[:10])
+  with pytest.raises(checkpoint_lib.CheckpointError) as raised:
+    manager.load_latest(_server(0), _client(0))
+  message = str(raised.value)
+  assert message.startswith("--resume: no intact checkpoint under")
+  assert str(_variables_file(tmp_path, 1)) in message
+  assert "\n" not in message
+  assert len(warnings) == 2 and warnings[1].endswith("no older checkpoint")

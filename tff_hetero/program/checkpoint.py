@@ -14,14 +14,24 @@ written after it, which says how to rebuild the structure:
 
 A version counts only once its sidecar exists, so a run killed between the two
 writes resumes from the previous complete checkpoint.
+
+The sidecar also holds the SHA-256 of every file of the version's SavedModel.
+`load_latest` checks them before reading: a version whose files are missing,
+changed or truncated (or that fails to load) is skipped with a one-line
+warning naming the file, and the previous version is loaded instead;
+`CheckpointError` (a `UsageError` of `--resume`) if none is intact. Nothing
+is read with pickle: the SavedModel holds tensors, the sidecar is JSON.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from collections.abc import Mapping
+import hashlib
 import json
 import os
+import sys
 from typing import Any
 from typing import Optional
 
@@ -31,10 +41,38 @@ import tensorflow_federated as tff
 import tree
 
 from tff_hetero.accounting import CommLedger
+from tff_hetero.errors import UsageError
 from tff_hetero.program import atomic_files
 from tff_hetero.runtime.signals import run_to_completion
 
-_SIDECAR = "program_state_{version}.json"
+_PREFIX = "program_state_"
+_SIDECAR = _PREFIX + "{version}.json"
+
+
+class CheckpointError(UsageError):
+  """No checkpoint under the run's directory is intact."""
+
+  def __init__(self, message: str):
+    super().__init__("--resume", message)
+
+
+def file_digests(directory: str) -> collections.OrderedDict:
+  """SHA-256 (hex) of every file under `directory`, by relative path."""
+  digests = collections.OrderedDict()
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    for name in sorted(files):
+      path = os.path.join(root, name)
+      digest = hashlib.sha256()
+      with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          digest.update(block)
+      digests[os.path.relpath(path, directory)] = digest.hexdigest()
+  return digests
+
+
+def _warn(message: str) -> None:
+  print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 @attrs.frozen
@@ -54,9 +92,15 @@ class ProgramState:
 class CheckpointManager:
   """Saves and restores `ProgramState` under `root_dir`."""
 
-  def __init__(self, root_dir: str, keep_total: int = 2):
+  def __init__(
+    self,
+    root_dir: str,
+    keep_total: int = 2,
+    warn: Callable[[str], None] = _warn,
+  ):
     self._root_dir = root_dir
     self._keep_total = keep_total
+    self._warn = warn
     self._tff_manager = None
 
   @property
@@ -66,7 +110,7 @@ class CheckpointManager:
     if self._tff_manager is None:
       self._tff_manager = tff.program.FileProgramStateManager(
         self._root_dir,
-        prefix="program_state_",
+        prefix=_PREFIX,
         keep_total=self._keep_total,
         keep_first=False,
       )
@@ -78,6 +122,9 @@ class CheckpointManager:
 
   def _sidecar(self, version: int) -> str:
     return os.path.join(self._root_dir, _SIDECAR.format(version=version))
+
+  def _version_dir(self, version: int) -> str:
+    return os.path.join(self._root_dir, f"{_PREFIX}{version}")
 
   def complete_versions(self) -> list[int]:
     if not os.path.isdir(self._root_dir):
@@ -117,6 +164,7 @@ class CheckpointManager:
       elapsed_s=state.elapsed_s,
       history=list(state.history),
       fingerprint=state.fingerprint,
+      sha256=file_digests(self._version_dir(version)),
     )
     atomic_files.write_json(self._sidecar(version), sidecar)
     self._remove_orphan_sidecars()
@@ -132,12 +180,71 @@ class CheckpointManager:
   def load_latest(
     self, server_template: Any, client_template: Any
   ) -> Optional[ProgramState]:
-    """The newest complete checkpoint, or None when there is none."""
-    version = self.latest_round()
-    if version is None:
+    """The newest intact checkpoint (module docstring), or None when there
+    is none at all."""
+    versions = self.complete_versions()
+    if not versions:
       return None
-    with open(self._sidecar(version)) as f:
-      sidecar = json.load(f)
+    problems = []
+    for version in reversed(versions):
+      try:
+        return self._load(version, server_template, client_template)
+      except _Damaged as e:
+        problems.append(str(e))
+        older = [v for v in versions if v < version]
+        then = (
+          f"falling back to the checkpoint of round {older[-1]}"
+          if older
+          else "no older checkpoint"
+        )
+        self._warn(f"{e}; {then}")
+    raise CheckpointError(
+      f"no intact checkpoint under {self._root_dir}: {'; '.join(problems)}"
+    )
+
+  def _verify(self, version: int, sidecar: Mapping[str, Any]) -> None:
+    expected = sidecar.get("sha256")
+    directory = self._version_dir(version)
+    if expected is None:  # Written before checksums: loading will tell.
+      return
+    actual = file_digests(directory) if os.path.isdir(directory) else {}
+    for name, digest in expected.items():
+      path = os.path.join(directory, name)
+      if name not in actual:
+        raise _Damaged(f"checkpoint file {path} is missing")
+      if actual[name] != digest:
+        raise _Damaged(
+          f"checkpoint file {path} is corrupt (its SHA-256 does not match)"
+        )
+
+  def _load(
+    self, version: int, server_template: Any, client_template: Any
+  ) -> ProgramState:
+    try:
+      with open(self._sidecar(version)) as f:
+        sidecar = json.load(f)
+    except (OSError, ValueError) as e:
+      raise _Damaged(
+        f"checkpoint file {self._sidecar(version)} is unreadable ({e})"
+      ) from None
+    self._verify(version, sidecar)
+    try:
+      return self._read(version, sidecar, server_template, client_template)
+    except Exception as e:  # pylint: disable=broad-except
+      # A version whose files pass (or predate) the checksums but that TF
+      # cannot read is damaged too; the previous one may load.
+      first = str(e).splitlines()[0] if str(e) else type(e).__name__
+      raise _Damaged(
+        f"checkpoint {self._version_dir(version)} does not load ({first})"
+      ) from None
+
+  def _read(
+    self,
+    version: int,
+    sidecar: Mapping[str, Any],
+    server_template: Any,
+    client_template: Any,
+  ) -> ProgramState:
     num_server = sidecar["num_server_leaves"]
     client_counts = sidecar["client_leaf_counts"]
     num_columns = len(sidecar["ledger_columns"])
@@ -166,3 +273,7 @@ class CheckpointManager:
       history=tuple(sidecar["history"]),
       fingerprint=sidecar["fingerprint"],
     )
+
+
+class _Damaged(Exception):
+  """One checkpoint version is missing, changed or unreadable."""

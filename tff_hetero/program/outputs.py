@@ -85,7 +85,9 @@ def load_final_weights(experiment_dir: str) -> dict[str, Any]:
   """A run's `final_model_weights.npz` as `{trainable_i: array, ...}`."""
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  with np.load(os.path.join(experiment_dir, FINAL_WEIGHTS)) as f:
+  with np.load(
+    os.path.join(experiment_dir, FINAL_WEIGHTS), allow_pickle=False
+  ) as f:
     return {k: f[k] for k in f.files}
 
 
