@@ -274,14 +274,18 @@ def test_grasp_prunes_once_on_the_first_client(tff_context):
   process = _baseline(grasp.build_grasp_process)
   assert list(process.computations) == ["round", "initial_pruning"]
   state = process.initialize()
+  with pytest.raises(ValueError, match="grasp: round 1 prunes .* none of its"):
+    process.next(state, {"b": _dataset(1, 1, 0)})
+  # The first client with data prunes ("b" has none).
   first = process.next(
-    state, {"a": _dataset(0, 1, 20), "c": _dataset(2, 1, 10)}
+    state,
+    {"b": _dataset(1, 1, 0), "a": _dataset(0, 1, 20), "c": _dataset(2, 1, 10)},
   )
   masks = process.masks(first.state)
   # Exactly the target (ERK budgets' total, 13 + 11), placed by score.
   assert sum(int(m.sum()) for m in masks) == 24
   # The pruning client: two passes over its 20 examples, then training.
-  assert [c.examples for c in first.clients] == [60, 10]
+  assert [c.examples for c in first.clients] == [0, 60, 10]
   later = process.next(first.state, {"b": _dataset(1, 2, 10)})
   for a, b in zip(masks, process.masks(later.state)):
     np.testing.assert_array_equal(a, b)  # Fixed from then on.

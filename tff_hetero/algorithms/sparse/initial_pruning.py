@@ -4,8 +4,9 @@ PruneFL (Jiang et al. 2022) prunes the initial model on one client before
 training starts; GraSP (Wang et al. 2020), a pruning-at-initialisation
 method, is brought to FL the same way (FedDST's code runs it on one client's
 data). `OneClientPruning` is the `SparseTraining` whose first round starts
-with that step on the first client of the cohort (the program's seeded
-sampling picks it):
+with that step on the first client of the cohort that has data (the
+program's seeded sampling picks it; a round 1 whose clients have none is
+refused, `ValueError`: there is nothing to prune on):
 
     prune: (<S@SERVER, {D*}@CLIENTS> -> <S@SERVER, int64@SERVER, int64@SERVER>)
 
@@ -181,9 +182,15 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
   def prepare_round(
     self, state, round_num: int, clients: Sequence[api.ClientRound]
   ):
-    if round_num != 1 or not clients:
+    if round_num != 1:
       return state, {}
-    first = clients[0]
+    with_data = [c for c in clients if c.num_examples > 0]
+    if not with_data:
+      raise ValueError(
+        f"{self.name}: round 1 prunes the model on a client's data, and"
+        f" none of its {len(clients)} clients has any"
+      )
+    first = with_data[0]
     model, down, up = self.pruning_computation()(state.model, [first.dataset])
     model = SparseModel(*model)
     extra = ClientTraffic(
