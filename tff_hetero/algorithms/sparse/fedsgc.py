@@ -233,7 +233,7 @@ def build_fedsgc_process(
     model_aggregator=model_aggregator,
     growth_gradient="accumulated",
   )
-  return sparse_process.SparseProcess(algorithm, ids)
+  return sparse_process.SparseProcess(algorithm)
 
 
 def build_fedsgc(

@@ -177,4 +177,4 @@ def build_grasp_process(
   algorithm = GraSP.from_settings(
     "grasp", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
   )
-  return sparse_process.SparseProcess(algorithm, ids)
+  return sparse_process.SparseProcess(algorithm)

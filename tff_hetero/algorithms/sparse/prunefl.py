@@ -343,4 +343,4 @@ def build_prunefl_process(
   algorithm = PruneFL.from_settings(
     "prunefl", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
   )
-  return sparse_process.SparseProcess(algorithm, ids)
+  return sparse_process.SparseProcess(algorithm)

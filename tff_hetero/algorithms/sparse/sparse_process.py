@@ -159,9 +159,8 @@ class SparseProcess:
   client of its cohort, `initial_pruning.OneClientPruning`).
   """
 
-  def __init__(self, algorithm: training.SparseTraining, client_ids):
+  def __init__(self, algorithm: training.SparseTraining):
     self._algorithm = algorithm
-    self._rows = {c: i for i, c in enumerate(client_ids)}
     rounds = algorithm.rounds
     # Traced now, as TFF's builders do (tracing builds Keras models in a
     # graph, which would invalidate the Keras models a user made later).
@@ -178,12 +177,12 @@ class SparseProcess:
 
   @property
   def client_ids(self) -> tuple[Hashable, ...]:
-    return tuple(self._rows)
+    return self._algorithm.client_ids
 
   def initialize(self) -> SparseProcessState:
     return SparseProcessState(
       server=self._algorithm.initialize(),
-      client_epochs=np.zeros(len(self._rows), np.int64),
+      client_epochs=np.zeros(len(self.client_ids), np.int64),
       round_num=0,
     )
 
@@ -207,12 +206,13 @@ class SparseProcess:
       )
     if not cohort:
       raise ValueError("a round needs at least one client")
-    unknown = [c for c in cohort if c not in self._rows]
+    unknown = [c for c in cohort if c not in self.client_ids]
     if unknown:
       raise KeyError(
         f"clients {unknown!r} are not among the client ids the process was"
         " built with"
       )
+    rows = self._algorithm.row_indices(list(cohort))
     for client_id, dataset in cohort.items():
       if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(
@@ -224,15 +224,16 @@ class SparseProcess:
         client_id=client_id,
         dataset=dataset,
         num_examples=width_process.count_examples(dataset),
-        state=np.int64(state.client_epochs[self._rows[client_id]]),
+        state=np.int64(state.client_epochs[row]),
       )
-      for client_id, dataset in cohort.items()
+      for (client_id, dataset), row in zip(cohort.items(), rows)
     ]
     round_num = state.round_num + 1
     output = self._algorithm.next(state.server, round_num, clients)
     epochs = np.array(state.client_epochs, np.int64, copy=True)
-    for client_id, value in output.client_states.items():
-      epochs[self._rows[client_id]] = value
+    changed = list(output.client_states)
+    for row, client_id in zip(self._algorithm.row_indices(changed), changed):
+      epochs[row] = output.client_states[client_id]
     return SparseRoundOutput(
       state=SparseProcessState(
         server=output.state, client_epochs=epochs, round_num=round_num

@@ -228,9 +228,16 @@ class SparseTraining(api.FederatedAlgorithm):
       epoch_aligned=True,
     )
 
-  def _row_indices(self, clients: Sequence[api.ClientRound]) -> list[int]:
+  @property
+  def client_ids(self) -> tuple:
+    """The client ids it was built with, in the order of the memory rows."""
+    return tuple(self._rows)
+
+  def row_indices(self, client_ids: Sequence) -> list[int]:
+    """Each client's row (memory, per-client arrays); `ValueError` naming an
+    id it was not built with."""
     try:
-      return [self._rows[c.client_id] for c in clients]
+      return [self._rows[c] for c in client_ids]
     except KeyError as e:
       raise ValueError(
         f"{self.name}: client {e.args[0]!r} is not among the"
@@ -249,7 +256,7 @@ class SparseTraining(api.FederatedAlgorithm):
     n = len(clients)
     positions = cohort_positions.positions(n)
     if self.rounds.remembers:
-      rows = self._row_indices(clients)
+      rows = self.row_indices([c.client_id for c in clients])
       forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
       # A client with no data sends nothing and keeps its row (`_remember`,
       # given the same list): none of its contribution to the running sums
