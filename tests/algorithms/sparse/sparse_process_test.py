@@ -187,6 +187,31 @@ def test_client_epochs_and_readjustments_by_hand(tff_context):
   assert [c.examples for c in second.clients] == [20, 30]
 
 
+def test_a_non_finite_update_is_zeroed_counted_and_not_remembered(
+  tff_context,
+):
+  del tff_context
+  process = _process()
+  state = process.initialize()
+  x = np.full([10, 4], np.nan, np.float32)  # Gradients of NaN are NaN.
+  broken = tf.data.Dataset.from_tensor_slices(
+    dict(x=x, y=np.zeros([10], np.int32))
+  ).batch(5)
+  output = process.next(state, {"a": _dataset(0, 1, 10), "b": broken})
+  assert output.metrics["non_finite_updates"] == 1.0
+  # b sent zeros with weight 0: the model is a's alone, and finite.
+  for tensor in process.get_model_weights(output.state).trainable:
+    assert np.all(np.isfinite(tensor))
+  memory = output.state.server.memory
+  np.testing.assert_array_equal(memory.weight, [10.0, 0.0, 0.0])
+  # Its metrics were reset (as TFF's client work does), so the round's
+  # loss is NaN: the program stops there, naming the round.
+  assert math.isnan(output.metrics["loss"])
+  clean = process.next(state, {"a": _dataset(0, 1, 10)})
+  assert clean.metrics["non_finite_updates"] == 0.0
+  assert math.isfinite(clean.metrics["loss"])
+
+
 def test_upload_bytes_by_hand_without_readjustment(tff_context):
   del tff_context
   process = _process(sgc_memory="none", readjust_every=0)

@@ -82,11 +82,15 @@ class ClientReport(NamedTuple):
     epochs: int64 cumulative epochs after this round (the client's state).
     gradient_examples: int64 examples whose loss gradient was computed again
       for growth (compute beyond the training passes).
+    non_finite: int32 1 if the client's values (or squared gradients) were
+      not finite and it sent zeros with weight 0 instead, as TFF's FedAvg
+      client work does (its metrics reset too); else 0.
   """
 
   upload_bytes: Any
   epochs: Any
   gradient_examples: Any
+  non_finite: Any
 
 
 def upload_nbytes(
@@ -346,10 +350,19 @@ def build_client_update(
         for m, r in zip(masks, received_masks)
       ]
     )
+    (trainable, squares), non_finite = (
+      local_training.zero_all_if_any_non_finite(
+        (trainable, list(squares) if importance else [])
+      )
+    )
+    weight = tf.cast(examples, tf.float32)
+    if non_finite > 0:
+      weight = tf.constant(0.0, tf.float32)
+      model.reset_metrics()
     upload = SparseUpload(
       trainable=trainable,
       masks=masks,
-      weight=tf.cast(examples, tf.float32),
+      weight=weight,
       mask_sent=mask_sent,
       importance=list(squares) if importance else (),
     )
@@ -359,6 +372,7 @@ def build_client_update(
       ),
       epochs=epochs_before + local_epochs,
       gradient_examples=tf.cast(counts.gradient_examples, tf.int64),
+      non_finite=tf.cast(non_finite, tf.int32),
     )
     return upload, report, counts, model.report_local_unfinalized_metrics()
 

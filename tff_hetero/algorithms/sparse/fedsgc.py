@@ -82,7 +82,10 @@ Readings and departures, each on purpose:
   checkpointed); its running sums are float32 and updated by subtracting a
   client's old row, so value sums may drift by rounding over many rounds
   (weight sums are integers and exact). A sampled client without data sends
-  nothing and keeps its row, in the memory and in the sums.
+  nothing and keeps its row, in the memory and in the sums. A client whose
+  values are not finite sends zeros with weight 0 (its row then remembers
+  nothing), as TFF's FedAvg client work does, counted in the metric
+  `non_finite_updates` (every sparse algorithm).
 * Server re-prune per kernel to its ERK budget (FedDST's layer-wise
   re-prune; the paper's wording reads as one global count), every round.
 * Masks cover convolution and dense kernels only (RigL, FedDST); biases and
