@@ -75,6 +75,9 @@ ratios of the FedSGC and FedAvg rounds run side by side, with its `_min` and
   * `fedsgc_readjust_round_s`: a FedSGC round in which every client
     readjusts once (mid-round) with the direction map;
   * `feddst_round_s`: a FedDST round without readjustment (no memory);
+  * `<run>_rpc_mib_sent` / `_received` for each of the four: the mean
+    serialized gRPC bytes per timed round between the driver and its local
+    TFF worker (`ExecutionHandle.rpc_bytes`), in MiB;
   * `fedsgc_server_step_s`: FedSGC's server step alone (the TFF computation:
     replace the cohort's rows in the running sums, union average, direction
     map, re-prune) with 100 remembered clients, and
@@ -724,24 +727,29 @@ def bench_sparse() -> collections.OrderedDict:
 
     return clients
 
-  def rounds_of(algorithm, latest):
+  rpc = collections.defaultdict(collections.Counter)
+
+  def rounds_of(algorithm, latest, key, handle):
     """Runs one round per `next()` and yields its seconds; `latest[0]` is
-    the state after it."""
+    the state after it; `rpc[key]` adds up its driver<->worker bytes."""
     state, stored = algorithm.initialize(), {}
     clients = round_inputs(algorithm)
     round_num = 0
     while True:
       round_num += 1
       cohort_now = clients(state, round_num, stored)
+      before = handle.rpc_bytes()
       start = time.perf_counter()
       output = algorithm.next(state, round_num, cohort_now)
       seconds = time.perf_counter() - start
+      for direction, total in handle.rpc_bytes().items():
+        rpc[key][direction] += total - before[direction]
       state = output.state
       latest[0] = state
       stored.update(output.client_states)
       yield seconds
 
-  with runtime.local_execution():
+  with runtime.local_execution() as handle:
     runs = collections.OrderedDict(fedavg_round_s=experiment.algorithm)
     for key, build, every in (
       ("fedsgc_round_s", fedsgc.build_fedsgc, 0),
@@ -764,9 +772,12 @@ def bench_sparse() -> collections.OrderedDict:
     # the machine's load reaches every algorithm alike; the ratio is the
     # median of the ratios of rounds run side by side.
     latest = {key: [None] for key in runs}
-    rounds = {key: rounds_of(a, latest[key]) for key, a in runs.items()}
+    rounds = {
+      key: rounds_of(a, latest[key], key, handle) for key, a in runs.items()
+    }
     for generator in rounds.values():
       next(generator)  # Warm-up: builds and runs the computations once.
+    rpc.clear()
     times = {key: [] for key in runs}
     keys = list(rounds)
     for cycle in range(timed):
@@ -776,6 +787,11 @@ def bench_sparse() -> collections.OrderedDict:
         times[key].append(next(rounds[key]))
     for key, seconds in times.items():
       _spread(results, key, seconds)
+      run = key[: -len("_round_s")]
+      for direction in ("sent", "received"):
+        results[f"{run}_rpc_mib_{direction}"] = round(
+          rpc[key][direction] / timed / 2**20, 3
+        )
     ratios = [
       s / a for s, a in zip(times["fedsgc_round_s"], times["fedavg_round_s"])
     ]

@@ -131,13 +131,13 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
   interrupted.communicate()
   proc_testing.assert_no_workers_left(interrupted.worker_tag, pids=workers)
   assert not (tmp_path / "cut" / "report.json").exists()  # Killed mid-run.
-  newest, previous = sorted(
-    (
-      int(p.stem.split("_")[-1])
-      for p in checkpoints.glob("program_state_*.json")
-    ),
-    reverse=True,
-  )[:2]
+  # Complete versions only (directory and sidecar): a kill while TFF
+  # removes the oldest version can leave its sidecar behind.
+  previous, newest = sorted(
+    int(p.stem.split("_")[-1])
+    for p in checkpoints.glob("program_state_*.json")
+    if (checkpoints / p.stem).is_dir()
+  )[-2:]
   variables = checkpoints / f"program_state_{newest}" / "variables"
   (truncated,) = variables.glob("variables.data*")
   truncated.write_bytes(truncated.read_bytes()[:100])

@@ -119,6 +119,25 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
   assert str(damaged) in warning
   assert "falling back to the checkpoint of round 4" in warning
   assert "\n" not in warning
+  # Moved aside, kept: the run's next saves cannot keep it instead of 4.
+  assert manager.complete_versions() == [4]
+  assert (tmp_path / "damaged_program_state_5").is_dir()
+  assert (tmp_path / "damaged_program_state_5.json").is_file()
+
+
+def test_other_settings_are_refused_before_reading_not_skipped(tmp_path):
+  manager = checkpoint_lib.CheckpointManager(str(tmp_path))
+  sampler = CohortSampler(seed=0)
+  for round_num in (1, 2):
+    manager.save(_state(round_num, sampler))
+
+  def check(fingerprint):
+    assert fingerprint == "f"
+    raise ValueError("written with different settings")
+
+  with pytest.raises(ValueError, match="different settings"):
+    manager.load_latest(_server(0), _client(0), check)
+  assert manager.complete_versions() == [1, 2]  # Nothing moved aside.
 
 
 def test_no_intact_checkpoint_is_a_one_line_resume_error(tmp_path):
@@ -129,13 +148,13 @@ def test_no_intact_checkpoint_is_a_one_line_resume_error(tmp_path):
   sampler = CohortSampler(seed=0)
   for round_num in (1, 2):
     manager.save(_state(round_num, sampler))
-  for round_num in (1, 2):
-    path = _variables_file(tmp_path, round_num)
+  paths = [_variables_file(tmp_path, round_num) for round_num in (1, 2)]
+  for path in paths:
     path.write_bytes(path.read_bytes()[:10])
   with pytest.raises(checkpoint_lib.CheckpointError) as raised:
     manager.load_latest(_server(0), _client(0))
   message = str(raised.value)
   assert message.startswith("--resume: no intact checkpoint under")
-  assert str(_variables_file(tmp_path, 1)) in message
+  assert str(paths[0]) in message and str(paths[1]) in message
   assert "\n" not in message
   assert len(warnings) == 2 and warnings[1].endswith("no older checkpoint")

@@ -155,8 +155,12 @@ def in_cohort_order(gathered, n: int, what: str):
 
 
 def unstacked(stacked, n: int) -> list:
-  """Rows 0..n-1 of a structure of stacked arrays, one structure each."""
-  return [tf.nest.map_structure(lambda t, k=k: t[k], stacked) for k in range(n)]
+  """Rows 0..n-1 of a structure of stacked arrays, one structure each
+  (copies: a kept row does not hold on to the whole stack)."""
+  return [
+    tf.nest.map_structure(lambda t, k=k: np.array(t[k]), stacked)
+    for k in range(n)
+  ]
 
 
 def unstack_rows(gathered, n: int, what: str) -> list:

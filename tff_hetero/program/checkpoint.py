@@ -17,9 +17,13 @@ writes resumes from the previous complete checkpoint.
 
 The sidecar also holds the SHA-256 of every file of the version's SavedModel.
 `load_latest` checks them before reading: a version whose files are missing,
-changed or truncated (or that fails to load) is skipped with a one-line
-warning naming the file, and the previous version is loaded instead;
-`CheckpointError` (a `UsageError` of `--resume`) if none is intact. Nothing
+changed or truncated (or that TensorFlow cannot read) is skipped with a
+one-line warning naming the file, moved aside (`damaged_program_state_N`,
+so that later saves never keep it in place of a good one), and the previous
+version is loaded instead; `CheckpointError` (a `UsageError` of `--resume`)
+if none is intact. A version written with other settings (its sidecar's
+fingerprint, checked by the caller's `check_fingerprint` before anything
+else is read) is an error, not damage. Nothing
 is read with pickle: the SavedModel holds tensors, the sidecar is JSON.
 """
 
@@ -31,12 +35,14 @@ from collections.abc import Mapping
 import hashlib
 import json
 import os
+import shutil
 import sys
 from typing import Any
 from typing import Optional
 
 import attrs
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 import tree
 
@@ -172,23 +178,29 @@ class CheckpointManager:
   def _remove_orphan_sidecars(self) -> None:
     versions = set(run_to_completion(self._manager.get_versions()) or [])
     for name in os.listdir(self._root_dir):
-      if name.startswith("program_state_") and name.endswith(".json"):
-        version = int(name[len("program_state_") : -len(".json")])
+      if name.startswith(_PREFIX) and name.endswith(".json"):
+        version = int(name[len(_PREFIX) : -len(".json")])
         if version not in versions:
           os.remove(os.path.join(self._root_dir, name))
 
   def load_latest(
-    self, server_template: Any, client_template: Any
+    self,
+    server_template: Any,
+    client_template: Any,
+    check_fingerprint: Callable[[str], None] = lambda fingerprint: None,
   ) -> Optional[ProgramState]:
     """The newest intact checkpoint (module docstring), or None when there
-    is none at all."""
+    is none at all. `check_fingerprint` raises if a version's settings do
+    not match the run's."""
     versions = self.complete_versions()
     if not versions:
       return None
     problems = []
     for version in reversed(versions):
       try:
-        return self._load(version, server_template, client_template)
+        return self._load(
+          version, server_template, client_template, check_fingerprint
+        )
       except _Damaged as e:
         problems.append(str(e))
         older = [v for v in versions if v < version]
@@ -198,16 +210,34 @@ class CheckpointManager:
           else "no older checkpoint"
         )
         self._warn(f"{e}; {then}")
+        self._move_aside(version)
     raise CheckpointError(
       f"no intact checkpoint under {self._root_dir}: {'; '.join(problems)}"
     )
+
+  def _move_aside(self, version: int) -> None:
+    """Renames a damaged version and its sidecar to `damaged_...`: TFF's
+    manager no longer counts it, and nothing of it is deleted."""
+    for path in (self._version_dir(version), self._sidecar(version)):
+      if os.path.exists(path):
+        target = os.path.join(
+          os.path.dirname(path), "damaged_" + os.path.basename(path)
+        )
+        if os.path.isdir(target):
+          shutil.rmtree(target)
+        elif os.path.exists(target):
+          os.remove(target)
+        os.replace(path, target)
 
   def _verify(self, version: int, sidecar: Mapping[str, Any]) -> None:
     expected = sidecar.get("sha256")
     directory = self._version_dir(version)
     if expected is None:  # Written before checksums: loading will tell.
       return
-    actual = file_digests(directory) if os.path.isdir(directory) else {}
+    try:
+      actual = file_digests(directory) if os.path.isdir(directory) else {}
+    except OSError as e:
+      raise _Damaged(f"checkpoint {directory} is unreadable ({e})") from None
     for name, digest in expected.items():
       path = os.path.join(directory, name)
       if name not in actual:
@@ -218,7 +248,11 @@ class CheckpointManager:
         )
 
   def _load(
-    self, version: int, server_template: Any, client_template: Any
+    self,
+    version: int,
+    server_template: Any,
+    client_template: Any,
+    check_fingerprint: Callable[[str], None],
   ) -> ProgramState:
     try:
       with open(self._sidecar(version)) as f:
@@ -227,16 +261,9 @@ class CheckpointManager:
       raise _Damaged(
         f"checkpoint file {self._sidecar(version)} is unreadable ({e})"
       ) from None
+    check_fingerprint(sidecar["fingerprint"])
     self._verify(version, sidecar)
-    try:
-      return self._read(version, sidecar, server_template, client_template)
-    except Exception as e:  # pylint: disable=broad-except
-      # A version whose files pass (or predate) the checksums but that TF
-      # cannot read is damaged too; the previous one may load.
-      first = str(e).splitlines()[0] if str(e) else type(e).__name__
-      raise _Damaged(
-        f"checkpoint {self._version_dir(version)} does not load ({first})"
-      ) from None
+    return self._read(version, sidecar, server_template, client_template)
 
   def _read(
     self,
@@ -249,7 +276,15 @@ class CheckpointManager:
     client_counts = sidecar["client_leaf_counts"]
     num_columns = len(sidecar["ledger_columns"])
     total = num_server + sum(client_counts.values()) + num_columns
-    leaves = run_to_completion(self._manager.load(version, [None] * total))
+    try:
+      leaves = run_to_completion(self._manager.load(version, [None] * total))
+    except (tf.errors.OpError, OSError, ValueError, IndexError) as e:
+      # Files that pass (or predate) the checksums but that TensorFlow
+      # cannot read: damaged too; the previous version may load.
+      first = str(e).splitlines()[0] if str(e) else type(e).__name__
+      raise _Damaged(
+        f"checkpoint {self._version_dir(version)} does not load ({first})"
+      ) from None
     leaves = [np.asarray(leaf) for leaf in leaves]
     server_state = tree.unflatten_as(server_template, leaves[:num_server])
     position = num_server

@@ -403,15 +403,20 @@ def _restore(
       history=(),
       fingerprint=config.fingerprint(),
     )
-  restored = checkpoints.load_latest(server_state, client_template)
-  if not config.same_results_as(restored.fingerprint):
-    raise UsageError(
-      "--resume",
-      f"the checkpoint in {checkpoints.root_dir} was"
-      " written with different settings; use the same flags (only"
-      " --rounds, the executor flags and the checkpoint flags may"
-      " change)",
-    )
+
+  def check_fingerprint(fingerprint: str) -> None:
+    if not config.same_results_as(fingerprint):
+      raise UsageError(
+        "--resume",
+        f"the checkpoint in {checkpoints.root_dir} was"
+        " written with different settings; use the same flags (only"
+        " --rounds, the executor flags and the checkpoint flags may"
+        " change)",
+      )
+
+  restored = checkpoints.load_latest(
+    server_state, client_template, check_fingerprint
+  )
   sampler.set_state(restored.rng_state)
   return restored
 

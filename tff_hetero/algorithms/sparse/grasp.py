@@ -10,7 +10,7 @@ its largest values removed), globally across layers.
 
 Adaptation to FL (FedSGC's paper only says it "adapt[s] GraSP into FL
 setting"; FedDST's code, bibikar/feddst `grasp.py`, runs synflow's GraSP
-pruner on one client's data): the first client of round 1 scores the
+pruner on one client's data): the first client of round 1 with data scores the
 initial model on its local data, over the round's batches, logits divided by
 the temperature 200 (synflow's and GraSP's default), and sends the bit
 masks (`initial_pruning.OneClientPruning`; measured: the dense model down,
@@ -166,6 +166,7 @@ def build_grasp_process(
 ) -> sparse_process.SparseProcess:
   """GraSP in FL (module docstring) as a `sparse_process.SparseProcess`:
   round 1 first scores the initial model on the first client of its cohort
+  with data
   (the process's `initial_pruning` computation), then sparse FedAvg with
   those masks fixed. Settings checked by `SparseSettings` (an error names
   the setting as its `--flag`); `next(state, {client_id: dataset})` as for

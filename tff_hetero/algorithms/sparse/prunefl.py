@@ -41,7 +41,7 @@ Adaptation and departures, each on purpose:
   lr 0.05: with 50 local rounds the second convolution and fc1 never changed
   again and accuracy stayed at 10% for 400 rounds; with 5 the same after the
   first federated round; with 1 the layers keep training).
-* Initial pruning on the first client of round 1 (the program's seeded
+* Initial pruning on the first client of round 1 with data (the program's seeded
   sampling picks it): `--prunefl_initial_rounds` local rounds over its round
   data, reconfiguring after every `--prunefl_initial_readjust_every` of them
   from the squared gradients since the last reconfiguration, the last local
@@ -323,6 +323,7 @@ def build_prunefl_process(
   The same steps as `--algorithm=prunefl`, with `PruneFLSettings`'s
   settings as keyword arguments (checked by it: an error names the setting
   as its `--flag`): round 1 first prunes on the first client of its cohort
+  with data
   (the process's `initial_pruning` computation), and every
   `prunefl_readjust_every` rounds after it (`reconfigure_round`) the
   clients upload their squared gradients and the server reconfigures the

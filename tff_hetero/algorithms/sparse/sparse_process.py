@@ -33,7 +33,7 @@ trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
 update inside them; `initial_pruning.py` the pruning). `next(state,
 cohort)`, `cohort` mapping client ids (among those the process was built
 for) to datasets, runs one of the rounds (PruneFL's and GraSP's round 1
-runs `initial_pruning` on the cohort's first client first): the driver
+runs `initial_pruning` on the cohort's first client with data first): the driver
 takes the cohort's memory rows out of the running sums, passes those and
 the cohort's cumulative epochs in, and keeps what comes back in the new
 state.

@@ -308,15 +308,13 @@ class SparseTraining(api.FederatedAlgorithm):
     )
     # Plus each client's traffic in `prepare_round`.
     traffic = tuple(t.plus(extra.get(t.client_id)) for t in traffic)
-    processed = int(train["metrics"]["num_examples"])
-    expected = sum(c.num_examples for c in clients)
-    loss = float(train["metrics"]["loss"])
     counts = prune_grow.ReadjustCounts(
       *[float(v) for v in measured["readjust"]]
     )
-    metrics = collections.OrderedDict(
-      loss=loss if processed == expected else math.nan,
-      train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+    metrics = learning_process.train_metrics(
+      train, sum(c.num_examples for c in clients)
+    )
+    metrics.update(
       readjust_requested=float(requested),
       reconfigured=float(importance),
       readjusts=counts.readjusts,
@@ -358,7 +356,7 @@ class SparseTraining(api.FederatedAlgorithm):
 
     A client that had no data sent nothing: its row stays, and `next` forgot
     none of it in the running sums (the same `sent`). Every other client's
-    row is replaced, with weight 0 if TFF zeroed a non-finite update, as
+    row is replaced, with weight 0 if the client zeroed a non-finite upload, as
     the running sums replaced its contribution.
     """
     kept = np.flatnonzero(sent)
