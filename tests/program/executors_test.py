@@ -88,9 +88,15 @@ def _run(tmp_path, name, algorithm, augment, model, **executor):
 
 # FedAvg with seeded augmentation: the workers crop and flip exactly as the
 # local runtime does. AdaptiveFL needs a model with two width units.
+# SCAFFOLD: each client's control variate goes in CLIENTS-placed and comes
+# back by cohort position, whichever worker trained it.
 @pytest.mark.parametrize(
   "algorithm,augment,model",
-  [("fedavg", "crop_flip", "mlp"), ("adaptivefl", "none", "small_cnn")],
+  [
+    ("fedavg", "crop_flip", "mlp"),
+    ("adaptivefl", "none", "small_cnn"),
+    ("scaffold", "none", "mlp"),
+  ],
 )
 def test_local_one_worker_and_two_workers_agree(
   tmp_path, two_workers, algorithm, augment, model

@@ -75,6 +75,7 @@ def test_type_signature(process):
   assert member.round_num == tff.TensorType(np.int64)
   sparse = result.metrics.member.sparse
   assert "readjust" in dir(sparse) and "upload_bytes" in dir(sparse)
+  assert sparse.non_finite_updates == tff.TensorType(np.int32)
   # The weights are those of the plain Keras model, not the wrapped one.
   plain = _model()
   weights = process.get_model_weights.type_signature.result

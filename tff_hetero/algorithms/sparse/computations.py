@@ -550,6 +550,14 @@ class SparseRounds:
           reports,
         )
       )
+      measurements["non_finite_updates"] = tff.federated_sum(
+        tff.federated_map(
+          tff.tensorflow.computation(
+            lambda r: r.non_finite, reports.type_signature.member
+          ),
+          reports,
+        )
+      )
       measurements["density"] = density
       measurements["direction_informed"] = informed
       # What the server received from each client (its memory row, with

@@ -85,8 +85,8 @@ Readings and departures, each on purpose:
   nothing and keeps its row, in the memory and in the sums. A client whose
   values are not finite sends zeros with weight 0 (its row then has weight
   0 and counts for nothing), as TFF's FedAvg client work does, counted in
-  the metric `non_finite_updates` (FedSGC, PruneFL, GraSP and the CLI's
-  FedDST; `build_feddst_process`'s metrics do not carry it).
+  the metric `non_finite_updates` (every sparse algorithm;
+  `build_feddst_process`: `metrics["sparse"]["non_finite_updates"]`).
 * Server re-prune per kernel to its ERK budget (FedDST's layer-wise
   re-prune; the paper's wording reads as one global count), every round.
 * Masks cover convolution and dense kernels only (RigL, FedDST); biases and

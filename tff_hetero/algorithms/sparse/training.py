@@ -328,7 +328,7 @@ class SparseTraining(api.FederatedAlgorithm):
         counts.candidates_with_direction, counts.grow_candidates
       ),
       direction_nonzero_inactive=float(measured["direction_informed"]),
-      non_finite_updates=float(sum(int(r.non_finite) for r in reports)),
+      non_finite_updates=float(measured["non_finite_updates"]),
     )
     densities = [float(d) for d in measured["density"]]
     sizes = [k.size for k in self.layout.kernels]
