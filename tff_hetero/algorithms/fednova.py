@@ -36,7 +36,8 @@ The process is TFF's `compose_learning_process` of:
 
 * distributor: our measuring broadcast (as FedAvg's), W = `ModelWeights`;
 * client work (`build_fednova_client_work`), in the three layers of TFF's
-  `model_delta_client_work.py`:
+  `model_delta_client_work.py` (layers 2 and 3 shared with FedProx,
+  `learning_process.build_hparams_client_work`):
     1. `build_fednova_client_update`: a pure `tf.function`
        `client_update(optimizer, initial_weights, data, hparams)` ->
        `(ClientResult(update=NormalizedUpdate(d, a), update_weight=n_i),
@@ -76,7 +77,6 @@ Departures, each on purpose:
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import Any
 from typing import NamedTuple
@@ -189,57 +189,11 @@ def build_fednova_client_work(
   """Layers 2 and 3: FedNova's `ClientWorkProcess` (module docstring); its
   state is the client optimizer's hyperparameters, as in TFF's FedAvg."""
   _check_sgd(optimizer)
-  if metrics_aggregator is None:
-    metrics_aggregator = tff.learning.metrics.sum_then_finalize
-  with tf.Graph().as_default():  # The model's variables must not leak out.
-    model = model_fn()
-    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
-  weights_type = tff.learning.models.weights_type_from_model(model)
-  initial_hparams = optimizer.get_hparams(
-    optimizer.initialize(tf.TensorSpec([], tf.float32))
-  )
-
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_hparams, tff.SERVER)
-
-  hparams_type = init_fn.type_signature.result.member
-
-  @tff.tensorflow.computation(hparams_type)
-  def get_hparams_fn(state):
-    return state
-
-  @tff.tensorflow.computation(hparams_type, hparams_type)
-  def set_hparams_fn(state, new_hparams):
-    del state
-    return new_hparams
-
-  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
-  def client_update_computation(optimizer_hparams, initial_weights, dataset):
-    client_update = build_fednova_client_update(model_fn, client_weighting)
-    return client_update(optimizer, initial_weights, dataset, optimizer_hparams)
-
-  @tff.federated_computation(
-    init_fn.type_signature.result,
-    tff.FederatedType(weights_type, tff.CLIENTS),
-    tff.FederatedType(data_type, tff.CLIENTS),
-  )
-  def next_fn(state, weights, client_data):
-    result, unfinalized_metrics = tff.federated_map(
-      client_update_computation,
-      (tff.federated_broadcast(state), weights, client_data),
-    )
-    measurements = tff.federated_zip(
-      collections.OrderedDict(train=metrics_aggregation_fn(unfinalized_metrics))
-    )
-    return tff.templates.MeasuredProcessOutput(state, result, measurements)
-
-  return tff.learning.templates.ClientWorkProcess(
-    init_fn,
-    next_fn,
-    get_hparams_fn=get_hparams_fn,
-    set_hparams_fn=set_hparams_fn,
+  return learning_process.build_hparams_client_work(
+    model_fn,
+    optimizer,
+    lambda: build_fednova_client_update(model_fn, client_weighting),
+    metrics_aggregator,
   )
 
 

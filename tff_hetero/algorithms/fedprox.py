@@ -84,7 +84,6 @@ process computes exactly TFF FedAvg, bit for bit.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import Any
 from typing import Optional
@@ -218,64 +217,11 @@ def build_proximal_client_work(
   prox_mu = float(prox_mu)
   if not np.isfinite(prox_mu) or prox_mu < 0.0:
     raise ValueError(f"prox_mu must be finite and >= 0, got {prox_mu}")
-  if metrics_aggregator is None:
-    metrics_aggregator = tff.learning.metrics.sum_then_finalize
-
-  with tf.Graph().as_default():
-    # Off the default graph: the model's variables must not leak out.
-    model = model_fn()
-    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
-  weights_type = tff.learning.models.weights_type_from_model(model)
-  # The state is the optimizer's hyperparameters, read off a whimsy state.
-  initial_hparams = optimizer.get_hparams(
-    optimizer.initialize(tf.TensorSpec([], tf.float32))
-  )
-
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_hparams, tff.SERVER)
-
-  hparams_type = init_fn.type_signature.result.member
-
-  @tff.tensorflow.computation(hparams_type)
-  def get_hparams_fn(state):
-    return state
-
-  @tff.tensorflow.computation(hparams_type, hparams_type)
-  def set_hparams_fn(state, new_hparams):
-    del state
-    return new_hparams
-
-  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
-  def client_update_computation(optimizer_hparams, initial_weights, dataset):
-    client_update = build_proximal_client_update(
-      model_fn, prox_mu, client_weighting
-    )
-    return client_update(optimizer, initial_weights, dataset, optimizer_hparams)
-
-  @tff.federated_computation(
-    init_fn.type_signature.result,
-    tff.FederatedType(weights_type, tff.CLIENTS),
-    tff.FederatedType(data_type, tff.CLIENTS),
-  )
-  def next_fn(state, weights, client_data):
-    hparams_at_clients = tff.federated_broadcast(state)
-    client_result, unfinalized_metrics = tff.federated_map(
-      client_update_computation, (hparams_at_clients, weights, client_data)
-    )
-    measurements = tff.federated_zip(
-      collections.OrderedDict(train=metrics_aggregation_fn(unfinalized_metrics))
-    )
-    return tff.templates.MeasuredProcessOutput(
-      state, client_result, measurements
-    )
-
-  return tff.learning.templates.ClientWorkProcess(
-    init_fn,
-    next_fn,
-    get_hparams_fn=get_hparams_fn,
-    set_hparams_fn=set_hparams_fn,
+  return learning_process.build_hparams_client_work(
+    model_fn,
+    optimizer,
+    lambda: build_proximal_client_update(model_fn, prox_mu, client_weighting),
+    metrics_aggregator,
   )
 
 

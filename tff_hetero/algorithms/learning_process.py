@@ -18,6 +18,7 @@ clients; the division is checked to be exact.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from collections.abc import Sequence
 import math
 from typing import Any
@@ -115,6 +116,82 @@ def measured_parts(
       weighted_model_aggregator(model_aggregator, client_weighting)
     ),
     metrics_aggregator=tff_measure.measured_metrics_aggregator(),
+  )
+
+
+def build_hparams_client_work(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  client_update_fn: Callable[[], Callable],
+  metrics_aggregator=None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """Layers 2 and 3 of a client work in the form of TFF's
+  `model_delta_client_work.py`, around a layer-1 `tf.function`.
+
+  `client_update_fn()` builds (inside the typed computation) the function
+  `client_update(optimizer, initial_weights, data, optimizer_hparams) ->
+  (ClientResult, unfinalized metrics)`. The process's state is the client
+  optimizer's hyperparameters, broadcast to the clients, so `get_hparams` /
+  `set_hparams` behave as in TFF's FedAvg:
+
+    next: (<H@SERVER, W@CLIENTS, {D*}@CLIENTS> ->
+           <state=H@SERVER, result=ClientResult<...>@CLIENTS,
+            measurements=<train=...>@SERVER>)
+
+  `metrics_aggregator` defaults to `tff.learning.metrics.sum_then_finalize`.
+  """
+  if metrics_aggregator is None:
+    metrics_aggregator = tff.learning.metrics.sum_then_finalize
+  with tf.Graph().as_default():  # The model's variables must not leak out.
+    model = model_fn()
+    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  # The state is the optimizer's hyperparameters, read off a whimsy state.
+  initial_hparams = optimizer.get_hparams(
+    optimizer.initialize(tf.TensorSpec([], tf.float32))
+  )
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_hparams, tff.SERVER)
+
+  hparams_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(hparams_type)
+  def get_hparams_fn(state):
+    return state
+
+  @tff.tensorflow.computation(hparams_type, hparams_type)
+  def set_hparams_fn(state, new_hparams):
+    del state
+    return new_hparams
+
+  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  def client_update_computation(optimizer_hparams, initial_weights, dataset):
+    client_update = client_update_fn()
+    return client_update(optimizer, initial_weights, dataset, optimizer_hparams)
+
+  @tff.federated_computation(
+    init_fn.type_signature.result,
+    tff.FederatedType(weights_type, tff.CLIENTS),
+    tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(state, weights, client_data):
+    result, unfinalized_metrics = tff.federated_map(
+      client_update_computation,
+      (tff.federated_broadcast(state), weights, client_data),
+    )
+    measurements = tff.federated_zip(
+      collections.OrderedDict(train=metrics_aggregation_fn(unfinalized_metrics))
+    )
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+    init_fn,
+    next_fn,
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
   )
 
 
