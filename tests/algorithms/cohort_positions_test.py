@@ -74,3 +74,24 @@ def test_gather_stacks_each_clients_value_with_its_position(tff_context):
   )
   with pytest.raises(RuntimeError, match="^FedX: "):
     cohort_positions.unstack_rows(broken, 3, "FedX")
+
+
+def test_gather_stacks_values_whose_size_the_type_leaves_open(tff_context):
+  del tff_context
+  value_type = tff.FederatedType(
+    tff.TensorType(np.float32, [None]), tff.CLIENTS
+  )
+
+  @tff.federated_computation(value_type, cohort_positions.POSITIONS_AT_CLIENTS)
+  def comp(values, positions):
+    return cohort_positions.gather(values, positions)
+
+  assert str(comp.type_signature.result.member) == (
+    "<rows=float32[?,?],positions=int32[?]>"
+  )
+  values = [np.array([k, k + 0.5, -k], np.float32) for k in range(3)]
+  gathered = comp(values, [np.int32(1), np.int32(2), np.int32(0)])
+  stacked = cohort_positions.in_cohort_order(gathered, 3, "FedX")
+  np.testing.assert_array_equal(
+    stacked, [[2, 2.5, -2], [0, 0.5, 0], [1, 1.5, -1]]
+  )

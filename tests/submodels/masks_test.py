@@ -120,3 +120,30 @@ def test_top_k_mask_respects_candidates_and_ties():
   np.testing.assert_array_equal(
     masks.top_k_mask(scores, 0, candidates), [0, 0, 0, 0, 0]
   )
+
+
+def test_apply_masks_in_call_switches_the_wrappers_own_masking():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  wrapped = masks.prune_wrap(
+    tf.keras.Sequential(
+      [
+        tf.keras.layers.Dense(
+          2, use_bias=False, kernel_initializer="ones", input_shape=(2,)
+        )
+      ]
+    )
+  )
+  (kernel_at,) = masks.MaskLayout.of(wrapped).kernels
+  weights = tff.learning.models.ModelWeights.from_model(wrapped)
+  kernel = weights.trainable[kernel_at.trainable_index]
+  weights.non_trainable[kernel_at.mask_index].assign([[0.0, 1.0], [1.0, 1.0]])
+  x = tf.constant([[1.0, 2.0]])
+  masks.apply_masks_in_call(wrapped, False)
+  # The kernel as it is: x @ ones.
+  np.testing.assert_array_equal(wrapped(x, training=True), [[3.0, 3.0]])
+  np.testing.assert_array_equal(kernel, np.ones((2, 2)))
+  masks.apply_masks_in_call(wrapped, True)
+  # tfmot's kernel := kernel * mask first: x @ [[0, 1], [1, 1]].
+  np.testing.assert_array_equal(wrapped(x, training=True), [[2.0, 3.0]])
+  np.testing.assert_array_equal(kernel, [[0.0, 1.0], [1.0, 1.0]])

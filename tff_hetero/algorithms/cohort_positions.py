@@ -105,7 +105,8 @@ def concatenated(values):
   tensors, each with a leading axis of any length) concatenated along that
   axis, SERVER-placed: a federated collect through a concatenating
   `tff.federated_aggregate` (several workers' partial results concatenate
-  the same way)."""
+  the same way). Inner sizes may be unknown in the type (each must then be
+  the same for every client)."""
   specs = tf.nest.map_structure(
     lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
     tff.types.type_to_tf_tensor_specs(values.type_signature.member),
@@ -115,12 +116,24 @@ def concatenated(values):
   @tff.tensorflow.computation
   def nothing():
     return tf.nest.map_structure(
-      lambda s: tf.zeros([0, *s.shape[1:]], s.dtype), specs
+      lambda s: tf.zeros([0] + [d or 0 for d in s.shape[1:]], s.dtype), specs
+    )
+
+  def join(x, y):
+    if x.shape[1:].is_fully_defined():
+      return tf.concat([x, y], 0)
+    # Unknown inner sizes: the empty start has size 0 there.
+    return tf.cond(
+      tf.equal(tf.shape(x)[0], 0),
+      lambda: y,
+      lambda: tf.cond(
+        tf.equal(tf.shape(y)[0], 0), lambda: x, lambda: tf.concat([x, y], 0)
+      ),
     )
 
   @tff.tensorflow.computation(accumulator_type, accumulator_type)
   def concatenate(a, b):
-    return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
+    return tf.nest.map_structure(join, a, b)
 
   @tff.tensorflow.computation(accumulator_type)
   def report(accumulated):

@@ -2,7 +2,8 @@
 algorithm whose clients train the task's loss: FedAvg, FedProx, FedAdam and
 the width algorithms (`fedprox.build_proximal_client_update`), FedNova
 (`fednova.build_fednova_client_update`) and the sparse ones
-(`sparse.client_update.MaskedTraining`, masks applied through `transform`);
+(`sparse.client_update.MaskedTraining`, masks applied through `transform`
+and `project`);
 and `zero_all_if_any_non_finite`, how those clients drop a diverged update
 (as TFF's FedAvg client work does).
 
@@ -11,6 +12,7 @@ and `zero_all_if_any_non_finite`, how those clients drop a diverged update
     g_i = dL(batch)/dw_i + prox_mu * (w_i - anchor_i)     (prox_mu > 0 only)
     g_i = transform(i, g_i)                                (if given)
     optimizer_state, w = optimizer.next(optimizer_state, w, g)
+    w_i = project(i, w_i)                                  (if given)
 
 and returns the new optimizer state, the raw loss gradients (before the
 proximal term and the transform: what FedSGC's and PruneFL's importance
@@ -40,6 +42,7 @@ def sgd_step(
   anchor: Optional[Sequence[tf.Tensor]] = None,
   prox_mu: float = 0.0,
   transform: Optional[Callable[[int, tf.Tensor], tf.Tensor]] = None,
+  project: Optional[Callable[[int, tf.Tensor], tf.Tensor]] = None,
 ):
   """One optimizer step on `batch` (module docstring).
 
@@ -53,6 +56,8 @@ def sgd_step(
       not 0.
     prox_mu: FedProx's mu (a Python float: 0 adds no term to the graph).
     transform: `(index, gradient) -> gradient`, applied last.
+    project: `(index, new value) -> value`, applied to the optimizer's new
+      values before they are assigned.
 
   Returns:
     (optimizer state, raw loss gradients (list), examples in the batch
@@ -76,8 +81,8 @@ def sgd_step(
   optimizer_state, updated = optimizer.next(
     optimizer_state, tuple(trainable), tuple(gradients)
   )
-  for variable, value in zip(trainable, updated):
-    variable.assign(value)
+  for i, (variable, value) in enumerate(zip(trainable, updated)):
+    variable.assign(value if project is None else project(i, value))
   if output.num_examples is None:
     count = tf.shape(output.predictions, out_type=tf.int64)[0]
   else:

@@ -75,17 +75,36 @@ class FixedMaskPruning(pruning_wrapper.PruneLowMagnitude):
   keeps tfmot's variables (mask, threshold, step) and its `weight_mask_op`
   (kernel := kernel * mask before the layer runs) and drops the step and the
   schedule; `tfmot.sparsity.keras.strip_pruning` still unwraps it.
+
+  A training loop that keeps the off-mask kernel values at zero itself
+  (`client_update.MaskedTraining`: masked start, masked gradients, masked
+  new values) turns the per-pass `weight_mask_op` off with
+  `apply_masks_in_call(model, False)`: reading, multiplying and assigning
+  every kernel before each forward pass cost a quarter of the MNIST CNN's
+  local training time (0.90 s against 0.71 s for ten clients' epoch of
+  batches of 20 on two cores).
   """
 
   def __init__(self, layer, **kwargs):
     kwargs.setdefault("pruning_schedule", FixedMasks())
     super().__init__(layer, **kwargs)
+    self.mask_in_call = True
 
   def call(self, inputs, training=None, **kwargs):
-    self.add_update(self.pruning_obj.weight_mask_op())
+    if self.mask_in_call:
+      self.add_update(self.pruning_obj.weight_mask_op())
     if "training" in inspect.getfullargspec(self.layer.call).args:
       return self.layer.call(inputs, training=training, **kwargs)
     return self.layer.call(inputs, **kwargs)
+
+
+def apply_masks_in_call(model: tf.keras.Model, enabled: bool) -> None:
+  """Whether `model`'s `FixedMaskPruning` wrappers assign kernel * mask
+  before each forward pass (`prune_wrap` makes them do so); a Python switch
+  read when the model is traced."""
+  for module in model.submodules:
+    if isinstance(module, FixedMaskPruning):
+      module.mask_in_call = bool(enabled)
 
 
 def prune_wrap(model: tf.keras.Model) -> tf.keras.Model:

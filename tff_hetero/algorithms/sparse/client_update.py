@@ -10,9 +10,12 @@ over a model wrapped by `tff_hetero.submodels.masks.prune_wrap`:
 
 * load the received sparse model (values, kernel masks, statistics);
 * local SGD on the unmasked weights only: each masked kernel's gradient is
-  multiplied by its mask, so masked weights stay zero and momentum never
-  moves them; an optional FedProx term prox_mu (w - w_received) joins the
-  gradient;
+  multiplied by its mask, so momentum never moves a masked weight, and so
+  are its new values after each step (a weight pruned mid-round may still
+  have velocity), so masked weights stay zero; an optional FedProx term
+  prox_mu (w - w_received) joins the gradient. The model's tfmot wrappers
+  therefore need not re-apply the masks before each forward pass, and do
+  not (`computations.SparseRounds.model_fn(masks_in_call=False)`);
 * with `readjust` (a round the server requested it; built with `readjust`,
   the bool tensor `requested` may still say no, for a decision made in the
   graph), after every epoch
@@ -135,11 +138,15 @@ class MaskedTraining:
   values; `step(optimizer, state, batch, received_trainable)` takes one
   optimizer step (`local_training.sgd_step`) on the loss gradient plus
   prox_mu (w - w_received) when `prox_mu` > 0, each masked kernel's then
-  multiplied by its mask, and returns (optimizer state, the raw dense loss
-  gradients, the examples in the batch). Masked weights stay zero in every
-  forward pass and upload (tfmot's wrapper sets kernel := kernel x mask
-  before each call); with momentum, a weight pruned in the middle of local
-  training keeps its velocity in the optimizer state until the round ends.
+  multiplied by its mask, and the kernel's new values too, and returns
+  (optimizer state, the raw dense loss gradients, the examples in the
+  batch). Masked weights so stay zero in every forward pass and upload,
+  and the model's tfmot wrappers need not apply kernel := kernel x mask
+  before each call themselves: the rounds build it with that switched off
+  (`computations.SparseRounds.model_fn(masks_in_call=False)`: the same
+  values, without an assignment per kernel and pass). With momentum, a
+  weight pruned in the middle of local training keeps its velocity in the
+  optimizer state until the round ends, and its value stays zero.
   """
 
   def __init__(self, model, layout: masks_lib.MaskLayout, prox_mu: float):
@@ -169,10 +176,10 @@ class MaskedTraining:
   def step(self, optimizer, optimizer_state, batch, received_trainable):
     # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
     # get their raw gradient too; the step masks it.
-    def masked(i, gradient):
+    def masked(i, value):
       if i in self._kernel_of:
-        return gradient * self.mask_vars[self._kernel_of[i]]
-      return gradient
+        return value * self.mask_vars[self._kernel_of[i]]
+      return value
 
     return local_training.sgd_step(
       self.model,
@@ -183,6 +190,7 @@ class MaskedTraining:
       anchor=received_trainable,
       prox_mu=self._prox_mu,
       transform=masked,
+      project=masked,
     )
 
   def upload_values(self) -> tuple[list, list]:

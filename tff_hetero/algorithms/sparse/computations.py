@@ -12,6 +12,10 @@ U = `ClientReport`, C = `ReadjustCounts`:
             <S@SERVER, G@SERVER, R@SERVER,
              <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
 
+(in a round without readjustment, M is a `PackedRow`, float32[?] values
+and the weight: the values at the sent model's masks, which every client
+kept; `unpacked_rows` restores the row on the driver).
+
 Inputs: the global model, its direction map, the running sums over every
 remembered upload except those of this round's K clients (whose new
 uploads replace them: the driver subtracts their memory rows beforehand,
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+import functools
 from typing import Any
 from typing import NamedTuple
 
@@ -105,6 +110,76 @@ class MemoryRows(NamedTuple):
   values: Any
   masks: Any
   weight: Any
+
+
+class PackedRow(NamedTuple):
+  """A memory row as a round without readjustment returns it.
+
+  In such a round every client keeps the masks it was sent (the global
+  model's), so its row is known from the values at those masks: the
+  elements of each trainable tensor that the sent model's mask keeps
+  (kernels; every element of the other tensors), in row-major order,
+  concatenated over the tensors, and the weight. At sparsity 0.8 that is
+  about a fifth of the dense row and no mask; the driver restores the
+  `MemoryRows` (`unpacked_rows`).
+
+  Attributes:
+    values: float32 [kept elements].
+    weight: float32 aggregation weight.
+  """
+
+  values: Any
+  weight: Any
+
+
+def _kept_elements(layout: masks_lib.MaskLayout, trainable, kernel_masks):
+  """Per trainable tensor, the flat positions its mask keeps (NumPy)."""
+  masks = [np.ones(np.shape(w), bool) for w in trainable]
+  for kernel, mask in zip(layout.kernels, kernel_masks):
+    masks[kernel.trainable_index] = np.asarray(mask) > 0
+  return [np.flatnonzero(m.reshape(-1)) for m in masks]
+
+
+def packed_values(layout: masks_lib.MaskLayout, values, kernel_masks):
+  """TF: `PackedRow.values` of `values` (one per trainable tensor) at
+  `kernel_masks` (those of the model the client was sent)."""
+  masks = full_masks(layout, values, kernel_masks)
+  return tf.concat(
+    [
+      tf.boolean_mask(tf.reshape(v, [-1]), tf.reshape(m, [-1]) > 0)
+      for v, m in zip(values, masks)
+    ],
+    0,
+  )
+
+
+def unpacked_rows(
+  layout: masks_lib.MaskLayout, sent: SparseModel, packed: PackedRow
+) -> MemoryRows:
+  """On the driver (NumPy): the `MemoryRows` of stacked `PackedRow`s whose
+  clients were all sent the model `sent` (zeros off its masks, its masks)."""
+  values = np.asarray(packed.values, np.float32)
+  rows = values.shape[0]
+  out, offset = [], 0
+  for w, kept in zip(
+    sent.trainable, _kept_elements(layout, sent.trainable, sent.masks)
+  ):
+    dense = np.zeros((rows, np.size(w)), np.float32)
+    dense[:, kept] = values[:, offset : offset + kept.size]
+    offset += kept.size
+    out.append(dense.reshape((rows,) + np.shape(w)))
+  if offset != values.shape[1]:
+    raise ValueError(
+      f"packed memory rows hold {values.shape[1]} values, the sent model's"
+      f" masks keep {offset}"
+    )
+  masks = [
+    np.repeat((np.asarray(m) > 0).astype(np.uint8)[None], rows, axis=0)
+    for m in sent.masks
+  ]
+  return MemoryRows(
+    values=out, masks=masks, weight=np.asarray(packed.weight, np.float32)
+  )
 
 
 _spec = learning_process.tensor_spec
@@ -327,14 +402,25 @@ class SparseRounds:
   def zero_directions(self, initial: SparseModel) -> list:
     return [np.zeros(np.asarray(m).shape, np.int8) for m in initial.masks]
 
-  def model_fn(self):
-    """The wrapped model as a `tff.learning.models.VariableModel`."""
+  def model_fn(self, masks_in_call: bool = True):
+    """The wrapped model as a `tff.learning.models.VariableModel`; with
+    `masks_in_call` False its wrappers do not apply the masks before each
+    forward pass (for `client_update.MaskedTraining`, which keeps masked
+    weights at zero itself)."""
+    keras_model = self._keras_fn()
+    masks_lib.apply_masks_in_call(keras_model, masks_in_call)
     return tff.learning.models.from_keras_model(
-      self._keras_fn(),
+      keras_model,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       input_spec=self._element_spec,
       metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
     )
+
+  def packs_rows(self, readjust, importance: bool = False) -> bool:
+    """Whether `round_computation(readjust, importance)` returns its memory
+    rows as `PackedRow`s (with memory, in rounds without readjustment:
+    every client keeps the masks it was sent)."""
+    return self.remembers and not readjust and not importance
 
   def round_body(self, readjust, importance: bool = False):
     """The Python body of `round_computation(readjust, importance)`, to call
@@ -400,7 +486,9 @@ class SparseRounds:
     def client_work(received, packed, clock, data):
       """`clock`: cumulative epochs before this round (`BY_ROUND`: the
       round number)."""
-      update = client_lib.build_client_update(model_fn, layout, **settings)
+      update = client_lib.build_client_update(
+        functools.partial(model_fn, masks_in_call=False), layout, **settings
+      )
       directions = [
         prune_grow.unpack_ternary(p, s) for p, s in zip(packed, shapes)
       ]
@@ -447,13 +535,24 @@ class SparseRounds:
 
     value_type = to_value.type_signature.result
 
-    @tff.tensorflow.computation(value_type, upload_type)
-    def to_row(value, upload):
-      return MemoryRows(
-        values=list(value),
-        masks=[tf.cast(m, tf.uint8) for m in upload.masks],
-        weight=upload.weight,
-      )
+    if self.packs_rows(readjust, importance):
+
+      @tff.tensorflow.computation(value_type, upload_type, self.model_type)
+      def to_row(value, upload, received):
+        return PackedRow(
+          values=packed_values(layout, list(value), received.masks),
+          weight=upload.weight,
+        )
+    else:
+
+      @tff.tensorflow.computation(value_type, upload_type, self.model_type)
+      def to_row(value, upload, received):
+        del received
+        return MemoryRows(
+          values=list(value),
+          masks=[tf.cast(m, tf.uint8) for m in upload.masks],
+          weight=upload.weight,
+        )
 
     distributor = tff_measure.build_measured_broadcast_process(
       self.model_type,
@@ -566,7 +665,7 @@ class SparseRounds:
       if positions is None:
         received = None
       elif memory != "none":
-        rows = tff.federated_map(to_row, (values, uploads))
+        rows = tff.federated_map(to_row, (values, uploads, delivered.result))
         received = cohort_positions.gather(
           tff.federated_zip((rows, reports)), positions
         )

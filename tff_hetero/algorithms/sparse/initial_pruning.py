@@ -112,7 +112,8 @@ class OneClientPruning(training.SparseTraining, abc.ABC):
   @abc.abstractmethod
   def client_fn(self, model_fn, received: SparseModel, data):
     """TF: (trainable values, kernel masks) the pruning client returns;
-    `model_fn` builds the wrapped `tff.learning.models.VariableModel`."""
+    `model_fn` builds the wrapped `tff.learning.models.VariableModel`
+    (`computations.SparseRounds.model_fn`)."""
 
   def setup_computations(self) -> dict:
     return {"initial_pruning": self.pruning_computation()}

@@ -242,7 +242,9 @@ class PruneFL(initial_pruning.OneClientPruning):
     return self.initial_rounds * client.num_examples
 
   def client_fn(self, model_fn, received: SparseModel, data):
-    trainer = client_lib.MaskedTraining(model_fn(), self.layout, 0.0)
+    trainer = client_lib.MaskedTraining(
+      model_fn(masks_in_call=False), self.layout, 0.0
+    )
     layout, optimizer = self.layout, self.rounds.client_optimizer
     rounds, every = self.initial_rounds, self.initial_readjust_every
     reconfigure = self._reconfigure

@@ -21,7 +21,9 @@ trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
         <rows=<M[K], U[K]>, positions=int32[K]>@SERVER, metrics@SERVER>)
     (R in: the running sums less the cohort's remembered rows, which the
     driver subtracts, `computations.without_rows`; R out: the new running
-    sums) without server memory (`sgc_memory="none"`): no R, rows=U[K].
+    sums; in `round`, M is a `computations.PackedRow`, the values at the
+    sent model's masks, which the driver unpacks) without server memory
+    (`sgc_memory="none"`): no R, rows=U[K].
 
     reconfigure_round (PruneFL's rounds whose clients also upload their
     squared gradients): as `round` without memory.

@@ -9,8 +9,10 @@ server state and returns the measured traffic:
 * server state `SparseState`: the global `SparseModel`, its direction maps,
   and, with server memory, the running `MaskedSums` over every remembered
   upload and the `MemoryRows` themselves (one row per client id given to the
-  builder; the cohort's rows go into the round SERVER-placed and the rows
-  that come back replace them, so the memory is part of every checkpoint);
+  builder; the driver takes the cohort's rows out of the running sums
+  before the round and the rows that come back replace them, unpacked
+  first after a round without readjustment, so the memory is part of
+  every checkpoint);
 * client state (the client-state store): the client's cumulative training
   epochs, an int64, read and returned by the client computation only.
 
@@ -278,6 +280,12 @@ class SparseTraining(api.FederatedAlgorithm):
       new_rows, reports = cohort_positions.in_cohort_order(
         received, n, self.name
       )
+      if self.rounds.packs_rows(requested, importance):
+        new_rows = computations.unpacked_rows(
+          self.layout,
+          SparseModel(*state.model),
+          computations.PackedRow(*new_rows),
+        )
       memory = self._remember(memory, rows, new_rows, sent)
       reports = cohort_positions.unstacked(reports, n)
     else:
