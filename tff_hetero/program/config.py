@@ -43,6 +43,7 @@ RESUMABLE_SETTINGS = frozenset(
     "progress",
     "checkpoint_every",
     "keep_checkpoints",
+    "profile_rounds",
   }
 )
 
@@ -172,6 +173,13 @@ class ExperimentConfig:
     " colon-separated); default 1/8, 1/4, 1/2 and all of the run's upload.",
   )
   progress: bool = setting(True, "Show a progress bar.")
+  profile_rounds: int = setting(
+    0,
+    "Write a TensorBoard profiler trace of this many rounds, from the second"
+    " round the run executes, to <experiment>/tensorboard (the driver"
+    " process: the TFF worker's share is the wait in TFF's call).",
+    check=non_negative_int("no trace"),
+  )
   # The chosen algorithm's own settings (not a flag: its fields are).
   settings: AlgorithmSettings = attrs.field(factory=AlgorithmSettings)
 

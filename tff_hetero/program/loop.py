@@ -39,6 +39,7 @@ from tff_hetero.errors import UsageError
 from tff_hetero.program import atomic_files
 from tff_hetero.program import checkpoint as checkpoint_lib
 from tff_hetero.program import outputs
+from tff_hetero.program import profiling
 from tff_hetero.program.config import ExperimentConfig
 from tff_hetero.program.evaluation import CentralEvaluator
 from tff_hetero.program.progress import ProgressBar
@@ -302,12 +303,20 @@ def run_experiment(
       None  # (round, weights) of the last evaluation's first model
     )
     releaser = outputs.MetricsReleaser(experiment_dir)
+    profiler = profiling.RoundProfiler(
+      os.path.join(experiment_dir, outputs.TENSORBOARD_DIR),
+      config.profile_rounds,
+      first_round=start_round + 1
+      if config.rounds > start_round
+      else start_round,
+    )
     progress = ProgressBar(
       config.rounds, start_round - 1, enabled=config.progress
     )
     last_checkpoint = start_round - 1
     try:
       for round_num in range(start_round, config.rounds + 1):
+        profiler.round_starts(round_num)
         round_start = time.monotonic()
         clients = _round_clients(
           experiment,
@@ -369,7 +378,9 @@ def run_experiment(
             )
           )
           last_checkpoint = round_num
+        profiler.round_ended(round_num)
     finally:
+      profiler.close()
       progress.close()
     if evaluated_first is not None and evaluated_first[0] == config.rounds:
       final_weights = evaluated_first[1]
