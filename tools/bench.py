@@ -3,6 +3,7 @@ r"""Benchmarks of the training pipeline (not part of the test suite).
   python tools/bench.py                 # --suite=base
   python tools/bench.py --suite=base --rounds=5 --rss_rounds=100
   python tools/bench.py --suite=coldstart
+  python tools/bench.py --suite=scale
   python tools/bench.py --smoke --rounds=2 --rss_rounds=20   # tries it out
 
 `--rounds` rounds (at least 5; fewer only with `--smoke`) are timed after
@@ -83,6 +84,20 @@ ratios of the FedSGC and FedAvg rounds run side by side, with its `_min` and
     map, re-prune) with 100 remembered clients, and
     `fedsgc_memory_update_s` the driver's copy of the 100 rows with the
     cohort's replaced.
+Suite `scale` runs our program's FedAvg (`loop.run_experiment`, as
+`ours_round_s` of suite base) on `--dataset` at three (population, cohort)
+sizes, `SCALE_CONFIGS`: 100 / 10, 1,000 / 10 and 1,000 / 100 clients, iid,
+batch 40 so that every client trains one batch at either population (40
+examples each at 100 clients of mnist5k, 4 at 1,000), 1 epoch:
+  * `<name>_round_s`: median, `_min`, `_max` over three runs of each size
+    (run in turn, each size taking each place in the order once) of
+    `--rounds` rounds after a warm-up (the last, evaluating round is not
+    timed), and `<name>_rss_mib`, the largest resident memory of driver
+    plus TFF worker after a round;
+  * `population_ratio`: 1,000 / 10 over 100 / 10 (the program builds
+    datasets for the cohort only: ~1 when the population does not matter);
+  * `cohort_ratio`: 1,000 / 100 over 1,000 / 10 (at most ~10 when the round
+    grows linearly in the cohort).
 Suite `gkt` (edge `fedgkt_edge_resnet8`, server `fedgkt_server_resnet19`
 unless --model / --gkt_server_model say otherwise; mnist5k, 20 clients,
 cohort 4 by default):
@@ -130,7 +145,7 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 _SUITE = flags.DEFINE_enum(
   "suite",
   "base",
-  ["base", "hetero", "sparse", "gkt", "coldstart"],
+  ["base", "hetero", "sparse", "scale", "gkt", "coldstart"],
   "Benchmark suite.",
 )
 _GKT_ROUNDS = flags.DEFINE_integer(
@@ -840,6 +855,73 @@ def bench_sparse() -> collections.OrderedDict:
   return results
 
 
+# Suite `scale`: (name, population, cohort).
+SCALE_CONFIGS = (
+  ("pop100_cohort10", 100, 10),
+  ("pop1000_cohort10", 1000, 10),
+  ("pop1000_cohort100", 1000, 100),
+)
+# One batch per client: 40 examples at 100 clients of mnist5k, 4 at 1,000.
+SCALE_BATCH = 40
+
+
+def bench_scale() -> collections.OrderedDict:
+  """Our program's FedAvg at each `SCALE_CONFIGS` entry (module docstring)."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  results = collections.OrderedDict()
+  times = {name: [] for name, _, _ in SCALE_CONFIGS}
+  rss = {name: [] for name, _, _ in SCALE_CONFIGS}
+  with tempfile.TemporaryDirectory() as root:
+    # Runs of the three in turn, each taking each place in the order once,
+    # so that a change in the machine's load reaches every size alike.
+    for cycle in range(len(SCALE_CONFIGS)):
+      order = SCALE_CONFIGS[cycle:] + SCALE_CONFIGS[:cycle]
+      for name, population, cohort in order:
+
+        def record(round_num, row, name=name):
+          del round_num, row
+          rss[name].append(_rss_bytes())
+
+        result = loop.run_experiment(
+          _config(
+            num_clients=population,
+            clients_per_round=cohort,
+            min_samples_per_client=1,
+            batch_size=SCALE_BATCH,
+            rounds=timed + 2,
+            eval_every=10**6,
+            root_output_dir=root,
+            experiment_name=f"{name}_{cycle}",
+          ),
+          on_round=record,
+        )
+        history = result.report["history"]
+        walls = [0.0] + [r["wall_time_s"] for r in history]
+        times[name] += [b - a for a, b in zip(walls, walls[1:])][1:-1]
+        if any(r["clients"] != cohort for r in history):
+          raise AssertionError(
+            f"{name}: a round did not train {cohort} clients"
+          )
+  for name, _, _ in SCALE_CONFIGS:
+    _spread(results, f"{name}_round_s", times[name])
+    results[f"{name}_rss_mib"] = round(max(rss[name]) / 2**20, 1)
+  results["population_ratio"] = round(
+    results["pop1000_cohort10_round_s"] / results["pop100_cohort10_round_s"], 3
+  )
+  results["cohort_ratio"] = round(
+    results["pop1000_cohort100_round_s"] / results["pop1000_cohort10_round_s"],
+    3,
+  )
+  results["setup"] = (
+    f"{_DATASET.value}/{_model()} FedAvg, iid, batch {SCALE_BATCH} (one"
+    f" batch per client at either population), 1 epoch, median/min/max of"
+    f" {len(SCALE_CONFIGS)} runs' {timed} rounds after 1 warm-up each"
+  )
+  return results
+
+
 def _gkt_run(mode: str, rounds: int, cohort: int) -> collections.OrderedDict:
   """One FedGKT run in `mode`: round and server-step times, memory growth."""
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
@@ -1130,6 +1212,7 @@ SUITES = collections.OrderedDict(
   base=bench_base,
   hetero=bench_hetero,
   sparse=bench_sparse,
+  scale=bench_scale,
   gkt=bench_gkt,
   coldstart=bench_coldstart,
 )

@@ -80,9 +80,10 @@ class FixedMaskPruning(pruning_wrapper.PruneLowMagnitude):
   (`client_update.MaskedTraining`: masked start, masked gradients, masked
   new values) turns the per-pass `weight_mask_op` off with
   `apply_masks_in_call(model, False)`: reading, multiplying and assigning
-  every kernel before each forward pass cost a quarter of the MNIST CNN's
-  local training time (0.90 s against 0.71 s for ten clients' epoch of
-  batches of 20 on two cores).
+  every kernel before each forward pass made ten clients' local training
+  (mnist_cnn_feddst, 5 epochs of batch 50, in one process on two cores)
+  take 5.63 s against 4.86 s without it (an unwrapped model: 5.13 s;
+  medians of three).
   """
 
   def __init__(self, layer, **kwargs):
