@@ -95,9 +95,14 @@ examples each at 100 clients of mnist5k, 4 at 1,000), 1 epoch:
     timed), and `<name>_rss_mib`, the largest resident memory of driver
     plus TFF worker after a round;
   * `population_ratio`: 1,000 / 10 over 100 / 10 (the program builds
-    datasets for the cohort only: ~1 when the population does not matter);
-  * `cohort_ratio`: 1,000 / 100 over 1,000 / 10 (at most ~10 when the round
+    datasets for the cohort only, so about 1 if nothing else grows with the
+    population; the 1,000-client runs' clients hold a tenth of the
+    examples, so this bounds the population's cost rather than isolating
+    it);
+  * `cohort_ratio`: 1,000 / 100 over 1,000 / 10 (about 10 when the round
     grows linearly in the cohort).
+Batch 40 is one batch per client with the default mnist5k (4,000 training
+examples); other `--dataset`s give other per-client sizes.
 Suite `gkt` (edge `fedgkt_edge_resnet8`, server `fedgkt_server_resnet19`
 unless --model / --gkt_server_model say otherwise; mnist5k, 20 clients,
 cohort 4 by default):

@@ -9,9 +9,12 @@ and data (one call of each in turn, the order rotating, `--rounds` times
 after two warm-up calls; `--rounds` is `tools/bench.py`'s flag, and the
 suite's flags `--dataset` / `--model` apply too) and prints each one's median and fastest seconds:
 
-  * `fedavg`: our FedAvg's round (`FederatedAlgorithm.next`);
-  * `fedsgc`: FedSGC's round computation (memory `models`), as the driver
-    calls it, from the initial state;
+  * `fedavg`: our FedAvg's round (`FederatedAlgorithm.next`: the TFF
+    process and the traffic records);
+  * `fedsgc_next`: FedSGC's round as the program runs it
+    (`FederatedAlgorithm.next`, memory `models`: the driver's work on the
+    memory rows included, the state carried from call to call);
+  * `fedsgc`: FedSGC's round computation alone, from the initial state;
   * `fedsgc_without_rows`: the same round body returning no per-client rows
     (no memory rows, no reports gathered at the server);
   * `fedsgc_memory_none`: FedSGC's round without server memory;
@@ -172,8 +175,26 @@ def main(argv):
       )
       for c, d in zip(cohort, data)
     ]
+    carried = {"state": state, "round": 0}
+
+    def fedsgc_next():
+      carried["round"] += 1
+      clients = [
+        api.ClientRound(
+          client_id=c,
+          dataset=d,
+          num_examples=len(fed.client_train(c)),
+          state=np.int64(carried["round"] - 1),
+        )
+        for c, d in zip(cohort, data)
+      ]
+      carried["state"] = sgc.next(
+        carried["state"], carried["round"], clients
+      ).state
+
     parts = collections.OrderedDict(
       fedavg=lambda: fedavg.next(fedavg_state, 1, fedavg_clients),
+      fedsgc_next=fedsgc_next,
       fedsgc=lambda: full(
         state.model, state.directions, state.sums, epochs, data, positions
       ),

@@ -2,7 +2,8 @@
 
 A real run (synthetic data, MLP, three rounds) with `profile_rounds=1`
 profiles round 2 only: its trace, where TensorBoard reads it, holds one
-call of the program's per-round cohort building. `RoundProfiler` starts and
+call of the program's per-round cohort building, round 2's callback and
+neither round 1's nor round 3's (whose evaluation is absent too). `RoundProfiler` starts and
 stops on the rounds it is given, and stops when the run ends early.
 """
 
@@ -40,7 +41,20 @@ def _python_calls(trace) -> collections.Counter:
   return calls
 
 
+def round_1_done():
+  pass
+
+
+def round_2_done():
+  pass
+
+
+def round_3_done():
+  pass
+
+
 def test_a_run_traces_the_rounds_asked_for(tmp_path):
+  marks = {1: round_1_done, 2: round_2_done, 3: round_3_done}
   result = loop.run_experiment(
     make_config(
       dataset="synthetic",
@@ -50,16 +64,22 @@ def test_a_run_traces_the_rounds_asked_for(tmp_path):
       rounds=3,
       batch_size=10,
       profile_rounds=1,
+      eval_every=3,
       checkpoint_every=3,
       progress=False,
       root_output_dir=str(tmp_path),
       experiment_name="profiled",
-    )
+    ),
+    on_round=lambda round_num, row: marks[round_num](),
   )
   (trace,) = _traces(os.path.join(result.experiment_dir, "tensorboard"))
   calls = _python_calls(trace)
-  # One round of three: the program built one cohort while profiling.
+  # Round 2 of three, and only it: one cohort built, round 2's mark and
+  # neither of the others', no evaluation or checkpoint (round 3's).
   assert calls["_round_clients"] == 1
+  assert calls["round_2_done"] == 1
+  assert calls["round_1_done"] == 0 and calls["round_3_done"] == 0
+  assert calls["_evaluate"] == 0
   assert calls["invoke"] >= 1  # The wait in TFF's call is in the trace.
 
 

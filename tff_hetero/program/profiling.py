@@ -24,6 +24,7 @@ call (`sync_execution_context.invoke`); `tools/bench.py` times them.
 
 from __future__ import annotations
 
+from absl import logging
 import tensorflow as tf
 
 __all__ = ["RoundProfiler"]
@@ -46,13 +47,22 @@ class RoundProfiler:
     return self._active
 
   def round_starts(self, round_num: int) -> None:
+    """Starts the profiler before `first_round`; a profiler that cannot
+    start (e.g. one already runs in the process) is a warning: the trace is
+    a diagnostic, not a reason to stop the run."""
     if round_num == self.first_round and self.last_round >= round_num:
-      tf.profiler.experimental.start(
-        self.directory,
-        options=tf.profiler.experimental.ProfilerOptions(
-          host_tracer_level=2, python_tracer_level=1, device_tracer_level=0
-        ),
-      )
+      try:
+        tf.profiler.experimental.start(
+          self.directory,
+          options=tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=2, python_tracer_level=1, device_tracer_level=0
+          ),
+        )
+      except (tf.errors.OpError, RuntimeError, ValueError) as e:
+        logging.warning(
+          "--profile_rounds: no trace, the profiler did not start: %s", e
+        )
+        return
       self._active = True
 
   def round_ended(self, round_num: int) -> None:
@@ -60,7 +70,12 @@ class RoundProfiler:
       self.close()
 
   def close(self) -> None:
-    """Stops the profiler (writing the trace) if it runs."""
+    """Stops the profiler (writing the trace) if it runs; never raises (it
+    runs in the program's `finally`, possibly while another error ends the
+    run), a failure to write is a warning."""
     if self._active:
       self._active = False
-      tf.profiler.experimental.stop()
+      try:
+        tf.profiler.experimental.stop()
+      except (tf.errors.OpError, RuntimeError, ValueError) as e:
+        logging.warning("--profile_rounds: the trace was not written: %s", e)

@@ -6,8 +6,9 @@ masks are the `mask` variables of `tensorflow_model_optimization`'s
 `PruneLowMagnitude` wrappers: `prune_wrap(model)` wraps every kernel layer in
 `FixedMaskPruning`, tfmot's wrapper with a schedule that never prunes
 (`FixedMasks`), so tfmot applies the masks (its `weight_mask_op` assigns
-kernel * mask before every forward pass) and never changes them: the
-algorithms decide masks themselves. Masks, tfmot's thresholds and pruning
+kernel * mask before every forward pass; a training loop that keeps masked
+weights at zero itself turns that off, `apply_masks_in_call`) and never
+changes them: the algorithms decide masks themselves. Masks, tfmot's thresholds and pruning
 steps are non-trainable weights of the wrapped model, so they are part of
 `tff.learning.models.ModelWeights` like batch-norm statistics. What crosses
 the network is a `SparseModel` (values, kernel masks, other statistics):

@@ -8,11 +8,12 @@
 
 over a model wrapped by `tff_hetero.submodels.masks.prune_wrap`:
 
-* load the received sparse model (values, kernel masks, statistics);
+* load the received sparse model (values, kernel masks, statistics;
+  kernels multiplied by their masks);
 * local SGD on the unmasked weights only: each masked kernel's gradient is
-  multiplied by its mask, so momentum never moves a masked weight, and so
-  are its new values after each step (a weight pruned mid-round may still
-  have velocity), so masked weights stay zero; an optional FedProx term
+  multiplied by its mask, and so are its new values after each step, so
+  masked weights stay zero (a weight pruned mid-round may keep velocity in
+  the optimizer state; its value stays zero); an optional FedProx term
   prox_mu (w - w_received) joins the gradient. The model's tfmot wrappers
   therefore need not re-apply the masks before each forward pass, and do
   not (`computations.SparseRounds.model_fn(masks_in_call=False)`);
@@ -163,6 +164,17 @@ class MaskedTraining:
 
   def load(self, received: SparseModel) -> list:
     start = self.layout.to_model_weights(received)
+    # Kernels zero off their masks from the start (every sender already
+    # sends them so; here it is guaranteed in one place).
+    trainable = list(start.trainable)
+    for kernel in self.layout.kernels:
+      i = kernel.trainable_index
+      trainable[i] = trainable[i] * tf.cast(
+        start.non_trainable[kernel.mask_index], trainable[i].dtype
+      )
+    start = tff.learning.models.ModelWeights(
+      trainable=trainable, non_trainable=list(start.non_trainable)
+    )
     tf.nest.map_structure(
       lambda v, t: v.assign(t), self.weights, start, check_types=False
     )
@@ -174,8 +186,8 @@ class MaskedTraining:
     )
 
   def step(self, optimizer, optimizer_state, batch, received_trainable):
-    # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
-    # get their raw gradient too; the step masks it.
+    # Dense: the layer reads the kernel itself (zero off-mask), so masked
+    # entries get their raw gradient too; the step masks it.
     def masked(i, value):
       if i in self._kernel_of:
         return value * self.mask_vars[self._kernel_of[i]]
@@ -248,8 +260,8 @@ def build_client_update(
             batch["y"], logits, from_logits=True
           )
         )
-      # Dense: tfmot's wrapper computes with kernel * mask, so masked entries
-      # get their gradient too.
+      # Dense: the layer reads the kernel itself (zero off-mask), so masked
+      # entries get their gradient too.
       return tape.gradient(loss, weights.trainable)
 
     def readjust_all(batch, epochs_done, summed, batches):

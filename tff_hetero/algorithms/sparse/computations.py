@@ -134,10 +134,10 @@ class PackedRow(NamedTuple):
 
 def _kept_elements(layout: masks_lib.MaskLayout, trainable, kernel_masks):
   """Per trainable tensor, the flat positions its mask keeps (NumPy)."""
-  masks = [np.ones(np.shape(w), bool) for w in trainable]
-  for kernel, mask in zip(layout.kernels, kernel_masks):
-    masks[kernel.trainable_index] = np.asarray(mask) > 0
-  return [np.flatnonzero(m.reshape(-1)) for m in masks]
+  return [
+    np.flatnonzero(np.reshape(np.asarray(m), [-1]) > 0)
+    for m in full_masks(layout, trainable, kernel_masks)
+  ]
 
 
 def packed_values(layout: masks_lib.MaskLayout, values, kernel_masks):
@@ -539,10 +539,17 @@ class SparseRounds:
 
       @tff.tensorflow.computation(value_type, upload_type, self.model_type)
       def to_row(value, upload, received):
-        return PackedRow(
-          values=packed_values(layout, list(value), received.masks),
-          weight=upload.weight,
+        # Packing at the sent masks holds only if the client kept them.
+        kept = tf.debugging.assert_equal(
+          tf.reduce_sum(upload.mask_sent),
+          0.0,
+          message="a client changed its masks in a round without readjustment",
         )
+        with tf.control_dependencies([kept]):
+          return PackedRow(
+            values=packed_values(layout, list(value), received.masks),
+            weight=tf.identity(upload.weight),
+          )
     else:
 
       @tff.tensorflow.computation(value_type, upload_type, self.model_type)

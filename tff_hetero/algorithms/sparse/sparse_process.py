@@ -11,7 +11,9 @@ keeps the memory rows and epochs, and takes the cohort's rows out of the
 running sums), the ones
 `--algorithm=fedsgc|prunefl|grasp` run (`computations.SparseRounds`). With
 S = `SparseModel`, G the int8 direction maps, R = `MaskedSums` of the
-trainable weights, M = `MemoryRows`, U = `ClientReport`, D one batch:
+trainable weights, M = `MemoryRows` (in `round`: `computations.PackedRow`,
+stacked float32[K, ?] values and float32[K] weights), U = `ClientReport`,
+D one batch:
 
     round (a round without readjustment) and readjust_round (one the
     server requests):
