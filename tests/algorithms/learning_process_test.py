@@ -296,3 +296,18 @@ def test_fedprox_uniform_weighting_is_tffs_unweighted_fedavg(tff_context):
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
   _assert_one_round_equal(prox, reference)
+
+
+def test_model_weights_read_from_the_state_equal_tffs_get_model_weights(
+  tff_context,
+):
+  del tff_context
+  config = make_config(client_lr=0.1, client_optimizer="sgd")
+  algorithm = fedavg.build_fedavg(config, _TASK)
+  state = algorithm.next(algorithm.initialize(), 1, _clients()).state
+  read = algorithm.model_weights(state)
+  assert isinstance(read, tff.learning.models.ModelWeights)
+  # TFF's own computation over the same state: the same weights, exactly.
+  called = algorithm.process.get_model_weights(state)
+  for a, b in zip(tf.nest.flatten(read), tf.nest.flatten(called)):
+    np.testing.assert_array_equal(a, b)

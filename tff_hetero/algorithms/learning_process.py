@@ -394,6 +394,14 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     )
 
   def model_weights(self, state):
+    """The global model's weights. A composed process's state holds them
+    (`LearningAlgorithmState.global_model_weights`), read here without
+    `get_model_weights`, a TFF call that sends the whole state to the
+    worker and back (10 ms of each round of the overhead-bound benchmark,
+    where the program checks the weights are finite: docs/performance.md)."""
+    weights = getattr(state, "global_model_weights", None)
+    if isinstance(weights, tff.learning.models.ModelWeights):
+      return weights
     return self.process.get_model_weights(state)
 
   def evaluation_models(self, state, data=None):
