@@ -289,6 +289,13 @@ def _spread(
   return results
 
 
+def _timed_round_seconds(history) -> list[float]:
+  """Each round's seconds from a run's history (`wall_time_s` is
+  cumulative), less the first (warm-up) and the last (it evaluates)."""
+  walls = [0.0] + [r["wall_time_s"] for r in history]
+  return [b - a for a, b in zip(walls, walls[1:])][1:-1]
+
+
 def _count_batches(dataset) -> int:
   return sum(1 for _ in dataset)
 
@@ -460,8 +467,7 @@ def _bench_config(
     )
   )
   history = result.report["history"]
-  walls = [0.0] + [r["wall_time_s"] for r in history]
-  times = [b - a for a, b in zip(walls, walls[1:])][1:-1]
+  times = _timed_round_seconds(history)
   if len(times) != timed or any(
     r["clients"] != _COHORT.value for r in history[1:-1]
   ):
@@ -903,8 +909,7 @@ def bench_scale() -> collections.OrderedDict:
           on_round=record,
         )
         history = result.report["history"]
-        walls = [0.0] + [r["wall_time_s"] for r in history]
-        times[name] += [b - a for a, b in zip(walls, walls[1:])][1:-1]
+        times[name] += _timed_round_seconds(history)
         if any(r["clients"] != cohort for r in history):
           raise AssertionError(
             f"{name}: a round did not train {cohort} clients"

@@ -91,17 +91,23 @@ def _variables_file(root, round_num):
   return directory / name
 
 
+def _saved(directory, rounds, warnings=None):
+  """A real `CheckpointManager` in `directory` that saved `_state` of each
+  of `rounds` (its warnings appended to `warnings` when given)."""
+  kwargs = {} if warnings is None else {"warn": warnings.append}
+  manager = checkpoint_lib.CheckpointManager(str(directory), **kwargs)
+  sampler = CohortSampler(seed=0)
+  for round_num in rounds:
+    manager.save(_state(round_num, sampler))
+  return manager
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip_a_byte", "delete"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
   tmp_path, damage
 ):
   warnings = []
-  manager = checkpoint_lib.CheckpointManager(
-    str(tmp_path), warn=warnings.append
-  )
-  sampler = CohortSampler(seed=0)
-  for round_num in (4, 5):
-    manager.save(_state(round_num, sampler))
+  manager = _saved(tmp_path, (4, 5), warnings)
   damaged = _variables_file(tmp_path, 5)
   content = damaged.read_bytes()
   if damage == "truncate":  # What a disk filling up mid-write leaves.
@@ -126,10 +132,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(
 
 
 def test_other_settings_are_refused_before_reading_not_skipped(tmp_path):
-  manager = checkpoint_lib.CheckpointManager(str(tmp_path))
-  sampler = CohortSampler(seed=0)
-  for round_num in (1, 2):
-    manager.save(_state(round_num, sampler))
+  manager = _saved(tmp_path, (1, 2))
 
   def check(fingerprint):
     assert fingerprint == "f"
@@ -142,12 +145,7 @@ def test_other_settings_are_refused_before_reading_not_skipped(tmp_path):
 
 def test_no_intact_checkpoint_is_a_one_line_resume_error(tmp_path):
   warnings = []
-  manager = checkpoint_lib.CheckpointManager(
-    str(tmp_path), warn=warnings.append
-  )
-  sampler = CohortSampler(seed=0)
-  for round_num in (1, 2):
-    manager.save(_state(round_num, sampler))
+  manager = _saved(tmp_path, (1, 2), warnings)
   paths = [_variables_file(tmp_path, round_num) for round_num in (1, 2)]
   for path in paths:
     path.write_bytes(path.read_bytes()[:10])
