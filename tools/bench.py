@@ -714,6 +714,8 @@ def bench_sparse() -> collections.OrderedDict:
 
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import cohort_positions  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms.sparse import client_update  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import computations  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import feddst  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.sparse import fedsgc  # pylint: disable=g-import-not-at-top
@@ -837,7 +839,30 @@ def bench_sparse() -> collections.OrderedDict:
     step = sgc.rounds.server_steps[(False, False)]
     rows = list(range(len(cohort)))
     forgotten = tf.nest.map_structure(lambda a: a[rows], memory)
-    new = sgc_state.sums
+    # The cohort's new rows as a round without readjustment gathers them:
+    # packed at the global model's masks, with their reports.
+    kept = sum(
+      int(np.count_nonzero(m))
+      for m in computations.full_masks(
+        sgc.layout, sgc_state.model.trainable, sgc_state.model.masks
+      )
+    )
+    zeros = np.zeros(len(rows), np.int64)
+    gathered = cohort_positions.Gathered(
+      rows=(
+        computations.PackedRow(
+          values=rng.normal(size=(len(rows), kept)).astype(np.float32),
+          weight=np.full(len(rows), 20.0, np.float32),
+        ),
+        client_update.ClientReport(
+          upload_bytes=zeros,
+          epochs=zeros,
+          gradient_examples=zeros,
+          non_finite=zeros.astype(np.int32),
+        ),
+      ),
+      positions=np.arange(len(rows), dtype=np.int32),
+    )
     durations = []
     for _ in range(timed + 1):
       # The driver forgets the cohort's rows, the worker runs the step.
@@ -845,7 +870,7 @@ def bench_sparse() -> collections.OrderedDict:
       others = computations.without_rows(
         sgc.layout, computations.MaskedSums(*sgc_state.sums), forgotten
       )
-      step(sgc_state.model, others, new)
+      step(sgc_state.model, others, gathered)
       durations.append(time.perf_counter() - start)
     results["fedsgc_server_step_s"] = float(statistics.median(durations[1:]))
     received = forgotten

@@ -15,8 +15,6 @@ suite's flags `--dataset` / `--model` apply too) and prints each one's median an
     (`FederatedAlgorithm.next`, memory `models`: the driver's work on the
     memory rows included, the state carried from call to call);
   * `fedsgc`: FedSGC's round computation alone, from the initial state;
-  * `fedsgc_without_rows`: the same round body returning no per-client rows
-    (no memory rows, no reports gathered at the server);
   * `fedsgc_memory_none`: FedSGC's round without server memory;
   * `sparse_client_work`: the sparse client computation alone (broadcast,
     masked local training, the examples summed);
@@ -83,21 +81,9 @@ def main(argv):
     epochs = [np.int64(0)] * len(cohort)
     positions = cohort_positions.positions(len(cohort))
     rounds = sgc.rounds
-    body = rounds.round_body(False)
     model_at = tff.FederatedType(rounds.model_type, tff.SERVER)
     epochs_at = tff.FederatedType(np.int64, tff.CLIENTS)
     data_at = tff.FederatedType(rounds.data_type, tff.CLIENTS)
-
-    @tff.federated_computation(
-      model_at,
-      tff.FederatedType(rounds.directions_type, tff.SERVER),
-      tff.FederatedType(rounds.sums_type, tff.SERVER),
-      epochs_at,
-      data_at,
-    )
-    def without_rows(model, directions, sums, client_epochs, client_data):
-      out = body(model, directions, sums, client_epochs, client_data, None)
-      return out[0], out[1], out[2], out[4]
 
     optimizer = rounds.client_optimizer
     update_fn = client_update.build_client_update
@@ -197,9 +183,6 @@ def main(argv):
       fedsgc_next=fedsgc_next,
       fedsgc=lambda: full(
         state.model, state.directions, state.sums, epochs, data, positions
-      ),
-      fedsgc_without_rows=lambda: without_rows(
-        state.model, state.directions, state.sums, epochs, data
       ),
       fedsgc_memory_none=lambda: no_memory(
         state.model, state.directions, epochs, data, positions

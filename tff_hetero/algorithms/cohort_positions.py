@@ -100,6 +100,17 @@ class Gathered(NamedTuple):
   positions: Any
 
 
+def concatenated_type(member: tff.Type) -> tff.Type:
+  """The type `concatenated` returns (SERVER-placed) for clients' values of
+  type `member`: each leading axis of any length."""
+  return tff.types.tensorflow_to_type(
+    tf.nest.map_structure(
+      lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
+      tff.types.type_to_tf_tensor_specs(member),
+    )
+  )
+
+
 def concatenated(values):
   """Inside a federated computation: the clients' values (structures of
   tensors, each with a leading axis of any length) concatenated along that
@@ -107,11 +118,8 @@ def concatenated(values):
   `tff.federated_aggregate` (several workers' partial results concatenate
   the same way). Inner sizes may be unknown in the type (each must then be
   the same for every client)."""
-  specs = tf.nest.map_structure(
-    lambda s: tf.TensorSpec([None, *s.shape[1:]], s.dtype),
-    tff.types.type_to_tf_tensor_specs(values.type_signature.member),
-  )
-  accumulator_type = tff.types.tensorflow_to_type(specs)
+  accumulator_type = concatenated_type(values.type_signature.member)
+  specs = tff.types.type_to_tf_tensor_specs(accumulator_type)
 
   @tff.tensorflow.computation
   def nothing():
@@ -144,6 +152,15 @@ def concatenated(values):
   )
 
 
+def as_gathered_row(value, position) -> Gathered:
+  """TF: one client's `value` (a structure of tensors) with a new leading
+  axis, and its position: one client's part of a `gather`."""
+  return Gathered(
+    rows=tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), value),
+    positions=tf.reshape(position, [1]),
+  )
+
+
 def gather(values, client_positions):
   """Inside a federated computation: each client's value (a structure of
   tensors) with a new leading axis, concatenated over the clients, beside
@@ -151,10 +168,7 @@ def gather(values, client_positions):
 
   @tff.tensorflow.computation(values.type_signature.member, POSITION_TYPE)
   def as_row(value, position):
-    return Gathered(
-      rows=tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), value),
-      positions=tf.reshape(position, [1]),
-    )
+    return as_gathered_row(value, position)
 
   return concatenated(tff.federated_map(as_row, (values, client_positions)))
 

@@ -24,6 +24,7 @@ from tff_hetero.algorithms.sparse import training
 from tff_hetero.program import loop
 from tff_hetero.program import make_config
 from tff_hetero.program.configs import config_from_values
+from tff_hetero.submodels import masks as masks_lib
 
 _SPEC = collections.OrderedDict(
   x=tf.TensorSpec([None, 2, 3, 1], tf.float32),
@@ -750,3 +751,35 @@ def test_remember_replaces_the_rows_of_clients_that_sent():
   )
   np.testing.assert_array_equal(kept.weight, [3.0, 6.0, 7.0])
   np.testing.assert_array_equal(memory.weight, [5.0, 6.0, 7.0])  # A copy.
+
+
+def test_packed_row_sums_by_hand():
+  # One Dense(2) layer on 2 inputs: kernel [[a, b], [c, d]] kept at b and c
+  # (packed row-major: b, c), then the dense bias (2 values).
+  inputs = tf.keras.Input((2,))
+  layout = masks_lib.MaskLayout.of(
+    masks_lib.prune_wrap(
+      tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs))
+    )
+  )
+  mask = np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)
+  sent = masks_lib.SparseModel(
+    trainable=[np.zeros((2, 2), np.float32), np.zeros(2, np.float32)],
+    masks=[mask],
+    statistics=[],
+  )
+  rows = computations.PackedRow(
+    values=np.array(
+      [[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]], np.float32
+    ),
+    weight=np.array([2.0, 0.5], np.float32),
+  )
+  sums = computations.packed_row_sums(
+    layout, sent, tf.nest.map_structure(tf.constant, rows)
+  )
+  # 2 x row 0 + 0.5 x row 1: b = 2 + 5 = 7, c = 4 + 10 = 14,
+  # bias = (6 + 15, 8 + 20); weights 2.5 where held.
+  np.testing.assert_allclose(sums.weighted_sum[0], [[0.0, 7.0], [14.0, 0.0]])
+  np.testing.assert_allclose(sums.weighted_sum[1], [21.0, 28.0])
+  np.testing.assert_allclose(sums.weight_sum[0], [[0.0, 2.5], [2.5, 0.0]])
+  np.testing.assert_allclose(sums.weight_sum[1], [2.5, 2.5])

@@ -46,17 +46,27 @@ memory rows are server state throughout: they come back SERVER-placed
 `tff.federated_aggregate`), the driver keeps them between rounds and takes
 the next cohort's rows out of the running sums.
 
-The server step (`server_update`, a `tff.tensorflow.computation`):
+With memory, each client runs one computation (`client_round`: its
+training, its memory row and report, tagged with its position) and the
+server forms the cohort's masked sums from the rows it gathers (the running
+sums are by definition the sums of the remembered rows), instead of a
+separate masked sum of the uploads: one client map and one gather per round.
+Its server step (`server_update`, a `tff.tensorflow.computation`), with W
+the gathered `<rows=<M[K], U[K]>, positions=int32[K]>`:
 
-    (<S, R, R> -> <S, G, R, float32[kernels], float32>)
+    (<S, R, W> -> <S, G, R, float32[kernels], float32, int64, int32>)
 
-adds the cohort's new contributions (memory `models`: values; `updates`:
-changes to the model they were trained from) to the running sums without
-their old ones, takes the union average (Eq. 5) over every upload that holds an
-element, computes the direction map against the previous global model,
-re-prunes each kernel by magnitude to its ERK budget, and reports densities
-and the fraction of globally inactive weights whose new direction is
-non-zero.
+adds the cohort's new rows (memory `models`: values; `updates`: changes to
+the model they were trained from; packed rows are summed packed and
+scattered once at the sent masks, `packed_row_sums`) to the running sums
+without their old ones, takes the union average (Eq. 5) over every upload
+that holds an element, computes the direction map against the previous
+global model, re-prunes each kernel by magnitude to its ERK budget, and
+reports densities, the fraction of globally inactive weights whose new
+direction is non-zero, and the cohort's upload bytes and non-finite
+uploads. Without memory the uploads go through `model_aggregator` (a masked
+sum) and the server step is `(<S, R> -> <S, G, R, float32[kernels],
+float32>)`.
 """
 
 from __future__ import annotations
@@ -221,6 +231,26 @@ def row_sums(layout: masks_lib.MaskLayout, rows: MemoryRows) -> MaskedSums:
   return MaskedSums(weighted, counts)
 
 
+def packed_row_sums(
+  layout: masks_lib.MaskLayout, sent: SparseModel, rows: PackedRow
+) -> MaskedSums:
+  """TF: `row_sums` of stacked `PackedRow`s whose clients were all sent the
+  model `sent`: the weighted sum of the packed values, scattered once at
+  the sent masks; the weights' sum wherever a mask keeps an element."""
+  packed = tf.linalg.matvec(rows.values, rows.weight, transpose_a=True)
+  total = tf.reduce_sum(rows.weight)
+  masks = full_masks(layout, sent.trainable, sent.masks)
+  kept = [tf.where(tf.reshape(m, [-1]) > 0) for m in masks]
+  pieces = tf.split(packed, [tf.shape(k)[0] for k in kept])
+  weighted = [
+    tf.reshape(
+      tf.scatter_nd(k, piece, [tf.size(m, out_type=tf.int64)]), tf.shape(m)
+    )
+    for k, piece, m in zip(kept, pieces, masks)
+  ]
+  return MaskedSums(weighted, [total * m for m in masks])
+
+
 def without_rows(
   layout: masks_lib.MaskLayout, running: MaskedSums, rows: MemoryRows
 ) -> MaskedSums:
@@ -317,7 +347,8 @@ class SparseRounds:
     congruity_lambda: Share of each prune/grow guided by congruity.
     memory: A `MEMORIES` key.
     model_aggregator: The unweighted-sum-based factory that forms the masked
-      sums (default `MaskedSumFactory()`).
+      sums (default `MaskedSumFactory()`); memory `none` only (with memory
+      the server sums the remembered rows).
     reconfigure: PruneFL's server mask rule, a TF function of the per-kernel
       importance (the clients' example-weighted mean) returning the new
       per-kernel masks; used on rounds built with `importance=True`.
@@ -359,6 +390,11 @@ class SparseRounds:
     # The direction maps go out only if clients read them (lambda > 0).
     self.sends_directions = float(congruity_lambda) > 0
     self._memory = memory
+    if model_aggregator is not None and memory != "none":
+      raise ValueError(
+        "model_aggregator applies only without server memory: the server"
+        " sums the remembered rows themselves"
+      )
     self._aggregator = model_aggregator or MaskedSumFactory()
     self._reconfigure = reconfigure
     with tf.Graph().as_default():
@@ -424,8 +460,8 @@ class SparseRounds:
 
   def round_body(self, readjust, importance: bool = False):
     """The Python body of `round_computation(readjust, importance)`, to call
-    inside another `tff.federated_computation` (`positions` may be None:
-    then no per-client result is gathered)."""
+    inside another `tff.federated_computation` (without memory `positions`
+    may be None: then no per-client result is gathered)."""
     self.round_computation(readjust, importance)
     return self._bodies[self._kind(readjust, importance)]
 
@@ -480,10 +516,9 @@ class SparseRounds:
         model_fn().metric_finalizers()
       )
 
-    @tff.tensorflow.computation(
-      self.model_type, self.packed_type, np.int64, self.data_type
-    )
-    def client_work(received, packed, clock, data):
+    packs_rows = self.packs_rows(readjust, importance)
+
+    def work(received, packed, clock, data):
       """`clock`: cumulative epochs before this round (`BY_ROUND`: the
       round number)."""
       update = client_lib.build_client_update(
@@ -504,6 +539,56 @@ class SparseRounds:
         )
       return update(optimizer, received, directions, clock, data)
 
+    def value_of(upload, received):
+      """What the masked sum adds up (values, or changes for `updates`)."""
+      if memory == "updates":
+        masks = full_masks(layout, upload.trainable, upload.masks)
+        return [
+          (w - w0) * m
+          for w, w0, m in zip(upload.trainable, received.trainable, masks)
+        ]
+      return list(upload.trainable)
+
+    def row_of(value, upload, received):
+      """The client's memory row (module docstring)."""
+      if not packs_rows:
+        return MemoryRows(
+          values=list(value),
+          masks=[tf.cast(m, tf.uint8) for m in upload.masks],
+          weight=upload.weight,
+        )
+      # Packing at the sent masks holds only if the client kept them.
+      kept = tf.debugging.assert_equal(
+        tf.reduce_sum(upload.mask_sent),
+        0.0,
+        message="a client changed its masks in a round without readjustment",
+      )
+      with tf.control_dependencies([kept]):
+        return PackedRow(
+          values=packed_values(layout, list(value), received.masks),
+          weight=tf.identity(upload.weight),
+        )
+
+    client_work = tff.tensorflow.computation(
+      work, self.model_type, self.packed_type, np.int64, self.data_type
+    )
+
+    @tff.tensorflow.computation(
+      self.model_type,
+      self.packed_type,
+      np.int64,
+      self.data_type,
+      cohort_positions.POSITION_TYPE,
+    )
+    def client_round(received, packed, clock, data, position):
+      """Memory rounds: the client's work, its memory row and report (its
+      `gather` row, with its position), its counts and metrics, in one
+      computation."""
+      upload, report, counts, metrics = work(received, packed, clock, data)
+      row = row_of(value_of(upload, received), upload, received)
+      gathered = cohort_positions.as_gathered_row((row, report), position)
+      return gathered, counts, metrics
+
     packed_type = self.packed_type
 
     @tff.tensorflow.computation(self.directions_type)
@@ -515,17 +600,9 @@ class SparseRounds:
       return [tf.zeros(t.shape, tf.uint8) for t in packed_type]
 
     upload_type = client_work.type_signature.result[0]
-
-    @tff.tensorflow.computation(upload_type, self.model_type)
-    def to_value(upload, received):
-      """What the masked sum adds up (values, or changes for `updates`)."""
-      if memory == "updates":
-        masks = full_masks(layout, upload.trainable, upload.masks)
-        return [
-          (w - w0) * m
-          for w, w0, m in zip(upload.trainable, received.trainable, masks)
-        ]
-      return list(upload.trainable)
+    to_value = tff.tensorflow.computation(
+      value_of, upload_type, self.model_type
+    )
 
     @tff.tensorflow.computation(upload_type)
     def to_weight(upload):
@@ -534,32 +611,6 @@ class SparseRounds:
       )
 
     value_type = to_value.type_signature.result
-
-    if self.packs_rows(readjust, importance):
-
-      @tff.tensorflow.computation(value_type, upload_type, self.model_type)
-      def to_row(value, upload, received):
-        # Packing at the sent masks holds only if the client kept them.
-        kept = tf.debugging.assert_equal(
-          tf.reduce_sum(upload.mask_sent),
-          0.0,
-          message="a client changed its masks in a round without readjustment",
-        )
-        with tf.control_dependencies([kept]):
-          return PackedRow(
-            values=packed_values(layout, list(value), received.masks),
-            weight=tf.identity(upload.weight),
-          )
-    else:
-
-      @tff.tensorflow.computation(value_type, upload_type, self.model_type)
-      def to_row(value, upload, received):
-        del received
-        return MemoryRows(
-          values=list(value),
-          masks=[tf.cast(m, tf.uint8) for m in upload.masks],
-          weight=upload.weight,
-        )
 
     distributor = tff_measure.build_measured_broadcast_process(
       self.model_type,
@@ -599,12 +650,26 @@ class SparseRounds:
       def server_update(model, new):
         return aggregate(model, new)
     else:
+      gathered_type = cohort_positions.concatenated_type(
+        client_round.type_signature.result[0]
+      )
 
-      @tff.tensorflow.computation(self.model_type, sums_type, sums_type)
-      def server_update(model, others, new):
-        others, new = MaskedSums(*others), MaskedSums(*new)
-        return aggregate(
-          model, tf.nest.map_structure(lambda o, n: o + n, others, new)
+      @tff.tensorflow.computation(self.model_type, sums_type, gathered_type)
+      def server_update(model, others, gathered):
+        """Adds the cohort's new rows (`gathered`) to the running sums of
+        the others, aggregates, and sums the cohort's reports."""
+        model = SparseModel(*model)
+        rows, reports = gathered.rows
+        if packs_rows:
+          new = packed_row_sums(layout, model, PackedRow(*rows))
+        else:
+          new = row_sums(layout, MemoryRows(*rows))
+        total = tf.nest.map_structure(
+          lambda o, n: o + n, MaskedSums(*others), new
+        )
+        return aggregate(model, total) + (
+          tf.reduce_sum(reports.upload_bytes),
+          tf.reduce_sum(reports.non_finite),
         )
 
     self.server_steps[kind] = server_update
@@ -621,6 +686,17 @@ class SparseRounds:
         client_directions = sent.result
       else:  # Nothing but the model is sent; no client reads these.
         client_directions = tff.federated_value(no_directions(), tff.CLIENTS)
+      if memory != "none":
+        return remembering_body(
+          model,
+          others,
+          data,
+          positions,
+          measurements,
+          delivered,
+          client_directions,
+          epochs,
+        )
       uploads, reports, counts, metrics = tff.federated_map(
         client_work, (delivered.result, client_directions, epochs, data)
       )
@@ -639,10 +715,8 @@ class SparseRounds:
           ),
         )
         server_inputs = (model, aggregated.result, mean_importance)
-      elif memory == "none":
-        server_inputs = (model, aggregated.result)
       else:
-        server_inputs = (model, others, aggregated.result)
+        server_inputs = (model, aggregated.result)
       new_model, new_directions, sums, density, informed = tff.federated_map(
         server_update, server_inputs
       )
@@ -666,18 +740,56 @@ class SparseRounds:
       )
       measurements["density"] = density
       measurements["direction_informed"] = informed
-      # What the server received from each client (its memory row, with
-      # memory) and each client's report, stacked at the server by cohort
-      # position (`cohort_positions.gather`).
+      # Each client's report, stacked at the server by cohort position
+      # (`cohort_positions.gather`).
       if positions is None:
         received = None
-      elif memory != "none":
-        rows = tff.federated_map(to_row, (values, uploads, delivered.result))
-        received = cohort_positions.gather(
-          tff.federated_zip((rows, reports)), positions
-        )
       else:
         received = cohort_positions.gather(reports, positions)
+      return (
+        new_model,
+        new_directions,
+        sums,
+        received,
+        tff.federated_zip(measurements),
+      )
+
+    def remembering_body(
+      model,
+      others,
+      data,
+      positions,
+      measurements,
+      delivered,
+      client_directions,
+      epochs,
+    ):
+      # With memory the running sums are the sums of the memory rows, so the
+      # server forms them from the cohort's new rows (which it receives
+      # anyway) instead of a separate masked sum of the uploads; the
+      # reports are summed there too. One client computation, one gather.
+      if positions is None:
+        raise ValueError("a round with server memory gathers its rows")
+      gathered, counts, metrics = tff.federated_map(
+        client_round,
+        (delivered.result, client_directions, epochs, data, positions),
+      )
+      received = cohort_positions.concatenated(gathered)
+      (
+        new_model,
+        new_directions,
+        sums,
+        density,
+        informed,
+        upload_bytes,
+        non_finite,
+      ) = tff.federated_map(server_update, (model, others, received))
+      measurements["train"] = metrics_aggregate(metrics)
+      measurements["readjust"] = tff.federated_sum(counts)
+      measurements["upload_bytes"] = upload_bytes
+      measurements["non_finite_updates"] = non_finite
+      measurements["density"] = density
+      measurements["direction_informed"] = informed
       return (
         new_model,
         new_directions,
