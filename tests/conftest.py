@@ -179,3 +179,66 @@ def sparse_toy_dataset(client: int, round_num: int, n: int, epochs: int = 1):
   y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
   data = collections.OrderedDict(x=x, y=y)
   return tf.data.Dataset.from_tensor_slices(data).batch(5).repeat(epochs)
+
+
+# A toy edge model cut at its layer "cut" and its server model (FedGKT and
+# split learning processes on a user's own models), and images whose class
+# c lights up row 2c.
+GKT_TOY_SHAPE = (6, 6, 1)
+GKT_TOY_CLASSES = 3
+GKT_TOY_FEATURES = (6, 6, 2)
+
+
+def gkt_toy_edge_model():
+  """Images -> conv "cut" (2 channels, ReLU) -> flatten -> dense logits."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  image = tf.keras.Input(GKT_TOY_SHAPE)
+  features = tf.keras.layers.Conv2D(
+    2,
+    3,
+    padding="same",
+    activation="relu",
+    name="cut",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(1),
+  )(image)
+  x = tf.keras.layers.Flatten()(features)
+  logits = tf.keras.layers.Dense(
+    GKT_TOY_CLASSES, kernel_initializer=tf.keras.initializers.GlorotUniform(2)
+  )(x)
+  return tf.keras.Model(image, logits)
+
+
+def gkt_toy_server_model():
+  """Features of "cut" -> conv (ReLU) -> batch norm -> flatten -> logits."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  features = tf.keras.Input(GKT_TOY_FEATURES)
+  x = tf.keras.layers.Conv2D(
+    3,
+    3,
+    padding="same",
+    activation="relu",
+    kernel_initializer=tf.keras.initializers.GlorotUniform(3),
+  )(features)
+  x = tf.keras.layers.BatchNormalization()(x)
+  x = tf.keras.layers.Flatten()(x)
+  logits = tf.keras.layers.Dense(
+    GKT_TOY_CLASSES, kernel_initializer=tf.keras.initializers.GlorotUniform(4)
+  )(x)
+  return tf.keras.Model(features, logits)
+
+
+def gkt_toy_arrays(n, seed):
+  """`n` seeded images of `gkt_toy_edge_model`'s shape and their labels."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  y = rng.integers(0, GKT_TOY_CLASSES, n).astype(np.int32)
+  x = rng.uniform(0, 0.2, (n,) + GKT_TOY_SHAPE).astype(np.float32)
+  # Class c lights up row 2c: learnable from the edge's features.
+  for i, label in enumerate(y):
+    x[i, 2 * label, :, 0] += 1.0
+  return data_lib.ArrayDataset(x, y)

@@ -26,6 +26,11 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   client of round 1); `initialize` / `next(state, {client_id: dataset})` in
   Python over typed `tff.Computation`s
   (`tff_hetero.algorithms.sparse.sparse_process`).
+* `build_fedgkt_process` and `build_split_learning_process`: FedGKT (sync)
+  and split learning over your edge model, the layer it is cut at and your
+  server model; clients keep state by id (`ClientStateProcess`:
+  `initialize` / `next(state, {client_id: (images, labels)})` in Python
+  over typed `tff.Computation`s, `tff_hetero.algorithms.client_state_process`).
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
@@ -60,6 +65,9 @@ _EXPORTS = {
   "build_grasp_process": "tff_hetero.algorithms.sparse.grasp",
   "build_prunefl_process": "tff_hetero.algorithms.sparse.prunefl",
   "build_heterofl_process": "tff_hetero.algorithms.heterofl",
+  "build_fedgkt_process": "tff_hetero.algorithms.fedgkt",
+  "build_split_learning_process": "tff_hetero.algorithms.split_learning",
+  "ClientStateProcess": "tff_hetero.algorithms.client_state_process",
   "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
   "AvailableClient": "tff_hetero.algorithms.adaptivefl",
   "MaskedAggregation": "tff_hetero.aggregators.masked_dp",

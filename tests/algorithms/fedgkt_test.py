@@ -87,7 +87,7 @@ def _algorithm(**settings):
     server_batch_size=64,
   )
   defaults.update(settings)
-  return fedgkt.FedGKT(
+  return fedgkt.FedGKT.of_registry(
     _task(),
     "fedgkt_server_resnet19",
     fedgkt.GKTSettings(**defaults),

@@ -44,7 +44,7 @@ def _client(cid, n, seed):
 
 def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
   del tff_context
-  algorithm = split_learning.SplitLearning(
+  algorithm = split_learning.SplitLearning.of_registry(
     _task(), "fedgkt_server_resnet19", client_lr=LR
   )
   clients = [_client("a", 20, 1), _client("b", 12, 2)]

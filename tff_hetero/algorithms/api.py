@@ -31,6 +31,22 @@ from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import model_fns
 
 
+def keras_model_of(name: str, model_fn) -> tf.keras.Model:
+  """`model_fn()`, or a one-line `TypeError` naming the argument `name` if
+  it is not a no-arg factory of Keras models (the public builders' check)."""
+  if not callable(model_fn):
+    raise TypeError(
+      f"{name} must be a no-arg callable returning a tf.keras.Model, got"
+      f" {type(model_fn).__name__}"
+    )
+  model = model_fn()
+  if not isinstance(model, tf.keras.Model):
+    raise TypeError(
+      f"{name} must return a tf.keras.Model, got {type(model).__name__}"
+    )
+  return model
+
+
 @attrs.frozen
 class Task:
   """The learning task an algorithm is built for.
@@ -89,20 +105,11 @@ class Task:
   ) -> "Task":
     """The task of a user's no-arg Keras factory (checked; the public
     builders' way in). Its model is built once here, to count its FLOPs."""
-    if not callable(model_fn):
-      raise TypeError(
-        "model_fn must be a no-arg callable returning a tf.keras.Model, got"
-        f" {type(model_fn).__name__}"
-      )
+    probe = keras_model_of("model_fn", model_fn)
     if input_spec is None:
       raise TypeError(
         "input_spec is required: the spec of one batch of client data, e.g."
         " OrderedDict(x=TensorSpec, y=TensorSpec)"
-      )
-    probe = model_fn()
-    if not isinstance(probe, tf.keras.Model):
-      raise TypeError(
-        f"model_fn must return a tf.keras.Model, got {type(probe).__name__}"
       )
     return cls(
       model_name=getattr(model_fn, "__name__", "model"),

@@ -164,6 +164,8 @@ is sent).
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Mapping
 from collections.abc import Sequence
 import functools
@@ -182,8 +184,10 @@ from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import async_events
+from tff_hetero.algorithms import client_state_process
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms.client_state_process import ClientStateProcess
 from tff_hetero.algorithms.fedgkt_computations import GKTComputations
 from tff_hetero.algorithms.fedgkt_steps import MODES
 from tff_hetero.algorithms.fedgkt_steps import SERVER_OPTIMIZERS
@@ -243,14 +247,15 @@ class GKTState(NamedTuple):
 # The algorithm the program drives.
 
 
-def _weights_of(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+def weights_of(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  """A Keras model's weights as NumPy arrays."""
   return tff.learning.models.ModelWeights(
     [np.asarray(v) for v in model.trainable_weights],
     [np.asarray(v) for v in model.non_trainable_weights],
   )
 
 
-def _optimizer_initial(optimizer, weights) -> Any:
+def optimizer_initial(optimizer, weights) -> Any:
   """The optimizer's initial state as arrays; its float hyper-parameters
   float32, the dtype of the weights they multiply."""
   specs = tuple(tf.TensorSpec(np.shape(w), tf.float32) for w in weights)
@@ -291,21 +296,22 @@ class FedGKT(api.FederatedAlgorithm):
   def __init__(
     self,
     task: api.Task,
-    server_model: str,
+    server_fn: Callable[[], tf.keras.Model],
     settings: GKTSettings,
     *,
-    client_lr: float,
-    client_momentum: float = 0.0,
+    split_layer: str,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     seed: int = 0,
     local_epochs: int = 1,
     concurrency: int = 1,
+    server_model_name: str = "server",
   ):
-    if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(
-        f"FedGKT's server model must be one of "
-        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-        f" {server_model!r}"
-      )
+    """FedGKT of the edge model `task.model_fn` cut at its layer
+    `split_layer` and the server model `server_fn` (both no-arg factories of
+    identically initialised Keras models); `server_optimizer` None: the
+    settings' (`server_optimizer` at `server_lr`). `settings.server_lr` is
+    the plateau schedule's starting learning rate."""
     if settings.mode not in MODES:
       raise ValueError(
         f"mode must be one of {', '.join(MODES)}, got {settings.mode!r}"
@@ -315,14 +321,10 @@ class FedGKT(api.FederatedAlgorithm):
     self.seed = int(seed)
     self.local_epochs = int(local_epochs)
     self.concurrency = int(concurrency)
-    self.split_layer = models_lib.split_layer(task.model_name)
-    shape, classes = task.input_shape, task.num_classes
+    self.split_layer = split_layer
     self.edge_fn = task.model_fn
-    self.server_fn = lambda: models_lib.build_model(
-      server_model, shape, classes, seed=self.seed
-    )
-    self.server_model_name = server_model
-    self.full_model_name = FULL_MODEL_OF_SERVER[server_model]
+    self.server_fn = server_fn
+    self.server_model_name = server_model_name
 
     def composed_fn():
       return gkt_models.extractor_and_server(
@@ -336,24 +338,21 @@ class FedGKT(api.FederatedAlgorithm):
     if self.feature_shape != tuple(server.input.shape[1:]):
       raise models_lib.ModelError(
         f"the edge model {task.model_name!r} sends features of shape"
-        f" {self.feature_shape} but the server model {server_model!r} takes"
-        f" {tuple(server.input.shape[1:])}"
+        f" {self.feature_shape} but the server model {server_model_name!r}"
+        f" takes {tuple(server.input.shape[1:])}"
       )
     composed = gkt_models.extractor_and_server(edge, server, self.split_layer)
     self._composed_sources = (
       _sources(composed, edge, server, "trainable_weights"),
       _sources(composed, edge, server, "non_trainable_weights"),
     )
-    self._edge_initial = _weights_of(edge)
-    self._server_initial = _weights_of(server)
-    self.num_classes = classes
+    self._edge_initial = weights_of(edge)
+    self._server_initial = weights_of(server)
+    self.num_classes = task.num_classes
     self._edge_forward = models_lib.count_flops(edge)
     self._edge_training = models_lib.training_flops_per_example(edge)
     self._server_forward = models_lib.count_flops(server)
     self._server_training = models_lib.training_flops_per_example(server)
-    full = models_lib.build_model(
-      self.full_model_name, shape, classes, seed=self.seed
-    )
     self.profile = collections.OrderedDict(
       edge_model=task.model_name,
       edge_params=models_lib.count_params(edge).trainable,
@@ -361,27 +360,70 @@ class FedGKT(api.FederatedAlgorithm):
       split_layer=self.split_layer,
       extractor_params=models_lib.count_params(extractor).trainable,
       extractor_flops=models_lib.count_flops(extractor),
-      server_model=server_model,
+      server_model=server_model_name,
       server_params=models_lib.count_params(server).trainable,
       server_flops=self._server_forward,
-      full_model=self.full_model_name,
-      full_params=models_lib.count_params(full).trainable,
-      full_flops=models_lib.count_flops(full),
     )
-    client_optimizer = learning_process.client_sgd(client_lr, client_momentum)
-    server_optimizer = SERVER_OPTIMIZERS[settings.server_optimizer](
-      settings.server_lr
-    )
-    self._client_optimizer_initial = _optimizer_initial(
+    if server_optimizer is None:
+      server_optimizer = SERVER_OPTIMIZERS[settings.server_optimizer](
+        settings.server_lr
+      )
+    self._client_optimizer_initial = optimizer_initial(
       client_optimizer, self._edge_initial.trainable
     )
-    self._server_optimizer_initial = _optimizer_initial(
+    self._server_optimizer_initial = optimizer_initial(
       server_optimizer, self._server_initial.trainable
     )
     self._optimizers = (client_optimizer, server_optimizer)
     self._population = None
     self._client_sizes: Mapping[str, int] = {}
     self.simulation: Optional[async_events.Simulation] = None
+
+  @classmethod
+  def of_registry(
+    cls,
+    task: api.Task,
+    server_model: str,
+    settings: GKTSettings,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    seed: int = 0,
+    local_epochs: int = 1,
+    concurrency: int = 1,
+  ) -> "FedGKT":
+    """FedGKT of a registered edge model (`task.model_name`, cut at its
+    registry `split_layer`) and registered server model, the clients on SGD
+    (`client_lr`, heavy-ball `client_momentum`): what `--algorithm=fedgkt`
+    runs."""
+    if server_model not in gkt_models.SERVER_MODELS:
+      raise ValueError(
+        f"FedGKT's server model must be one of "
+        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
+        f" {server_model!r}"
+      )
+    shape, classes = task.input_shape, task.num_classes
+    algorithm = cls(
+      task,
+      lambda: models_lib.build_model(server_model, shape, classes, seed=seed),
+      settings,
+      split_layer=models_lib.split_layer(task.model_name),
+      client_optimizer=learning_process.client_sgd(client_lr, client_momentum),
+      seed=seed,
+      local_epochs=local_epochs,
+      concurrency=concurrency,
+      server_model_name=server_model,
+    )
+    # The ResNet that extractor + server model make (the paper's "full"
+    # model, split learning's and FedAvg's comparison).
+    full_model = FULL_MODEL_OF_SERVER[server_model]
+    full = models_lib.build_model(full_model, shape, classes, seed=seed)
+    algorithm.profile.update(
+      full_model=full_model,
+      full_params=models_lib.count_params(full).trainable,
+      full_flops=models_lib.count_flops(full),
+    )
+    return algorithm
 
   @functools.cached_property
   def computations(self) -> GKTComputations:
@@ -413,9 +455,16 @@ class FedGKT(api.FederatedAlgorithm):
 
   def attach(self, population, client_sizes: Mapping[str, int]) -> None:
     """The device population and each client's training examples: they set
-    the simulated clock (and, in async mode, the arrivals)."""
+    the simulated clock (and, in async mode, the arrivals). Without a
+    population (None; sync mode only) the clock is not simulated
+    (`sim_time` NaN)."""
     self._population = population
     self._client_sizes = dict(client_sizes)
+    if population is None:
+      if self.settings.mode != "sync":
+        raise ValueError("FedGKT's async mode needs a device population")
+      self.simulation = None
+      return
     self.simulation = async_events.Simulation(
       sorted(self._client_sizes),
       self.concurrency,
@@ -894,7 +943,7 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
   del client_ids
   check_flags(config)
   try:
-    return FedGKT(
+    return FedGKT.of_registry(
       task,
       config.settings.gkt_server_model,
       settings_from(config),
@@ -906,3 +955,126 @@ def build_fedgkt(config, task: api.Task, client_ids=()) -> FedGKT:
     )
   except models_lib.ModelError as e:
     raise UsageError("--gkt_server_model", str(e)) from None
+
+
+def build_fedgkt_process(
+  edge_model_fn: Callable[[], tf.keras.Model],
+  server_model_fn: Callable[[], tf.keras.Model],
+  *,
+  split_layer: str,
+  client_ids: Sequence[Hashable],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  batch_size: int,
+  local_epochs: int = 1,
+  server_epochs: int = 1,
+  temperature: float = 3.0,
+  client_kd_weight: float = 1.0,
+  server_kd_weight: float = 1.0,
+  kd_t_squared: bool = True,
+  transfer: str = "both",
+  server_order: str = "shuffled",
+  lr_patience: int = 10,
+  lr_factor: float = 0.1,
+  seed: int = 0,
+) -> ClientStateProcess:
+  """FedGKT (module docstring), sync mode, as a `ClientStateProcess`.
+
+  The same client and server steps as `--algorithm=fedgkt`, on a user's
+  models: every client keeps its own copy of `edge_model_fn()`'s model
+  (trained on its data with the server's logits), the server trains
+  `server_model_fn()`'s model on the features the edge model's layer
+  `split_layer` outputs. `next(state, {client_id: arrays})` runs a round
+  of the named clients (`client_state_process`); `computations` holds
+  `client_step`, `server_step` and `round` (`fedgkt_computations`). Async
+  mode needs a device population (the simulated clock) and is the CLI's.
+
+  Args:
+    edge_model_fn: No-arg callable returning a fresh, identically
+      initialised `tf.keras.Model` (images in, logits out): the edge model.
+    server_model_fn: The same for the server model, whose input is the
+      output of the edge model's `split_layer`.
+    split_layer: Name of the edge model's layer whose output the clients
+      send (features).
+    client_ids: Every client that may take part (distinct, hashable).
+    client_optimizer_fn: The clients' `tff.learning.optimizers.Optimizer`
+      (each client keeps its optimizer state across rounds).
+    server_optimizer_fn: The server's `tff.learning.optimizers.Optimizer`;
+      its state's `learning_rate` is the plateau schedule's start.
+    batch_size: Batch size of the clients' and the server's passes.
+    local_epochs .. lr_factor: `FedGKTSettings`'s `--local_epochs` and
+      `--gkt_*` settings (checked by it: an error names the setting as its
+      flag).
+    seed: Seeds the clients' shuffles and the server's sample order.
+  """
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  ids = client_state_process.checked_client_ids(client_ids)
+  for name, value in (
+    ("batch_size", batch_size),
+    ("local_epochs", local_epochs),
+  ):
+    client_state_process.check_positive(name, value)
+  flags = FedGKTSettings(
+    gkt_temperature=temperature,
+    gkt_client_kd_weight=client_kd_weight,
+    gkt_server_kd_weight=server_kd_weight,
+    gkt_server_epochs=server_epochs,
+    gkt_transfer=transfer,
+    gkt_kd_t_squared=kd_t_squared,
+    gkt_lr_patience=lr_patience,
+    gkt_lr_factor=lr_factor,
+    gkt_server_order=server_order,
+  )
+  task = client_state_process.edge_task(
+    edge_model_fn, server_model_fn, split_layer
+  )
+  initial = server_optimizer_fn.initialize(
+    tuple(
+      tf.TensorSpec(v.shape, tf.float32)
+      for v in server_model_fn().trainable_weights
+    )
+  )
+  if not isinstance(initial, Mapping) or "learning_rate" not in initial:
+    raise TypeError(
+      "server_optimizer_fn's state has no learning_rate for the plateau"
+      " schedule (e.g. tff.learning.optimizers.build_adam or build_sgdm)"
+    )
+  settings = GKTSettings(
+    temperature=flags.gkt_temperature,
+    client_kd_weight=flags.gkt_client_kd_weight,
+    server_kd_weight=flags.gkt_server_kd_weight,
+    kd_t_squared=flags.gkt_kd_t_squared,
+    server_epochs=flags.gkt_server_epochs,
+    server_batch_size=batch_size,
+    server_lr=float(initial["learning_rate"]),
+    lr_patience=flags.gkt_lr_patience,
+    lr_factor=flags.gkt_lr_factor,
+    transfer=flags.gkt_transfer,
+    mode="sync",
+    server_order=flags.gkt_server_order,
+  )
+  algorithm = FedGKT(
+    task,
+    server_model_fn,
+    settings,
+    split_layer=split_layer,
+    client_optimizer=client_optimizer_fn,
+    server_optimizer=server_optimizer_fn,
+    seed=seed,
+    local_epochs=local_epochs,
+    server_model_name=getattr(server_model_fn, "__name__", "server"),
+  )
+  comps = algorithm.computations  # Traced now, as TFF's builders do.
+  return ClientStateProcess(
+    algorithm,
+    ids,
+    collections.OrderedDict(
+      client_step=comps.client_step,
+      server_step=comps.server_step,
+      round=comps.round,
+    ),
+    batch_size=batch_size,
+    local_epochs=local_epochs,
+    seed=seed,
+  )

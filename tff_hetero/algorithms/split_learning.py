@@ -49,6 +49,8 @@ batches <x, y>:
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Sequence
 import functools
 import math
@@ -64,8 +66,11 @@ from tff_hetero import models as models_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import client_state_process
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms.fedgkt import optimizer_initial
 from tff_hetero.algorithms.fedgkt import server_model_setting
+from tff_hetero.algorithms.fedgkt import weights_of
 from tff_hetero.errors import UsageError
 from tff_hetero.models import fedgkt as gkt_models
 from tff_hetero.settings import AlgorithmSettings
@@ -82,23 +87,6 @@ class SplitState(NamedTuple):
 def _assign(variables, values) -> None:
   for variable, value in zip(variables, values):
     variable.assign(value)
-
-
-def _weights_of(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
-  return tff.learning.models.ModelWeights(
-    [np.asarray(v) for v in model.trainable_weights],
-    [np.asarray(v) for v in model.non_trainable_weights],
-  )
-
-
-def _optimizer_initial(optimizer, weights) -> Any:
-  specs = tuple(tf.TensorSpec(np.shape(w), tf.float32) for w in weights)
-
-  def array(value):
-    value = np.asarray(value)
-    return value.astype(np.float32) if value.dtype == np.float64 else value
-
-  return tf.nest.map_structure(array, optimizer.initialize(specs))
 
 
 def build_turn(extractor_fn, server_fn, client_optimizer, server_optimizer):
@@ -201,25 +189,23 @@ class SplitLearning(api.FederatedAlgorithm):
   def __init__(
     self,
     task: api.Task,
-    server_model: str,
+    server_fn: Callable[[], tf.keras.Model],
     *,
-    client_lr: float,
-    client_momentum: float = 0.0,
+    split_layer: str,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
     seed: int = 0,
+    server_model_name: str = "server",
   ):
-    if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(
-        f"the server model must be one of "
-        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-        f" {server_model!r}"
-      )
+    """Split learning of the edge model `task.model_fn` cut at its layer
+    `split_layer` (the device holds the part up to it) and the server model
+    `server_fn` (no-arg factories of identically initialised Keras
+    models)."""
     self.task = task
     self.seed = int(seed)
-    self.split_layer = models_lib.split_layer(task.model_name)
-    shape, classes = task.input_shape, task.num_classes
-    self.server_fn = lambda: models_lib.build_model(
-      server_model, shape, classes, seed=self.seed
-    )
+    self.split_layer = split_layer
+    shape = task.input_shape
+    self.server_fn = server_fn
     self.extractor_fn = lambda: gkt_models.extractor(
       task.model_fn(), self.split_layer
     )
@@ -231,34 +217,63 @@ class SplitLearning(api.FederatedAlgorithm):
       raise models_lib.ModelError(
         f"the edge model {task.model_name!r} sends activations of shape"
         f" {tuple(extractor.output.shape[1:])} but the server model"
-        f" {server_model!r} takes {tuple(server.input.shape[1:])}"
+        f" {server_model_name!r} takes {tuple(server.input.shape[1:])}"
       )
-    self._extractor_initial = _weights_of(extractor)
-    self._server_initial = _weights_of(server)
+    self._extractor_initial = weights_of(extractor)
+    self._server_initial = weights_of(server)
     self._extractor_training = models_lib.training_flops_per_example(extractor)
-    self.full_model_name = gkt_models.FULL_MODEL_OF_SERVER[server_model]
     self.profile = collections.OrderedDict(
       edge_model=task.model_name,
       split_layer=self.split_layer,
       extractor_params=models_lib.count_params(extractor).trainable,
       extractor_flops=models_lib.count_flops(extractor),
-      server_model=server_model,
+      server_model=server_model_name,
       server_params=models_lib.count_params(server).trainable,
-      full_model=self.full_model_name,
     )
-    self._client_optimizer = learning_process.client_sgd(
-      client_lr, client_momentum
-    )
-    self._server_optimizer = learning_process.client_sgd(
-      client_lr, client_momentum
-    )
-    self._server_optimizer_initial = _optimizer_initial(
+    self._client_optimizer = client_optimizer
+    self._server_optimizer = server_optimizer
+    self._server_optimizer_initial = optimizer_initial(
       self._server_optimizer, self._server_initial.trainable
     )
     self._element_spec = collections.OrderedDict(
       x=tf.TensorSpec([None, *shape], tf.float32),
       y=tf.TensorSpec([None], tf.int32),
     )
+
+  @classmethod
+  def of_registry(
+    cls,
+    task: api.Task,
+    server_model: str,
+    *,
+    client_lr: float,
+    client_momentum: float = 0.0,
+    seed: int = 0,
+  ) -> "SplitLearning":
+    """Split learning of a registered edge model (cut at its registry
+    `split_layer`) and registered server model, both partitions on the
+    clients' SGD (`client_lr`, heavy-ball `client_momentum`), as FedAvg
+    trains the full model: what `--algorithm=split_learning` runs."""
+    if server_model not in gkt_models.SERVER_MODELS:
+      raise ValueError(
+        f"the server model must be one of "
+        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
+        f" {server_model!r}"
+      )
+    shape, classes = task.input_shape, task.num_classes
+    algorithm = cls(
+      task,
+      lambda: models_lib.build_model(server_model, shape, classes, seed=seed),
+      split_layer=models_lib.split_layer(task.model_name),
+      client_optimizer=learning_process.client_sgd(client_lr, client_momentum),
+      server_optimizer=learning_process.client_sgd(client_lr, client_momentum),
+      seed=seed,
+      server_model_name=server_model,
+    )
+    algorithm.profile["full_model"] = gkt_models.FULL_MODEL_OF_SERVER[
+      server_model
+    ]
+    return algorithm
 
   @functools.cached_property
   def turn(self):
@@ -393,7 +408,7 @@ def build_split_learning(
       f" with a split point); accepted: {', '.join(edges)}",
     )
   try:
-    return SplitLearning(
+    return SplitLearning.of_registry(
       task,
       config.settings.gkt_server_model,
       client_lr=config.client_lr,
@@ -402,3 +417,68 @@ def build_split_learning(
     )
   except models_lib.ModelError as e:
     raise UsageError("--gkt_server_model", str(e)) from None
+
+
+def build_split_learning_process(
+  edge_model_fn: Callable[[], tf.keras.Model],
+  server_model_fn: Callable[[], tf.keras.Model],
+  *,
+  split_layer: str,
+  client_ids: Sequence[Hashable],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  batch_size: int,
+  local_epochs: int = 1,
+  seed: int = 0,
+) -> client_state_process.ClientStateProcess:
+  """Split learning (module docstring) as a `ClientStateProcess`.
+
+  The device holds `edge_model_fn()`'s model up to its layer `split_layer`
+  (the extractor: its classifier is not used), the server
+  `server_model_fn()`'s model, which takes the extractor's output. A round
+  (`next(state, {client_id: arrays})`) gives the clients their turns in
+  the cohort's order; `computations` holds `turn`. `get_model_weights`
+  gives the full model's weights (the extractor's, then the server
+  model's), as `evaluation_models` assigns them.
+
+  Args:
+    edge_model_fn, server_model_fn: No-arg callables returning fresh,
+      identically initialised `tf.keras.Model`s (images in, logits out;
+      the server model's input is the output of `split_layer`).
+    split_layer: Name of the edge model's layer where the model is cut.
+    client_ids: Every client that may take part (distinct, hashable).
+    client_optimizer_fn: The extractor's `tff.learning.optimizers.Optimizer`
+      (a client starts each turn with a fresh state).
+    server_optimizer_fn: The server partition's (its state is kept across
+      turns).
+    batch_size, local_epochs: The clients' batches and passes per turn.
+    seed: Seeds the clients' shuffles.
+  """
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  ids = client_state_process.checked_client_ids(client_ids)
+  task = client_state_process.edge_task(
+    edge_model_fn, server_model_fn, split_layer
+  )
+  for name, value in (
+    ("batch_size", batch_size),
+    ("local_epochs", local_epochs),
+  ):
+    client_state_process.check_positive(name, value)
+  algorithm = SplitLearning(
+    task,
+    server_model_fn,
+    split_layer=split_layer,
+    client_optimizer=client_optimizer_fn,
+    server_optimizer=server_optimizer_fn,
+    seed=seed,
+    server_model_name=getattr(server_model_fn, "__name__", "server"),
+  )
+  return client_state_process.ClientStateProcess(
+    algorithm,
+    ids,
+    collections.OrderedDict(turn=algorithm.turn),
+    batch_size=batch_size,
+    local_epochs=local_epochs,
+    seed=seed,
+  )

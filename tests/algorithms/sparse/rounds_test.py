@@ -754,32 +754,48 @@ def test_remember_replaces_the_rows_of_clients_that_sent():
 
 
 def test_packed_row_sums_by_hand():
-  # One Dense(2) layer on 2 inputs: kernel [[a, b], [c, d]] kept at b and c
-  # (packed row-major: b, c), then the dense bias (2 values).
+  # Dense(2) then Dense(1) on 2 inputs. Kernel 1 [[a, b], [c, d]] kept at b
+  # and c, kernel 2 [[e], [f]] at e; packed row-major per tensor: b, c,
+  # bias 1 (2 values), e, bias 2.
   inputs = tf.keras.Input((2,))
+  hidden = tf.keras.layers.Dense(2)(inputs)
   layout = masks_lib.MaskLayout.of(
     masks_lib.prune_wrap(
-      tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs))
+      tf.keras.Model(inputs, tf.keras.layers.Dense(1)(hidden))
     )
   )
-  mask = np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)
+  masks = [
+    np.array([[0.0, 1.0], [1.0, 0.0]], np.float32),
+    np.array([[1.0], [0.0]], np.float32),
+  ]
   sent = masks_lib.SparseModel(
-    trainable=[np.zeros((2, 2), np.float32), np.zeros(2, np.float32)],
-    masks=[mask],
+    trainable=[
+      np.zeros((2, 2), np.float32),
+      np.zeros(2, np.float32),
+      np.zeros((2, 1), np.float32),
+      np.zeros(1, np.float32),
+    ],
+    masks=masks,
     statistics=[],
   )
   rows = computations.PackedRow(
     values=np.array(
-      [[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]], np.float32
+      [
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
+        [7e3, 7e3, 7e3, 7e3, 7e3, 7e3],  # Weight 0: a client that sent nothing.
+      ],
+      np.float32,
     ),
-    weight=np.array([2.0, 0.5], np.float32),
+    weight=np.array([2.0, 0.5, 0.0], np.float32),
   )
   sums = computations.packed_row_sums(
     layout, sent, tf.nest.map_structure(tf.constant, rows)
   )
-  # 2 x row 0 + 0.5 x row 1: b = 2 + 5 = 7, c = 4 + 10 = 14,
-  # bias = (6 + 15, 8 + 20); weights 2.5 where held.
-  np.testing.assert_allclose(sums.weighted_sum[0], [[0.0, 7.0], [14.0, 0.0]])
-  np.testing.assert_allclose(sums.weighted_sum[1], [21.0, 28.0])
-  np.testing.assert_allclose(sums.weight_sum[0], [[0.0, 2.5], [2.5, 0.0]])
-  np.testing.assert_allclose(sums.weight_sum[1], [2.5, 2.5])
+  # 2 x row 0 + 0.5 x row 1 = (7, 14, 21, 28, 35, 42); weights 2.5 where held.
+  expected = [[[0.0, 7.0], [14.0, 0.0]], [21.0, 28.0], [[35.0], [0.0]], [42.0]]
+  held = [[[0.0, 2.5], [2.5, 0.0]], [2.5, 2.5], [[2.5], [0.0]], [2.5]]
+  for got, want in zip(sums.weighted_sum, expected):
+    np.testing.assert_allclose(got, want)
+  for got, want in zip(sums.weight_sum, held):
+    np.testing.assert_allclose(got, want)

@@ -24,7 +24,8 @@ client's cumulative epochs and data.
 Outputs: the new model, map and running sums, each client's new memory row
 (what the server received from it, as it remembers it) and report (upload
 bytes, new cumulative epochs), stacked at the server with each client's
-cohort position (`cohort_positions.gather`: on several TFF workers they
+cohort position (each client tags its row, `cohort_positions.as_gathered_row`,
+and `cohort_positions.concatenated` stacks them: on several TFF workers they
 arrive in the order the workers finish, and the driver reads them by
 position), and measured metrics (bytes down, the readjust counts, per-kernel
 densities, training metrics). Every result is SERVER-placed, so on several
@@ -66,7 +67,8 @@ reports densities, the fraction of globally inactive weights whose new
 direction is non-zero, and the cohort's upload bytes and non-finite
 uploads. Without memory the uploads go through `model_aggregator` (a masked
 sum) and the server step is `(<S, R> -> <S, G, R, float32[kernels],
-float32>)`.
+float32>)`, or `(<S, R, I> -> ...)` with I the clients' example-weighted
+mean of squared gradients in PruneFL's reconfiguration rounds.
 """
 
 from __future__ import annotations
@@ -569,25 +571,41 @@ class SparseRounds:
           weight=tf.identity(upload.weight),
         )
 
-    client_work = tff.tensorflow.computation(
-      work, self.model_type, self.packed_type, np.int64, self.data_type
-    )
+    if self.remembers:
 
-    @tff.tensorflow.computation(
-      self.model_type,
-      self.packed_type,
-      np.int64,
-      self.data_type,
-      cohort_positions.POSITION_TYPE,
-    )
-    def client_round(received, packed, clock, data, position):
-      """Memory rounds: the client's work, its memory row and report (its
-      `gather` row, with its position), its counts and metrics, in one
-      computation."""
-      upload, report, counts, metrics = work(received, packed, clock, data)
-      row = row_of(value_of(upload, received), upload, received)
-      gathered = cohort_positions.as_gathered_row((row, report), position)
-      return gathered, counts, metrics
+      @tff.tensorflow.computation(
+        self.model_type,
+        self.packed_type,
+        np.int64,
+        self.data_type,
+        cohort_positions.POSITION_TYPE,
+      )
+      def client_round(received, packed, clock, data, position):
+        """Memory rounds: the client's work, its memory row and report (its
+        `gather` row, with its position), its counts and metrics, in one
+        computation."""
+        upload, report, counts, metrics = work(received, packed, clock, data)
+        row = row_of(value_of(upload, received), upload, received)
+        gathered = cohort_positions.as_gathered_row((row, report), position)
+        return gathered, counts, metrics
+    else:
+      client_work = tff.tensorflow.computation(
+        work, self.model_type, self.packed_type, np.int64, self.data_type
+      )
+      upload_type = client_work.type_signature.result[0]
+      to_value = tff.tensorflow.computation(
+        value_of, upload_type, self.model_type
+      )
+
+      @tff.tensorflow.computation(upload_type)
+      def to_weight(upload):
+        return MaskedWeight(
+          upload.weight, full_masks(layout, upload.trainable, upload.masks)
+        )
+
+      aggregator = self._aggregator.create(
+        to_value.type_signature.result, to_weight.type_signature.result
+      )
 
     packed_type = self.packed_type
 
@@ -599,19 +617,6 @@ class SparseRounds:
     def no_directions():
       return [tf.zeros(t.shape, tf.uint8) for t in packed_type]
 
-    upload_type = client_work.type_signature.result[0]
-    to_value = tff.tensorflow.computation(
-      value_of, upload_type, self.model_type
-    )
-
-    @tff.tensorflow.computation(upload_type)
-    def to_weight(upload):
-      return MaskedWeight(
-        upload.weight, full_masks(layout, upload.trainable, upload.masks)
-      )
-
-    value_type = to_value.type_signature.result
-
     distributor = tff_measure.build_measured_broadcast_process(
       self.model_type,
       nbytes_fn=lambda model: client_lib.model_nbytes(
@@ -621,9 +626,6 @@ class SparseRounds:
     directions_distributor = tff_measure.build_measured_broadcast_process(
       packed_type
     )  # Dense uint8: exactly the packed bytes.
-    aggregator = self._aggregator.create(
-      value_type, to_weight.type_signature.result
-    )
     sums_type = self.sums_type
 
     def aggregate(model, sums, importance=None):
@@ -638,10 +640,11 @@ class SparseRounds:
       )
       return new_model, directions, sums, density, informed
 
-    importance_type = upload_type.importance
     if importance:
 
-      @tff.tensorflow.computation(self.model_type, sums_type, importance_type)
+      @tff.tensorflow.computation(
+        self.model_type, sums_type, upload_type.importance
+      )
       def server_update(model, new, importance_mean):
         return aggregate(model, new, importance_mean)
     elif memory == "none":

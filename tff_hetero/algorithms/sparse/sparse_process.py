@@ -55,9 +55,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Hashable
-from collections.abc import Iterable
 from collections.abc import Mapping
-import numbers
 from typing import Any
 
 import attrs
@@ -67,6 +65,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import client_state_process
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms.sparse import training
@@ -89,34 +88,9 @@ def checked_task(
   """Checks the sparse builders' common arguments; returns the task of
   `model_fn` and the client ids as a list."""
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
-  if isinstance(client_ids, (str, bytes)) or not isinstance(
-    client_ids, Iterable
-  ):
-    raise TypeError(
-      "client_ids must be a sequence of client ids, got"
-      f" {type(client_ids).__name__}"
-    )
-  ids = list(client_ids)
-  try:
-    distinct = len(set(ids))
-  except TypeError as e:
-    raise TypeError(f"client ids must be hashable: {e}") from None
-  if not ids or distinct != len(ids):
-    raise ValueError(
-      f"client_ids must be distinct and at least one, got {len(ids)} ids"
-      f" of which {distinct} distinct"
-    )
-  check_positive("local_epochs", local_epochs)
+  ids = list(client_state_process.checked_client_ids(client_ids))
+  client_state_process.check_positive("local_epochs", local_epochs)
   return api.Task.of_keras(model_fn, input_spec), ids
-
-
-def check_positive(name: str, value) -> None:
-  if (
-    isinstance(value, bool)
-    or not isinstance(value, numbers.Integral)
-    or value < 1
-  ):
-    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 @attrs.frozen
