@@ -15,7 +15,9 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   training sub-models of different widths; `initialize` / `next` in Python
   over typed `tff.Computation`s (`tff_hetero.algorithms.width_process`,
   AdaptiveFL's clients given as `AvailableClient`s), uploads summed by a
-  `MaskedAggregation` (mean, clipped, or differentially private).
+  `MaskedAggregation` (mean, clipped, or differentially private) or by any
+  `tff.aggregators` wrapper around a `MaskedSumFactory` (zeroing; secure
+  sums inside it, simulated).
 * `build_scaffold_process`: SCAFFOLD, whose clients keep control variates;
   `initialize` / `next(state, datasets, client_controls)` in Python over
   typed `tff.Computation`s (`ScaffoldProcess`), the caller keeping each
@@ -71,6 +73,7 @@ _EXPORTS = {
   "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
   "AvailableClient": "tff_hetero.algorithms.adaptivefl",
   "MaskedAggregation": "tff_hetero.aggregators.masked_dp",
+  "MaskedSumFactory": "tff_hetero.aggregators.masked",
   "build_model_aggregator": "tff_hetero.aggregators.model_aggregators",
   "local_execution": "tff_hetero.runtime.contexts",
   "remote_execution": "tff_hetero.runtime.contexts",

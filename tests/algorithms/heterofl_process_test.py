@@ -240,6 +240,63 @@ def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
   assert noise > 0.1
 
 
+def test_tff_aggregators_wrap_the_masked_sum_zeroing_and_secure_sum(
+  tff_context,
+):
+  """TFF's zeroing around a masked sum whose two inner sums are secure sums
+  (simulated: `tff_hetero.runtime.contexts`): the full-width client's
+  update, from inputs 1e4 times larger, exceeds the zeroing norm and counts
+  as update 0 with its weight (TFF's zeroing keeps the weight); the others
+  are averaged by hand. The secure sums quantize to 32 bits within their
+  bounds (50 for the weighted updates, 100 for the counts)."""
+  del tff_context
+  factory = tff.aggregators.zeroing_factory(
+    1.0,
+    tff_hetero.MaskedSumFactory(
+      value_sum_factory=tff.aggregators.SecureSumFactory(50.0),
+      weight_sum_factory=tff.aggregators.SecureSumFactory(100.0),
+    ),
+  )
+  process = _process(model_aggregator=factory)
+  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  cohort = _cohort()
+  cohort[1.0] = [
+    cohort[1.0][0].map(
+      lambda b: collections.OrderedDict(x=b["x"] * 1e4, y=b["y"])
+    )
+  ]
+  output = process.next(process.initialize(), cohort)
+
+  weighted = [np.zeros_like(w) for w in start]
+  counts = [np.zeros_like(w) for w in start]
+  for n, dataset in zip(_SIZES[0.5], cohort[0.5]):
+    trained = tff_fedavg_round(
+      lambda: _mlp((3, 2)), _SPEC, _LR, _half_slice(start), [dataset]
+    )
+    update = _scatter_half([s - t for s, t in zip(_half_slice(start), trained)])
+    assert max(float(np.max(np.abs(u))) for u in update) < 1.0
+    for i, coverage in enumerate(_half_coverage()):
+      weighted[i] += n * update[i]
+      counts[i] += n * coverage
+  trained = tff_fedavg_round(
+    lambda: _mlp(_FULL), _SPEC, _LR, start, cohort[1.0]
+  )
+  big = max(float(np.max(np.abs(s - t))) for s, t in zip(start, trained))
+  assert big > 1.0  # Zeroed: its max-norm exceeds 1.
+  for i in range(len(start)):
+    counts[i] += _SIZES[1.0][0]  # Its weight still counts, everywhere.
+  expected = [s - w / c for s, w, c in zip(start, weighted, counts)]
+  for actual, wanted in zip(output.state.model.trainable, expected):
+    np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
+
+
+def test_a_factory_that_does_not_form_masked_sums_is_refused(tff_context):
+  del tff_context
+  with pytest.raises(TypeError, match="must return MaskedSums") as caught:
+    _process(model_aggregator=tff.aggregators.MeanFactory())
+  assert "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
   "kwargs, error, text",
   [

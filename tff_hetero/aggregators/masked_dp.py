@@ -6,6 +6,16 @@ width_rounds`) sums updates of different shapes, each scattered into the
 server model where its level covers it, and divides per element by how many
 clients covered it. `MaskedAggregation` states how those sums are formed:
 
+* `factory` (optional): the `tff.aggregators.WeightedAggregationFactory`
+  that forms each group's masked sums, `MaskedSumFactory()` by default; any
+  of TFF's wrappers around a `MaskedSumFactory` works, and so do inner sum
+  factories inside it, e.g.
+  `tff.aggregators.zeroing_factory(10.0, MaskedSumFactory(
+  value_sum_factory=tff.aggregators.SecureSumFactory(1.0),
+  weight_sum_factory=tff.aggregators.SecureSumFactory(1e4)))` drops a
+  client whose update's norm exceeds 10 and sums the rest with secure
+  aggregation (simulated: `tff_hetero.runtime.contexts`). Its result must be
+  `MaskedSums` (checked when a round is built).
 * `clip_norm` C (optional): each client's update, at the size it trained,
   is scaled to L2 norm at most C before it is summed (TFF's
   `clipping_factory` around `MaskedSumFactory`; the mask rides in the weight,
@@ -96,12 +106,25 @@ class MaskedAggregation:
     clip_norm: L2 bound of each client's update, or None (no clipping).
     noise_multiplier: Gaussian noise multiplier z, or None (no DP). Needs
       `clip_norm`.
+    factory: The masked-sum factory (module docstring), or None:
+      `MaskedSumFactory()`.
   """
 
   clip_norm: Optional[float] = None
   noise_multiplier: Optional[float] = None
+  factory: Optional[tff.aggregators.WeightedAggregationFactory] = attrs.field(
+    default=None, eq=False
+  )
 
   def __attrs_post_init__(self):
+    if self.factory is not None and not isinstance(
+      self.factory, tff.aggregators.WeightedAggregationFactory
+    ):
+      raise TypeError(
+        "factory must be a tff.aggregators.WeightedAggregationFactory"
+        " forming MaskedSums (e.g. around MaskedSumFactory), got"
+        f" {type(self.factory).__name__}"
+      )
     _check_optional("clip_norm", self.clip_norm, 0)
     _check_optional("noise_multiplier", self.noise_multiplier, -1)
     if self.noise_multiplier is not None and self.clip_norm is None:
@@ -118,10 +141,28 @@ class MaskedAggregation:
     return tff.learning.ClientWeighting.NUM_EXAMPLES
 
   def sum_factory(self) -> tff.aggregators.WeightedAggregationFactory:
-    """`MaskedSumFactory`, inside TFF's clipping when `clip_norm` is set."""
+    """`factory` (`MaskedSumFactory()` if None), inside TFF's clipping when
+    `clip_norm` is set."""
+    inner = self.factory if self.factory is not None else MaskedSumFactory()
     if self.clip_norm is None:
-      return MaskedSumFactory()
-    return tff.aggregators.clipping_factory(self.clip_norm, MaskedSumFactory())
+      return inner
+    return tff.aggregators.clipping_factory(self.clip_norm, inner)
+
+
+def check_masked_sums(process: tff.templates.AggregationProcess) -> None:
+  """A one-line `TypeError` unless `process` returns `MaskedSums` (its value
+  sums of the values' structure)."""
+  result = process.next.type_signature.result.result.member
+  value = process.next.type_signature.parameter[1].member
+  names = [name for name, _ in tff.structure.iter_elements(result)]
+  if names != list(MaskedSums._fields) or not result[
+    "weighted_sum"
+  ].is_assignable_from(value):
+    raise TypeError(
+      "the masked-sum factory must return MaskedSums(weighted_sum,"
+      " weight_sum) of the values' structure (a tff.aggregators wrapper"
+      f" around tff_hetero.aggregators.MaskedSumFactory), got {result}"
+    )
 
 
 def add_gaussian_noise(

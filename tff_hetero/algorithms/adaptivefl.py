@@ -907,7 +907,9 @@ def build_adaptivefl_process(
   metrics_fn=None,
   prox_mu: float = 0.0,
   server_lr: float = 1.0,
-  model_aggregator: Optional[masked_dp.MaskedAggregation] = None,
+  model_aggregator: Optional[
+    masked_dp.MaskedAggregation | width_process.MaskedSumsFactory
+  ] = None,
   noise_seed: Optional[int] = None,
   selection_seed: int = 0,
 ) -> AdaptiveFLProcess:
@@ -923,7 +925,8 @@ def build_adaptivefl_process(
   the ablations "greedy", "random", "curiosity", "resource").
 
   `client_optimizer_fn` is a TFF optimizer, `model_aggregator` a
-  `tff_hetero.MaskedAggregation` (as for HeteroFL).
+  `tff_hetero.MaskedAggregation` or a masked-sum `tff.aggregators` factory
+  (as for HeteroFL).
   """
   if selection not in SELECTIONS:
     raise ValueError(

@@ -301,7 +301,9 @@ def build_heterofl_process(
   metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
   prox_mu: float = 0.0,
   server_lr: float = 1.0,
-  model_aggregator: Optional[masked_dp.MaskedAggregation] = None,
+  model_aggregator: Optional[
+    masked_dp.MaskedAggregation | width_process.MaskedSumsFactory
+  ] = None,
   noise_seed: Optional[int] = None,
 ) -> width_process.WidthProcess:
   """HeteroFL as a `width_process.WidthProcess`, keyed by width rate.
@@ -321,8 +323,12 @@ def build_heterofl_process(
   Gaussian noise of std z C is added to every element's sum and of std z
   to each level's count (an element covered by L levels: z sqrt(L); see
   `masked_dp`), seeded by `(noise_seed, round)` (`noise_seed` None: a
-  secret one); no privacy accounting is reported). Type signatures:
-  `width_process`'s module docstring.
+  secret one); no privacy accounting is reported), or any
+  `tff.aggregators.WeightedAggregationFactory` that forms `MaskedSums`:
+  TFF's wrappers (zeroing, clipping) around a `tff_hetero.MaskedSumFactory`,
+  whose inner sums may be `tff.aggregators.SecureSumFactory` (simulated,
+  `tff_hetero.runtime.contexts`). Type signatures: `width_process`'s module
+  docstring.
   """
   rates = tuple(float(r) for r in rates)
   if not all(0 < r <= 1 for r in rates):

@@ -210,6 +210,7 @@ class WidthComputations:
       aggregator = tff_measure.MeasuredUploadFactory(
         self.aggregation.sum_factory()
       ).create(trained_type, tff.TensorType(np.float32))
+      masked_dp.check_masked_sums(aggregator)
 
       @tff.tensorflow.computation(trained_type)
       def update_nbytes(update):

@@ -158,6 +158,11 @@ def width_task(
   )
 
 
+# A `tff.aggregators` factory forming `MaskedSums` (`masked_dp.MaskedAggregation`'s
+# `factory`), accepted as a builder's `model_aggregator`.
+MaskedSumsFactory = tff.aggregators.WeightedAggregationFactory
+
+
 def checked_options(
   client_optimizer_fn, model_aggregator, server_lr: float, noise_seed
 ) -> masked_dp.MaskedAggregation:
@@ -171,9 +176,12 @@ def checked_options(
     )
   if model_aggregator is None:
     model_aggregator = masked_dp.MaskedAggregation()
+  if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
+    model_aggregator = masked_dp.MaskedAggregation(factory=model_aggregator)
   if not isinstance(model_aggregator, masked_dp.MaskedAggregation):
     raise TypeError(
-      "model_aggregator must be a tff_hetero.MaskedAggregation, got"
+      "model_aggregator must be a tff_hetero.MaskedAggregation or a"
+      " tff.aggregators.WeightedAggregationFactory forming MaskedSums, got"
       f" {type(model_aggregator).__name__}"
     )
   if not (math.isfinite(server_lr) and server_lr > 0):

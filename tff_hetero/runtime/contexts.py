@@ -27,6 +27,15 @@ docstring says exactly what `worker_timeout_s` bounds), sent by TFF's
 `RemoteExecutor` from a thread pool (`threaded_executor`) so that several
 workers compute at once.
 
+Secure aggregation is simulated, as TFF's own simulation backends do
+(`tff.backends.test`): before TFF compiles a computation for the worker, its
+secure-sum intrinsics (`tff.federated_secure_sum_bitwidth`, ..., which
+`tff.aggregators.SecureSumFactory` uses after clipping and quantizing each
+value) become plain sums of the same integers, so the numbers are those a
+secure aggregation protocol would produce, but no protocol runs: the worker
+sees each client's quantized values. The C++ worker has no secure-sum
+implementation (it refuses the intrinsic).
+
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
 """
@@ -122,8 +131,14 @@ def _context_kwargs():
     tensorflow_computation,
   )  # pylint: disable=g-import-not-at-top
 
+  def compile_for_worker(computation):
+    # Secure sums as plain sums of their integers (module docstring).
+    return tff.backends.native.desugar_and_transform_to_native(
+      tff.backends.test.replace_secure_intrinsics_with_bodies(computation)
+    )
+
   return dict(
-    compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+    compiler_fn=compile_for_worker,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   )

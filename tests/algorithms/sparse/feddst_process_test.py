@@ -172,20 +172,38 @@ def test_a_round_without_data_keeps_the_model(process, tff_context):
   assert [int(np.sum(m)) for m in trained.model.masks] == list(_KEEP)
 
 
-def test_masked_round_equals_tff_fedavg_on_the_masked_model(tff_context):
+def _default_loss():
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _summed_cross_entropy():
+  """Not the default loss: the batch's sum, not its mean."""
+  return tf.keras.losses.SparseCategoricalCrossentropy(
+    from_logits=True, reduction=tf.keras.losses.Reduction.SUM
+  )
+
+
+@pytest.mark.parametrize(
+  "loss_fn",
+  [None, _summed_cross_entropy],
+  ids=["default_loss", "given_loss"],
+)
+def test_masked_round_equals_tff_fedavg_on_the_masked_model(
+  tff_context, loss_fn
+):
   """Without readjustment every client keeps the global mask, so the union
   average is the example-weighted mean on that mask and the re-prune keeps
-  it: TFF's FedAvg on the prune-wrapped model (masked forward pass), started
-  from the same weights, then masked."""
+  it: TFF's FedAvg on the prune-wrapped model (masked forward pass) with
+  the same loss, started from the same weights, then masked."""
   del tff_context
-  process = _process_with(sparsity=0.5, readjust_every=0)
+  process = _process_with(sparsity=0.5, readjust_every=0, loss_fn=loss_fn)
   state = process.initialize()
   wrapped = masks_lib.prune_wrap(_model())
   layout = masks_lib.MaskLayout.of(wrapped)
   reference = tff.learning.algorithms.build_weighted_fed_avg(
     lambda: tff.learning.models.from_keras_model(
       masks_lib.prune_wrap(_model()),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      loss=(loss_fn or _default_loss)(),
       input_spec=_SPEC,
     ),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),

@@ -44,12 +44,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 from typing import NamedTuple
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import local_training
+from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.submodels import masks as masks_lib
 from tff_hetero.submodels.masks import SparseModel
@@ -225,14 +227,19 @@ def build_client_update(
   readjust: bool,
   importance: bool = False,
   growth_gradient: str = "accumulated",
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
 ):
-  """The client's `tf.function` (module docstring)."""
+  """The client's `tf.function` (module docstring); `loss_fn()` is the loss
+  of the growth gradients (default `model_fns.default_loss_fn`, the
+  training loss of every registered model; pass the loss `model_fn`'s
+  model trains on)."""
   if growth_gradient not in GROWTH_GRADIENTS:
     raise ValueError(
       f"growth_gradient must be one of {GROWTH_GRADIENTS},"
       f" got {growth_gradient!r}"
     )
   accumulate = readjust and growth_gradient == "accumulated"
+  loss_object = (loss_fn or model_fns.default_loss_fn)()
   model = model_fn()
   trainer = MaskedTraining(model, layout, prox_mu)
   local_epochs = int(local_epochs)
@@ -255,11 +262,7 @@ def build_client_update(
       # Not `forward_pass`: that would count the batch in the metrics again.
       with tf.GradientTape() as tape:
         logits = model.predict_on_batch(batch["x"], training=True)
-        loss = tf.reduce_mean(
-          tf.keras.losses.sparse_categorical_crossentropy(
-            batch["y"], logits, from_logits=True
-          )
-        )
+        loss = loss_object(batch["y"], logits)
       # Dense: the layer reads the kernel itself (zero off-mask), so masked
       # entries get their gradient too.
       return tape.gradient(loss, weights.trainable)

@@ -89,6 +89,7 @@ from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import MaskedWeight
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import prune_grow
 from tff_hetero.submodels import masks as masks_lib
@@ -355,6 +356,9 @@ class SparseRounds:
       importance (the clients' example-weighted mean) returning the new
       per-kernel masks; used on rounds built with `importance=True`.
     growth_gradient: `client_update.GROWTH_GRADIENTS` entry.
+    loss_fn / metrics_fn: No-arg factories of the training loss and the
+      metrics (None: cross-entropy on logits and accuracy,
+      `model_fns.default_loss_fn` / `default_metrics_fn`).
   """
 
   def __init__(
@@ -373,6 +377,8 @@ class SparseRounds:
     model_aggregator=None,
     reconfigure=None,
     growth_gradient: str = "accumulated",
+    loss_fn=None,
+    metrics_fn=None,
   ):
     if memory not in MEMORIES:
       raise ValueError(
@@ -388,7 +394,9 @@ class SparseRounds:
       schedule=schedule,
       congruity_lambda=float(congruity_lambda),
       growth_gradient=growth_gradient,
+      loss_fn=loss_fn,
     )
+    self._metrics_fn = metrics_fn
     # The direction maps go out only if clients read them (lambda > 0).
     self.sends_directions = float(congruity_lambda) > 0
     self._memory = memory
@@ -445,14 +453,18 @@ class SparseRounds:
     `masks_in_call` False its wrappers do not apply the masks before each
     forward pass (for `client_update.MaskedTraining`, which keeps masked
     weights at zero itself)."""
-    keras_model = self._keras_fn()
-    masks_lib.apply_masks_in_call(keras_model, masks_in_call)
-    return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=self._element_spec,
-      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-    )
+
+    def keras_fn():
+      keras_model = self._keras_fn()
+      masks_lib.apply_masks_in_call(keras_model, masks_in_call)
+      return keras_model
+
+    return model_fns.variable_model_fn(
+      keras_fn,
+      self._element_spec,
+      self._client_settings["loss_fn"],
+      self._metrics_fn,
+    )()
 
   def packs_rows(self, readjust, importance: bool = False) -> bool:
     """Whether `round_computation(readjust, importance)` returns its memory

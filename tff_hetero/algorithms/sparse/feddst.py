@@ -49,6 +49,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -104,6 +105,8 @@ def build_feddst_process(
   prox_mu: float = 0.0,
   mask_seed: int = 0,
   model_aggregator=None,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedDST as a `tff.learning.templates.LearningProcess`.
 
@@ -133,8 +136,8 @@ def build_feddst_process(
   uploaded_bytes>, readjust=`prune_grow.ReadjustCounts` summed over
   clients, upload_bytes=int64, density=<float32 per kernel> after the
   server's re-prune, direction_informed=float32>>, every byte count
-  measured on the tensors sent. The loss is sparse cross-entropy on the
-  model's logits. A round in which no client sends anything keeps the
+  measured on the tensors sent (`train`'s metrics are `metrics_fn`'s). A
+  round in which no client sends anything keeps the
   model. Batch-norm statistics stay those of `model_fn()` (the server does
   not aggregate them; the CLI recalibrates them for evaluation): use a
   model without batch norm, or recalibrate before evaluating.
@@ -153,6 +156,9 @@ def build_feddst_process(
     mask_seed: Seeds the random initial masks.
     model_aggregator: An unweighted-sum-based factory forming the masked
       sums (default `tff_hetero.aggregators.MaskedSumFactory()`).
+    loss_fn / metrics_fn: No-arg factories of the training loss (which the
+      growth gradients use too) and the metrics (None: cross-entropy on
+      logits against integer labels, and accuracy).
   """
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   if not callable(model_fn):
@@ -193,6 +199,8 @@ def build_feddst_process(
     memory="none",
     model_aggregator=model_aggregator,
     growth_gradient="last_batch",
+    loss_fn=loss_fn,
+    metrics_fn=metrics_fn,
   )
   body = rounds.round_body(computations.BY_ROUND)
   model_type = rounds.model_type

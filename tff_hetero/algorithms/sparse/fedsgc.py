@@ -117,6 +117,7 @@ from collections.abc import Hashable
 from collections.abc import Sequence
 import math
 from typing import Any
+from typing import Optional
 
 import attrs
 import tensorflow as tf
@@ -168,6 +169,8 @@ def build_fedsgc_process(
   prox_mu: float = 0.0,
   mask_seed: int = 0,
   model_aggregator=None,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> sparse_process.SparseProcess:
   """FedSGC (module docstring) as a `sparse_process.SparseProcess`.
 
@@ -175,8 +178,8 @@ def build_fedsgc_process(
   settings of `FedSGCSettings` as keyword arguments (checked by it: an
   error names the setting as its `--flag`). `next(state, {client_id:
   dataset})` runs a round of the named clients; the server memory has one
-  row per id of `client_ids`. The loss is sparse cross-entropy on the
-  model's logits; the metrics are sparse categorical accuracy.
+  row per id of `client_ids`. The loss and metrics are `loss_fn()`'s
+  and `metrics_fn()`'s (None: cross-entropy on logits, accuracy).
 
   Args:
     model_fn: No-arg callable returning a fresh, identically initialised
@@ -196,7 +199,13 @@ def build_fedsgc_process(
       with `sgc_memory="none"` (the memory keeps raw uploads).
   """
   task, ids = sparse_process.checked_task(
-    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+    model_fn,
+    input_spec,
+    client_optimizer_fn,
+    client_ids,
+    local_epochs,
+    loss_fn,
+    metrics_fn,
   )
   client_state_process.check_positive("readjust_end_epoch", readjust_end_epoch)
   if model_aggregator is not None and sgc_memory != "none":

@@ -55,6 +55,7 @@ from collections.abc import Callable
 from collections.abc import Hashable
 from collections.abc import Sequence
 from typing import Any
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -163,6 +164,8 @@ def build_grasp_process(
   local_epochs: int = 1,
   sparsity: float = 0.8,
   prox_mu: float = 0.0,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> sparse_process.SparseProcess:
   """GraSP in FL (module docstring) as a `sparse_process.SparseProcess`:
   round 1 first scores the initial model on the first client of its cohort
@@ -170,9 +173,17 @@ def build_grasp_process(
   (the process's `initial_pruning` computation), then sparse FedAvg with
   those masks fixed. Settings checked by `SparseSettings` (an error names
   the setting as its `--flag`); `next(state, {client_id: dataset})` as for
-  FedSGC. The loss is sparse cross-entropy on the model's logits."""
+  FedSGC. The loss and metrics are `loss_fn()`'s and `metrics_fn()`'s (None:
+  cross-entropy on logits, accuracy); the scores use cross-entropy at the
+  temperature of `grasp_scores` whatever `loss_fn` (GraSP's own)."""
   task, ids = sparse_process.checked_task(
-    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+    model_fn,
+    input_spec,
+    client_optimizer_fn,
+    client_ids,
+    local_epochs,
+    loss_fn,
+    metrics_fn,
   )
   settings = SparseSettings(sparsity=sparsity, prox_mu=prox_mu)
   algorithm = GraSP.from_settings(

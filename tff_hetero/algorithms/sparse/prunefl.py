@@ -67,6 +67,7 @@ from collections.abc import Callable
 from collections.abc import Hashable
 from collections.abc import Sequence
 from typing import Any
+from typing import Optional
 
 import attrs
 import numpy as np
@@ -319,6 +320,8 @@ def build_prunefl_process(
   prunefl_initial_rounds: int = 1,
   prunefl_initial_readjust_every: int = 1,
   prox_mu: float = 0.0,
+  loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
+  metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> sparse_process.SparseProcess:
   """PruneFL (module docstring) as a `sparse_process.SparseProcess`.
 
@@ -331,10 +334,17 @@ def build_prunefl_process(
   clients upload their squared gradients and the server reconfigures the
   masks. `next(state, {client_id: dataset})` as for FedSGC; each dataset
   is the client's whole local training for the round (`local_epochs`
-  passes). The loss is sparse cross-entropy on the model's logits.
+  passes). The loss and metrics are `loss_fn()`'s and `metrics_fn()`'s (None:
+  cross-entropy on logits, accuracy).
   """
   task, ids = sparse_process.checked_task(
-    model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+    model_fn,
+    input_spec,
+    client_optimizer_fn,
+    client_ids,
+    local_epochs,
+    loss_fn,
+    metrics_fn,
   )
   settings = PruneFLSettings(
     sparsity=sparsity,

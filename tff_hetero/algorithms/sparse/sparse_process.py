@@ -83,14 +83,20 @@ _KIND_NAMES = {
 
 
 def checked_task(
-  model_fn, input_spec, client_optimizer_fn, client_ids, local_epochs
+  model_fn,
+  input_spec,
+  client_optimizer_fn,
+  client_ids,
+  local_epochs,
+  loss_fn=None,
+  metrics_fn=None,
 ) -> tuple[api.Task, list]:
   """Checks the sparse builders' common arguments; returns the task of
-  `model_fn` and the client ids as a list."""
+  `model_fn` (with its loss and metrics) and the client ids as a list."""
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   ids = list(client_state_process.checked_client_ids(client_ids))
   client_state_process.check_positive("local_epochs", local_epochs)
-  return api.Task.of_keras(model_fn, input_spec), ids
+  return api.Task.of_keras(model_fn, input_spec, loss_fn, metrics_fn), ids
 
 
 @attrs.frozen

@@ -160,6 +160,8 @@ class SparseTraining(api.FederatedAlgorithm):
       model_aggregator=model_aggregator,
       reconfigure=reconfigure,
       growth_gradient=growth_gradient,
+      loss_fn=task.loss_fn,
+      metrics_fn=task.metrics_fn,
     )
 
   def server_budgets(self) -> list[int]:
