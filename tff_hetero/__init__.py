@@ -89,6 +89,7 @@ _EXPORTS = {
   "DeviceError": "tff_hetero.errors",
   "ModelError": "tff_hetero.errors",
   "DivergenceError": "tff_hetero.errors",
+  "WorkerError": "tff_hetero.errors",
 }
 
 __all__ = sorted(_EXPORTS)

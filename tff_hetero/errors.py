@@ -20,6 +20,7 @@ __all__ = [
   "DeviceError",
   "ModelError",
   "DivergenceError",
+  "WorkerError",
 ]
 
 
@@ -57,3 +58,8 @@ class ModelError(HeteroError, ValueError):
 
 class DivergenceError(HeteroError, RuntimeError):
   """Training produced a non-finite loss or weights; names the round."""
+
+
+class WorkerError(HeteroError, RuntimeError):
+  """A TFF worker cannot be reached, did not start, or was lost
+  (`tff_hetero.runtime.workers`: `WorkerUnavailableError` and its kinds)."""

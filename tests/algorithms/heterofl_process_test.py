@@ -126,17 +126,10 @@ def test_type_signatures():
   assert list(process.levels) == [0.5, 1.0]
 
 
-def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
-  tff_context,
-):
-  del tff_context
-  process = _process()
-  state = process.initialize()
-  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
-  np.testing.assert_array_equal(state.model.trainable[0], start[0])
-  cohort = _cohort()
-  output = process.next(state, cohort)
-
+def _masked_mean_by_hand(start, cohort, weight_of):
+  """Each client trained alone by TFF's FedAvg on its hand-sliced
+  sub-model, then per element the mean of the values returned for it,
+  client k weighted by `weight_of(n_k)` (every element is covered)."""
   weighted = [np.zeros_like(w) for w in start]
   counts = [np.zeros_like(w) for w in start]
   for rate, datasets in cohort.items():
@@ -154,9 +147,33 @@ def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
         )
         coverage = _half_coverage()
       for i in range(len(start)):
-        weighted[i] += n * trained[i]
-        counts[i] += n * coverage[i]
-  expected = [w / c for w, c in zip(weighted, counts)]  # all covered
+        weighted[i] += weight_of(n) * trained[i]
+        counts[i] += weight_of(n) * coverage[i]
+  return [w / c for w, c in zip(weighted, counts)]
+
+
+def test_uniform_client_weighting_by_hand(tff_context):
+  del tff_context
+  process = _process(client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  cohort = _cohort()
+  output = process.next(process.initialize(), cohort)
+  expected = _masked_mean_by_hand(start, cohort, weight_of=lambda n: 1.0)
+  for actual, wanted in zip(output.state.model.trainable, expected):
+    np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
+
+
+def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
+  tff_context,
+):
+  del tff_context
+  process = _process()
+  state = process.initialize()
+  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  np.testing.assert_array_equal(state.model.trainable[0], start[0])
+  cohort = _cohort()
+  output = process.next(state, cohort)
+  expected = _masked_mean_by_hand(start, cohort, weight_of=lambda n: n)
   for actual, wanted in zip(output.state.model.trainable, expected):
     np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
   assert output.state.round_num == 1
@@ -311,6 +328,16 @@ def test_a_factory_that_does_not_form_masked_sums_is_refused(tff_context):
     (dict(noise_seed=3), ValueError, "only with a private aggregation"),
     (dict(server_lr=float("nan")), ValueError, "server_lr must be finite"),
     (dict(input_spec=None), TypeError, "input_spec is required"),
+    (
+      dict(
+        model_aggregator=tff_hetero.MaskedAggregation(
+          clip_norm=1.0, noise_multiplier=0.5
+        ),
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      ),
+      ValueError,
+      "weighs clients uniformly",
+    ),
   ],
 )
 def test_bad_arguments_fail_at_build_time(kwargs, error, text):

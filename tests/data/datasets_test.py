@@ -7,6 +7,7 @@ import gzip
 import importlib.resources
 import io
 
+from conftest import assert_one_line_error
 import numpy as np
 import pytest
 
@@ -15,15 +16,6 @@ from tff_hetero.data import ArrayDataset
 from tff_hetero.data import DataError
 from tff_hetero.data import DatasetSplits
 from tff_hetero.data import load_dataset
-
-
-def _assert_one_line(
-  error: pytest.ExceptionInfo[DataError], *fragments: str
-) -> None:
-  message = str(error.value)
-  assert "\n" not in message
-  for fragment in fragments:
-    assert fragment in message, (fragment, message)
 
 
 def _assert_well_formed(splits: DatasetSplits) -> None:
@@ -129,16 +121,24 @@ def test_synthetic_is_seeded_and_learnable():
 
 
 def test_unknown_dataset_lists_accepted_names():
-  with pytest.raises(DataError) as error:
-    load_dataset("imagenet")
-  _assert_one_line(error, "'imagenet'", "mnist5k", "cifar10", "synthetic")
+  assert_one_line_error(
+    DataError,
+    lambda: load_dataset("imagenet"),
+    "'imagenet'",
+    "mnist5k",
+    "cifar10",
+    "synthetic",
+  )
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "0", True])
 def test_bad_seed(seed):
-  with pytest.raises(DataError) as error:
-    load_dataset("synthetic", seed=seed)
-  _assert_one_line(error, "--seed", repr(seed))
+  assert_one_line_error(
+    DataError,
+    lambda: load_dataset("synthetic", seed=seed),
+    "--seed",
+    repr(seed),
+  )
 
 
 def test_array_dataset_validates_and_is_read_only():

@@ -108,6 +108,8 @@ class MaskedAggregation:
       `clip_norm`.
     factory: The masked-sum factory (module docstring), or None:
       `MaskedSumFactory()`.
+    weighting: `tff.learning.ClientWeighting` of the clients' updates, or
+      None: by examples, uniform when private (which needs uniform).
   """
 
   clip_norm: Optional[float] = None
@@ -115,8 +117,25 @@ class MaskedAggregation:
   factory: Optional[tff.aggregators.WeightedAggregationFactory] = attrs.field(
     default=None, eq=False
   )
+  weighting: Optional[tff.learning.ClientWeighting] = None
 
   def __attrs_post_init__(self):
+    if self.weighting is not None and not isinstance(
+      self.weighting, tff.learning.ClientWeighting
+    ):
+      raise TypeError(
+        "client weighting must be a tff.learning.ClientWeighting"
+        " (NUM_EXAMPLES or UNIFORM), got"
+        f" {type(self.weighting).__name__}"
+      )
+    if (
+      self.noise_multiplier is not None
+      and self.weighting is tff.learning.ClientWeighting.NUM_EXAMPLES
+    ):
+      raise ValueError(
+        "a private aggregation weighs clients uniformly (client weighting"
+        " NUM_EXAMPLES would let one client's data size move the sum)"
+      )
     if self.factory is not None and not isinstance(
       self.factory, tff.aggregators.WeightedAggregationFactory
     ):
@@ -136,6 +155,8 @@ class MaskedAggregation:
 
   @property
   def client_weighting(self) -> tff.learning.ClientWeighting:
+    if self.weighting is not None:
+      return self.weighting
     if self.private:
       return tff.learning.ClientWeighting.UNIFORM
     return tff.learning.ClientWeighting.NUM_EXAMPLES

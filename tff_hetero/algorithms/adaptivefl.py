@@ -911,6 +911,7 @@ def build_adaptivefl_process(
     masked_dp.MaskedAggregation | width_process.MaskedSumsFactory
   ] = None,
   noise_seed: Optional[int] = None,
+  client_weighting: Optional[width_process.ClientWeighting] = None,
   selection_seed: int = 0,
 ) -> AdaptiveFLProcess:
   """AdaptiveFL as an `AdaptiveFLProcess` (module docstring: the rounds).
@@ -941,7 +942,11 @@ def build_adaptivefl_process(
   if len(ratios) != 2:
     raise ValueError(f"pool_ratios must be (M, S), got {pool_ratios}")
   aggregation = width_process.checked_options(
-    client_optimizer_fn, model_aggregator, server_lr, noise_seed
+    client_optimizer_fn,
+    model_aggregator,
+    server_lr,
+    noise_seed,
+    client_weighting,
   )
   task = width_process.width_task(
     width_model_fn, full_widths, input_spec, loss_fn, metrics_fn

@@ -305,6 +305,7 @@ def build_heterofl_process(
     masked_dp.MaskedAggregation | width_process.MaskedSumsFactory
   ] = None,
   noise_seed: Optional[int] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
 ) -> width_process.WidthProcess:
   """HeteroFL as a `width_process.WidthProcess`, keyed by width rate.
 
@@ -327,14 +328,21 @@ def build_heterofl_process(
   `tff.aggregators.WeightedAggregationFactory` that forms `MaskedSums`:
   TFF's wrappers (zeroing, clipping) around a `tff_hetero.MaskedSumFactory`,
   whose inner sums may be `tff.aggregators.SecureSumFactory` (simulated,
-  `tff_hetero.runtime.contexts`). Type signatures: `width_process`'s module
-  docstring.
+  `tff_hetero.runtime.contexts`). `client_weighting` (a
+  `tff.learning.ClientWeighting`; None: by examples, uniform when private)
+  weighs each client's update. The server applies the masked mean update
+  at `server_lr` (HeteroFL's server averages; no server optimizer). Type
+  signatures: `width_process`'s module docstring.
   """
   rates = tuple(float(r) for r in rates)
   if not all(0 < r <= 1 for r in rates):
     raise ValueError(f"rates must lie in (0, 1], got {rates}")
   aggregation = width_process.checked_options(
-    client_optimizer_fn, model_aggregator, server_lr, noise_seed
+    client_optimizer_fn,
+    model_aggregator,
+    server_lr,
+    noise_seed,
+    client_weighting,
   )
   task = width_process.width_task(
     width_model_fn, full_widths, input_spec, loss_fn, metrics_fn

@@ -161,13 +161,19 @@ def width_task(
 # A `tff.aggregators` factory forming `MaskedSums` (`masked_dp.MaskedAggregation`'s
 # `factory`), accepted as a builder's `model_aggregator`.
 MaskedSumsFactory = tff.aggregators.WeightedAggregationFactory
+ClientWeighting = tff.learning.ClientWeighting
 
 
 def checked_options(
-  client_optimizer_fn, model_aggregator, server_lr: float, noise_seed
+  client_optimizer_fn,
+  model_aggregator,
+  server_lr: float,
+  noise_seed,
+  client_weighting=None,
 ) -> masked_dp.MaskedAggregation:
   """Checks the builders' common arguments; returns the aggregation
-  (`model_aggregator`, None: the masked mean)."""
+  (`model_aggregator`, None: the masked mean) with `client_weighting`
+  (None: the aggregation's own)."""
   if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
     raise TypeError(
       "client_optimizer_fn must be a tff.learning.optimizers.Optimizer"
@@ -183,6 +189,10 @@ def checked_options(
       "model_aggregator must be a tff_hetero.MaskedAggregation or a"
       " tff.aggregators.WeightedAggregationFactory forming MaskedSums, got"
       f" {type(model_aggregator).__name__}"
+    )
+  if client_weighting is not None:
+    model_aggregator = attrs.evolve(
+      model_aggregator, weighting=client_weighting
     )
   if not (math.isfinite(server_lr) and server_lr > 0):
     raise ValueError(f"server_lr must be finite and > 0, got {server_lr}")

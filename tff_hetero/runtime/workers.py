@@ -65,6 +65,7 @@ from typing import Union
 import grpc
 import psutil
 
+from tff_hetero.errors import WorkerError
 from tff_hetero.runtime import heap
 
 __all__ = [
@@ -88,7 +89,7 @@ DEFAULT_MAX_MESSAGE_MB = 2000
 _MAX_MESSAGE_MB_LIMIT = 2047
 
 
-class WorkerUnavailableError(RuntimeError):
+class WorkerUnavailableError(WorkerError):
   """A TFF worker cannot be reached (or did not start). Message: one line."""
 
 
