@@ -122,6 +122,10 @@ def build_feddst_process(
   alpha on each client's own cumulative epochs (client state, which a
   `LearningProcess` has not).
 
+  No server optimizer and no client weighting: the server takes the union
+  average weighted by each upload's examples and re-prunes, as FedDST's
+  code does.
+
   With S = `FedDSTState` and D one batch of `input_spec`:
 
     initialize:        ( -> S@SERVER)

@@ -42,6 +42,11 @@ takes the cohort's memory rows out of the running sums, passes those and
 the cohort's cumulative epochs in, and keeps what comes back in the new
 state.
 
+The builders take no server optimizer and no client weighting: these
+algorithms' servers take the union average weighted by each upload's
+examples (FedSGC's Eq. 5, FedDST's and PruneFL's code) and then re-prune,
+so the new model is that average, not a step along it.
+
 State is `SparseProcessState`: `server` (`training.SparseState`: the global
 `SparseModel`, its direction maps, the running sums and the memory rows,
 one row per client id in the order given to the builder), `client_epochs`
