@@ -152,6 +152,7 @@ def _masked_mean_by_hand(start, cohort, weight_of):
   return [w / c for w, c in zip(weighted, counts)]
 
 
+@pytest.mark.slow
 def test_uniform_client_weighting_by_hand(tff_context):
   del tff_context
   process = _process(client_weighting=tff.learning.ClientWeighting.UNIFORM)
@@ -221,6 +222,7 @@ def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
   assert process.model_fn(0.5)().layers[0].units == 3
 
 
+@pytest.mark.slow
 def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
   del tff_context
   private = tff_hetero.MaskedAggregation(clip_norm=0.5, noise_multiplier=1.0)
@@ -257,6 +259,7 @@ def test_private_rounds_are_noised_by_the_seed_in_the_state(tff_context):
   assert noise > 0.1
 
 
+@pytest.mark.slow
 def test_tff_aggregators_wrap_the_masked_sum_zeroing_and_secure_sum(
   tff_context,
 ):

@@ -217,6 +217,7 @@ def test_pool_of_the_toy():
   )
 
 
+@pytest.mark.slow
 def test_mixed_round_equals_per_client_oracle(tff_context):
   del tff_context
   algorithm = adaptivefl.AdaptiveFL(

@@ -185,8 +185,12 @@ def _summed_cross_entropy():
 
 @pytest.mark.parametrize(
   "loss_fn",
-  [None, _summed_cross_entropy],
-  ids=["default_loss", "given_loss"],
+  [
+    pytest.param(None, id="default_loss"),
+    pytest.param(
+      _summed_cross_entropy, id="given_loss", marks=pytest.mark.slow
+    ),
+  ],
 )
 def test_masked_round_equals_tff_fedavg_on_the_masked_model(
   tff_context, loss_fn

@@ -358,6 +358,7 @@ def test_readjust_timing_follows_cumulative_epochs(tff_context):
   }
 
 
+@pytest.mark.slow
 def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   del tff_context
   # FedDST's defaults: first at epoch E = 2, then every 2, i.e. at the end of
@@ -422,6 +423,7 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   assert zeros[1] < zeros[2]
 
 
+@pytest.mark.slow
 def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
   del tff_context
   process = tff.learning.algorithms.build_weighted_fed_avg(
