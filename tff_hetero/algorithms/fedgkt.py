@@ -1006,6 +1006,12 @@ def build_fedgkt_process(
       `--gkt_*` settings (checked by it: an error names the setting as its
       flag).
     seed: Seeds the clients' shuffles and the server's sample order.
+
+  No `model_aggregator` or `client_weighting`: FedGKT averages nothing
+  (each client keeps its own edge model; the server trains on every
+  received sample). The losses are the paper's (Eq. 6 and 7:
+  cross-entropy on logits against integer labels plus the weighted
+  distillation terms), not arguments; the metrics are accuracies.
   """
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)

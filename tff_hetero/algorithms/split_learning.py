@@ -453,6 +453,12 @@ def build_split_learning_process(
       turns).
     batch_size, local_epochs: The clients' batches and passes per turn.
     seed: Seeds the clients' shuffles.
+
+  No `model_aggregator` or `client_weighting`: nothing is averaged (one
+  extractor is relayed from client to client, one server partition
+  trains on every batch). The loss is cross-entropy on the server model's
+  logits against integer labels, and the metrics its accuracy, as the
+  CLI's and the papers' (a classification baseline of FedGKT).
   """
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)

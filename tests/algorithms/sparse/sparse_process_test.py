@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.algorithms.sparse import fedsgc
 from tff_hetero.algorithms.sparse import grasp
 from tff_hetero.algorithms.sparse import prunefl
@@ -314,3 +315,22 @@ def test_grasp_prunes_once_on_the_first_client(tff_context):
   later = process.next(first.state, {"b": _dataset(1, 2, 10)})
   for a, b in zip(masks, process.masks(later.state)):
     np.testing.assert_array_equal(a, b)  # Fixed from then on.
+
+
+@pytest.mark.parametrize(
+  "build", [grasp.build_grasp_process, prunefl.build_prunefl_process]
+)
+def test_baselines_sum_through_the_given_aggregator(tff_context, build):
+  """TFF's zeroing at a norm every upload exceeds, around the masked sum:
+  each client's values are zeroed (their weights still count), so every
+  weight some upload holds becomes 0."""
+  del tff_context
+  process = _baseline(
+    build,
+    model_aggregator=tff.aggregators.zeroing_factory(1e-6, MaskedSumFactory()),
+  )
+  output = process.next(
+    process.initialize(), {"a": _dataset(0, 1, 20), "c": _dataset(2, 1, 10)}
+  )
+  for weights in process.get_model_weights(output.state).trainable:
+    np.testing.assert_array_equal(weights, np.zeros_like(weights))

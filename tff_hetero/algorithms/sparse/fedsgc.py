@@ -197,6 +197,9 @@ def build_fedsgc_process(
     model_aggregator: An unweighted-sum-based factory forming the masked
       sums (default `tff_hetero.aggregators.MaskedSumFactory()`); only
       with `sgc_memory="none"` (the memory keeps raw uploads).
+
+  No server optimizer or client weighting: the server takes the union
+  average by examples, then re-prunes (`sparse_process`).
   """
   task, ids = sparse_process.checked_task(
     model_fn,

@@ -164,6 +164,7 @@ def build_grasp_process(
   local_epochs: int = 1,
   sparsity: float = 0.8,
   prox_mu: float = 0.0,
+  model_aggregator=None,
   loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
   metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> sparse_process.SparseProcess:
@@ -175,7 +176,14 @@ def build_grasp_process(
   the setting as its `--flag`); `next(state, {client_id: dataset})` as for
   FedSGC. The loss and metrics are `loss_fn()`'s and `metrics_fn()`'s (None:
   cross-entropy on logits, accuracy); the scores use cross-entropy at the
-  temperature of `grasp_scores` whatever `loss_fn` (GraSP's own)."""
+  temperature of `grasp_scores` whatever `loss_fn` (GraSP's own).
+
+  No server optimizer or client weighting: the server takes the union
+  average by examples, then re-prunes (`sparse_process`). `model_aggregator`,
+  as FedDST's, forms the masked sums of the uploaded values (e.g. secure
+  or zeroing sums around a `MaskedSumFactory`); values, not updates, so
+  clipping or DP noise would scale the model itself.
+  """
   task, ids = sparse_process.checked_task(
     model_fn,
     input_spec,
@@ -187,6 +195,13 @@ def build_grasp_process(
   )
   settings = SparseSettings(sparsity=sparsity, prox_mu=prox_mu)
   algorithm = GraSP.from_settings(
-    "grasp", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
+    "grasp",
+    task,
+    ids,
+    settings,
+    client_optimizer_fn,
+    local_epochs,
+    seed=0,
+    model_aggregator=model_aggregator,
   )
   return sparse_process.SparseProcess(algorithm)

@@ -320,6 +320,7 @@ def build_prunefl_process(
   prunefl_initial_rounds: int = 1,
   prunefl_initial_readjust_every: int = 1,
   prox_mu: float = 0.0,
+  model_aggregator=None,
   loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None,
   metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None,
 ) -> sparse_process.SparseProcess:
@@ -336,6 +337,12 @@ def build_prunefl_process(
   is the client's whole local training for the round (`local_epochs`
   passes). The loss and metrics are `loss_fn()`'s and `metrics_fn()`'s (None:
   cross-entropy on logits, accuracy).
+
+  No server optimizer or client weighting: the server takes the union
+  average by examples, then re-prunes (`sparse_process`). `model_aggregator`,
+  as FedDST's, forms the masked sums of the uploaded values (e.g. secure
+  or zeroing sums around a `MaskedSumFactory`); values, not updates, so
+  clipping or DP noise would scale the model itself.
   """
   task, ids = sparse_process.checked_task(
     model_fn,
@@ -354,6 +361,13 @@ def build_prunefl_process(
     prunefl_initial_readjust_every=prunefl_initial_readjust_every,
   )
   algorithm = PruneFL.from_settings(
-    "prunefl", task, ids, settings, client_optimizer_fn, local_epochs, seed=0
+    "prunefl",
+    task,
+    ids,
+    settings,
+    client_optimizer_fn,
+    local_epochs,
+    seed=0,
+    model_aggregator=model_aggregator,
   )
   return sparse_process.SparseProcess(algorithm)
