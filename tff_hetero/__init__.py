@@ -18,6 +18,9 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   `MaskedAggregation` (mean, clipped, or differentially private) or by any
   `tff.aggregators` wrapper around a `MaskedSumFactory` (zeroing; secure
   sums inside it, simulated).
+* `build_all_large_process` and `build_decoupled_process`: AdaptiveFL's
+  baselines (the full model on every client; separate models per size) on
+  the same width machinery.
 * `build_scaffold_process`: SCAFFOLD, whose clients keep control variates;
   `initialize` / `next(state, datasets, client_controls)` in Python over
   typed `tff.Computation`s (`ScaffoldProcess`), the caller keeping each
@@ -67,6 +70,8 @@ _EXPORTS = {
   "build_grasp_process": "tff_hetero.algorithms.sparse.grasp",
   "build_prunefl_process": "tff_hetero.algorithms.sparse.prunefl",
   "build_heterofl_process": "tff_hetero.algorithms.heterofl",
+  "build_all_large_process": "tff_hetero.algorithms.all_large",
+  "build_decoupled_process": "tff_hetero.algorithms.decoupled",
   "build_fedgkt_process": "tff_hetero.algorithms.fedgkt",
   "build_split_learning_process": "tff_hetero.algorithms.split_learning",
   "ClientStateProcess": "tff_hetero.algorithms.client_state_process",

@@ -12,14 +12,18 @@ level the round is exactly TFF's FedAvg (tested).
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Optional
 
 import attrs
+import tensorflow as tf
 
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
 from tff_hetero.models import width as width_lib
@@ -98,4 +102,32 @@ def build_all_large(config, task: api.Task, client_ids=()) -> AllLarge:
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,
     **model_aggregators.width_round_options(config),
+  )
+
+
+def build_all_large_process(
+  width_model_fn: Callable[[Sequence[int]], tf.keras.Model],
+  *,
+  full_widths: Sequence[int],
+  **options,
+) -> width_process.WidthProcess:
+  """All-Large as a `width_process.WidthProcess` with the one level 1.0.
+
+  What `--algorithm=all_large` runs: every client the caller samples trains
+  the full model `width_model_fn(full_widths)` whatever its device, through
+  the width machinery (masked sums of one level: the example-weighted
+  FedAvg mean; `get_model_weights(state, 1.0, calibration_data)` sets
+  static batch-norm statistics as the CLI's evaluation does). `next` takes
+  `{1.0: [datasets]}`. `options` are `build_heterofl_process`'s
+  (`input_spec`, `client_optimizer_fn`, `loss_fn`, `metrics_fn`, `prox_mu`,
+  `server_lr`, `model_aggregator`, `noise_seed`, `client_weighting`), so a
+  private All-Large is the CLI's masked DP, not TFF's. All-Small, a
+  reference of AdaptiveFL's paper without a CLI name, is the same process
+  at the smallest member's widths: `build_all_large_process(width_model_fn,
+  full_widths=small_widths, ...)`.
+  """
+  if "rates" in options:
+    raise TypeError("All-Large has one level: no rates")
+  return heterofl.build_heterofl_process(
+    width_model_fn, full_widths=full_widths, rates=(), **options
   )

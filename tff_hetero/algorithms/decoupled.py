@@ -34,18 +34,23 @@ that round.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 from typing import Optional
 
 import attrs
 import numpy as np
+import tensorflow as tf
 
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.aggregators import masked_dp
 from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import adaptivefl
+from tff_hetero.algorithms import all_large
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.submodels import pools as pools_lib
 
@@ -225,3 +230,114 @@ def build_decoupled(config, task: api.Task, client_ids=()) -> Decoupled:
     server_lr=config.server_lr,
     **model_aggregators.width_round_options(config),
   )
+
+
+@attrs.frozen
+class DecoupledProcessState:
+  """One `width_process.WidthProcessState` per model, in the builder's
+  order of `member_widths`."""
+
+  members: tuple[Any, ...]
+
+
+@attrs.frozen
+class DecoupledRoundOutput:
+  """What `DecoupledProcess.next` returns: the new state, each trained
+  model's metrics by name, and every client's measured traffic by model
+  (a device that trained two models appears under each)."""
+
+  state: DecoupledProcessState
+  metrics: collections.OrderedDict
+  clients: collections.OrderedDict
+
+
+class DecoupledProcess:
+  """Decoupled (module docstring) for TFF users: independent single-level
+  `width_process.WidthProcess`es, one per model, that never share weights.
+
+  `next(state, {name: [datasets]})` runs a round of each named model on its
+  own clients; the caller draws each model's cohort among the clients that
+  can hold it (`Decoupled.plan_round` is the CLI's: `--clients_per_round`
+  per model among the devices whose capacity that round fits it). Each
+  model's `computations` are its process's (`processes[name]`).
+  """
+
+  def __init__(
+    self, processes: collections.OrderedDict[str, width_process.WidthProcess]
+  ):
+    self.processes = collections.OrderedDict(processes)
+
+  def initialize(self) -> DecoupledProcessState:
+    return DecoupledProcessState(
+      tuple(p.initialize() for p in self.processes.values())
+    )
+
+  def next(
+    self, state: DecoupledProcessState, cohorts: Mapping[str, Sequence]
+  ) -> DecoupledRoundOutput:
+    if not isinstance(cohorts, Mapping):
+      raise TypeError(
+        "the cohorts must map model names to lists of datasets, got"
+        f" {type(cohorts).__name__}"
+      )
+    unknown = [name for name in cohorts if name not in self.processes]
+    if unknown:
+      raise KeyError(
+        f"no model {unknown[0]!r}; the models are {', '.join(self.processes)}"
+      )
+    members = list(state.members)
+    metrics, clients = collections.OrderedDict(), collections.OrderedDict()
+    for i, (name, process) in enumerate(self.processes.items()):
+      if not cohorts.get(name):
+        continue  # Not trained this round: keeps its model.
+      output = process.next(members[i], {1.0: list(cohorts[name])})
+      members[i] = output.state
+      metrics[name], clients[name] = output.metrics, output.clients
+    return DecoupledRoundOutput(
+      DecoupledProcessState(tuple(members)), metrics, clients
+    )
+
+  def get_model_weights(
+    self, state: DecoupledProcessState, name: str, calibration_data=None
+  ):
+    """Model `name`'s weights (static batch norm from `calibration_data`,
+    as `WidthProcess.get_model_weights`)."""
+    names = list(self.processes)
+    if name not in names:
+      raise KeyError(f"no model {name!r}; the models are {', '.join(names)}")
+    return self.processes[name].get_model_weights(
+      state.members[names.index(name)], 1.0, calibration_data
+    )
+
+
+def build_decoupled_process(
+  width_model_fn: Callable[[Sequence[int]], tf.keras.Model],
+  *,
+  member_widths: Mapping[str, Sequence[int]],
+  **options,
+) -> DecoupledProcess:
+  """Decoupled as a `DecoupledProcess`: one All-Large process
+  (`all_large.build_all_large_process`) per entry of `member_widths`
+  (name -> widths of `width_model_fn`, e.g. the AdaptiveFL pool's L1, M1
+  and S1), each starting from `width_model_fn(widths)`'s own initial
+  weights. `options` are `build_heterofl_process`'s; with a private
+  aggregation each model draws its own noise: a secret seed each, or, with
+  `noise_seed` s, model i draws from s x (number of models) + i, as the
+  CLI's; a client that trains k models in a round takes part in k
+  mechanisms.
+  """
+  if not isinstance(member_widths, Mapping) or not member_widths:
+    raise TypeError(
+      "member_widths must map model names to widths, e.g."
+      " {'L1': (64, 128), 'S1': (32, 64)}"
+    )
+  seed = options.pop("noise_seed", None)
+  processes = collections.OrderedDict()
+  for i, (name, widths) in enumerate(member_widths.items()):
+    processes[str(name)] = all_large.build_all_large_process(
+      width_model_fn,
+      full_widths=tuple(widths),
+      noise_seed=None if seed is None else seed * len(member_widths) + i,
+      **options,
+    )
+  return DecoupledProcess(processes)
