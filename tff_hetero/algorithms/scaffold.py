@@ -32,7 +32,10 @@ Departures, each on purpose:
   are summed plainly, neither clipped nor noised), and its process is
   initialised afresh every round, so a stateful factory (adaptive clipping,
   tree-aggregated DP) would lose its state each round: pass a stateless
-  one. The CLI offers the plain mean only.
+  one. The CLI offers the plain mean only: clipping or noising the model
+  changes while the control changes, computed from the same steps, go
+  unclipped and un-noised would bound or privatize half of what a client
+  sends, which `--aggregator=clip|dp` would misstate.
 * Batch-norm statistics are not aggregated (as in TFF's FedAvg here); the
   evaluated model's are computed from the clients' data
   (`static_batch_norm`).
