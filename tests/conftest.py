@@ -35,9 +35,33 @@ DEEPER_TWINS = {
 }
 
 
+# Models whose structure a smaller registered model shows (the same blocks,
+# fewer of them or narrower): the fast tier (`tools/test.sh --fast`) leaves
+# their per-model structural tests to the full suite.
+FAST_TIER_COVERED = {
+  "resnet32": "resnet20",
+  "resnet56": "resnet20",
+  "resnet56_bottleneck": "fedgkt_edge_resnet8_bottleneck",
+  "resnet110_bottleneck": "fedgkt_edge_resnet8_bottleneck",
+  "fedgkt_server_resnet55": "fedgkt_server_resnet19",
+  "fedgkt_server_resnet55_bottleneck": "fedgkt_edge_resnet8_bottleneck",
+  "fedgkt_server_resnet109_bottleneck": "fedgkt_edge_resnet8_bottleneck",
+}
+
+
+def fast_tier_params(names):
+  """`names` as pytest parameters, those of `FAST_TIER_COVERED` marked
+  slow."""
+  return [
+    pytest.param(n, marks=pytest.mark.slow) if n in FAST_TIER_COVERED else n
+    for n in names
+  ]
+
+
 def once_per_structure(names):
-  """`names` sorted, without the models their shallower twin covers."""
-  return sorted(n for n in names if n not in DEEPER_TWINS)
+  """`names` sorted, without the models their shallower twin covers, as
+  `fast_tier_params`."""
+  return fast_tier_params(sorted(n for n in names if n not in DEEPER_TWINS))
 
 
 @pytest.fixture(scope="session")

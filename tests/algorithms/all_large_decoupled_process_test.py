@@ -78,6 +78,7 @@ def test_all_large_round_is_tff_fedavg_of_the_full_model(tff_context):
     )
 
 
+@pytest.mark.slow
 def test_decoupled_models_train_apart(tff_context):
   del tff_context
   process = tff_hetero.build_decoupled_process(

@@ -189,6 +189,7 @@ def test_client_step_at_a_nonzero_learning_rate_by_hand(t_squared):
   assert int(sizes.feature_bytes) == n * 8 * 8 * 16 * 4
 
 
+@pytest.mark.slow
 def test_client_kd_off_without_an_answer_or_transfer():
   arrays = _arrays()
   for algorithm, logits in (
@@ -298,6 +299,7 @@ def test_server_step_by_hand(transfer):
   )
 
 
+@pytest.mark.slow
 def test_server_step_trains_and_answers_group_after_group():
   """Two groups (async: two arrivals), received out of cohort order.
 

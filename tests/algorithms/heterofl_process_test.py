@@ -362,6 +362,7 @@ def test_bad_cohorts_are_refused_and_numpy_widths_accepted(tff_context):
     process.next(state, {0.5: _dataset(0, 3)})
 
 
+@pytest.mark.slow
 def test_metrics_without_accuracy_report_the_loss_only(tff_context):
   del tff_context
   process = _process(metrics_fn=list)

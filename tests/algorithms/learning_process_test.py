@@ -121,6 +121,7 @@ def test_round_reports_measured_traffic_per_client(tff_context):
   assert np.isfinite(output.metrics["loss"])
 
 
+@pytest.mark.slow
 def test_fedprox_with_zero_mu_equals_fedavg(tff_context):
   del tff_context
   prox = fedprox.build_fedprox_process(
@@ -144,6 +145,7 @@ def test_fedprox_with_zero_mu_equals_fedavg(tff_context):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_fedprox_pulls_towards_global_model(tff_context):
   del tff_context
   initial = fedavg.build_fedavg_process(
@@ -240,6 +242,7 @@ def test_fedavg_evaluates_batch_norm_with_the_clients_statistics(tff_context):
   np.testing.assert_array_equal(plain.weights.non_trainable[mean_at], [0, 0])
 
 
+@pytest.mark.slow
 def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
   del tff_context
   # --aggregator=dp with a bound no update reaches and no noise: the sum of
@@ -280,6 +283,7 @@ def test_dp_setting_is_tffs_uniform_mean_without_noise(tff_context):
   )
 
 
+@pytest.mark.slow
 def test_fedprox_uniform_weighting_is_tffs_unweighted_fedavg(tff_context):
   del tff_context
   # prox_mu = 0 and every client weighted 1 (clients of 5 and 3 examples):

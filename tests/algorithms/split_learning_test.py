@@ -42,6 +42,7 @@ def _client(cid, n, seed):
   return api.ClientRound(client_id=cid, dataset=dataset, num_examples=n)
 
 
+@pytest.mark.slow
 def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
   del tff_context
   algorithm = split_learning.SplitLearning.of_registry(

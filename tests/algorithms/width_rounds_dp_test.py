@@ -111,6 +111,7 @@ def _run(rounds, assignment, round_num=1):
   return _flat(result.model.trainable)
 
 
+@pytest.mark.slow
 def test_clipped_uniform_masked_mean_by_hand(tff_context):
   del tff_context
   assignment = [(_HALF, 0), (_HALF, 1), (_FULL, 2)]

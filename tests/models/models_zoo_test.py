@@ -214,7 +214,14 @@ def _bottleneck_by_hand(blocks, planes=(16, 32, 64), stem=True):
       9_896_576,
     ),
     ("resnet56_bottleneck", dict(blocks=6), 591_322, 8_992, 88_414_720),
-    ("resnet110_bottleneck", dict(blocks=12), 1_147_738, 17_056, 169_662_976),
+    pytest.param(
+      "resnet110_bottleneck",
+      dict(blocks=12),
+      1_147_738,
+      17_056,
+      169_662_976,
+      marks=pytest.mark.slow,
+    ),
     (
       "fedgkt_server_resnet55_bottleneck",
       dict(blocks=6, stem=False),
@@ -222,12 +229,13 @@ def _bottleneck_by_hand(blocks, planes=(16, 32, 64), stem=True):
       8_960,
       87_955_968,
     ),
-    (
+    pytest.param(
       "fedgkt_server_resnet109_bottleneck",
       dict(blocks=12, stem=False),
       1_147_274,
       17_024,
       169_204_224,
+      marks=pytest.mark.slow,
     ),
   ],
 )

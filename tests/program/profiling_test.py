@@ -53,6 +53,7 @@ def round_3_done():
   pass
 
 
+@pytest.mark.slow
 def test_a_run_traces_the_rounds_asked_for(tmp_path):
   marks = {1: round_1_done, 2: round_2_done, 3: round_3_done}
   result = loop.run_experiment(

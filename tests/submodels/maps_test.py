@@ -18,6 +18,7 @@ random weights:
 """
 
 from conftest import DEEPER_TWINS
+from conftest import fast_tier_params
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -89,7 +90,7 @@ def _random_weights(model, seed, scale=1.0):
   ]
 
 
-@pytest.mark.parametrize("name", sorted(_SHAPES))
+@pytest.mark.parametrize("name", fast_tier_params(sorted(_SHAPES)))
 def test_round_trip_coverage_and_composition(name):
   medium_widths, small_widths = _levels(name)
   full, medium, small = (
@@ -162,7 +163,7 @@ def test_numpy_forms_on_a_flatten_view_by_hand():
   assert scalar_map.extract_arrays([target])[0] == 3.0
 
 
-@pytest.mark.parametrize("name", _CHECK_FUNCTION)
+@pytest.mark.parametrize("name", fast_tier_params(_CHECK_FUNCTION))
 def test_narrowed_model_equals_zeroed_full_model(name):
   small_widths = width_lib.widths_for(
     models.width_units(name, _SHAPES[name], 10), 0.5, 0, "ceil"

@@ -497,6 +497,7 @@ def test_fedprox_term_equals_fedprox(tff_context):
   )
 
 
+@pytest.mark.slow
 def test_memory_none_averages_this_round_only(tff_context):
   del tff_context
   # Round 2 trains c0 alone: without memory the model is c0's upload (one

@@ -108,7 +108,14 @@ def _masked_fedavg(start: SparseModel, dataset) -> list[np.ndarray]:
   ]
 
 
-@pytest.mark.parametrize("memory", ["models", "updates", "none"])
+@pytest.mark.parametrize(
+  "memory",
+  [
+    "models",
+    pytest.param("updates", marks=pytest.mark.slow),
+    pytest.param("none", marks=pytest.mark.slow),
+  ],
+)
 def test_each_memory_reading_by_an_oracle(memory, tff_context):
   """Round 1 trains client a (20 examples) alone, round 2 client b (10).
   Without readjustment the masks never change, so the union average is an
@@ -320,6 +327,7 @@ def test_grasp_prunes_once_on_the_first_client(tff_context):
 @pytest.mark.parametrize(
   "build", [grasp.build_grasp_process, prunefl.build_prunefl_process]
 )
+@pytest.mark.slow
 def test_baselines_sum_through_the_given_aggregator(tff_context, build):
   """TFF's zeroing at a norm every upload exceeds, around the masked sum:
   each client's values are zeroed (their weights still count), so every
