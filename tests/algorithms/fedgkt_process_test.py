@@ -100,7 +100,7 @@ def test_answers_are_the_new_server_model_on_each_clients_features(process):
 def test_the_next_round_trains_with_the_answers_and_learns(process):
   data = {c: _arrays(12, seed) for c, seed in zip("abc", (3, 4, 5))}
   state = process.initialize()
-  for _ in range(8):
+  for _ in range(5):
     state = process.next(state, data).state
   test = _arrays(60, 9)
   correct = []
