@@ -23,6 +23,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms.fedgkt import build_fedgkt_process
+from tff_hetero.errors import ModelError
+from tff_hetero.errors import UsageError
 
 SHAPE, CLASSES, FEATURES = GKT_TOY_SHAPE, GKT_TOY_CLASSES, GKT_TOY_FEATURES
 edge_model, server_model = gkt_toy_edge_model, gkt_toy_server_model
@@ -84,12 +86,23 @@ def test_answers_are_the_new_server_model_on_each_clients_features(process):
       edge.server_logits, expected, rtol=1e-4, atol=1e-5
     )
     assert int(edge.logits_version) == 1
-  # Client b was not sampled: it keeps the initial state.
+  # Client b was not sampled: it keeps the initial state, and only the
+  # sampled clients' models are evaluated (the initial edge model before).
   assert process.client_state(output.state, "b") is state.clients[1]
+  assert list(process.evaluation_models(output.state)) == [
+    "edge_server/a",
+    "edge_server/c",
+    "edge/a",
+    "edge/c",
+  ]
+  assert list(process.evaluation_models(state)) == [
+    "edge_server/initial",
+    "edge/initial",
+  ]
   # Bytes by hand: down, the answers (n x 3 float32); up, features
   # (n x 6 x 6 x 2 float32), logits (n x 3 float32), labels (n int32) and
   # the client's metric sums.
-  sums = 4 * len(process.computations["client_step"].type_signature.result[3])
+  sums = 5 * 4  # loss, ce, kd, correct, examples: float32 each.
   for traffic, n in zip(output.clients, (5, 7)):
     assert traffic.bytes_down == n * CLASSES * 4
     assert traffic.bytes_up == n * (72 * 4 + CLASSES * 4 + 4) + sums
@@ -144,7 +157,7 @@ class _NoLearningRate(tff.learning.optimizers.Optimizer):
       TypeError,
       "no learning_rate",
     ),
-    (dict(temperature=0.0), Exception, "--gkt_temperature"),
+    (dict(temperature=0.0), UsageError, "--gkt_temperature"),
   ],
 )
 def test_bad_arguments_are_refused_in_one_line(changes, error, match):
@@ -163,3 +176,23 @@ def test_bad_cohorts_are_refused(process):
     process.next(state, {"a": tf.data.Dataset.range(3)})
   with pytest.raises(ValueError, match="at least one client"):
     process.next(state, collections.OrderedDict())
+
+
+def test_a_server_model_of_other_classes_is_refused():
+  def four_classes():
+    features = tf.keras.Input(FEATURES)
+    return tf.keras.Model(
+      features, tf.keras.layers.Dense(4)(tf.keras.layers.Flatten()(features))
+    )
+
+  with pytest.raises(ModelError, match="outputs 4 classes") as caught:
+    build_fedgkt_process(
+      edge_model,
+      four_classes,
+      split_layer="cut",
+      client_ids=("a",),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_adam(0.01),
+      batch_size=4,
+    )
+  assert "\n" not in str(caught.value)

@@ -213,7 +213,14 @@ def _bottleneck_by_hand(blocks, planes=(16, 32, 64), stem=True):
       544,
       9_896_576,
     ),
-    ("resnet56_bottleneck", dict(blocks=6), 591_322, 8_992, 88_414_720),
+    pytest.param(
+      "resnet56_bottleneck",
+      dict(blocks=6),
+      591_322,
+      8_992,
+      88_414_720,
+      marks=pytest.mark.slow,
+    ),
     pytest.param(
       "resnet110_bottleneck",
       dict(blocks=12),
@@ -222,12 +229,13 @@ def _bottleneck_by_hand(blocks, planes=(16, 32, 64), stem=True):
       169_662_976,
       marks=pytest.mark.slow,
     ),
-    (
+    pytest.param(
       "fedgkt_server_resnet55_bottleneck",
       dict(blocks=6, stem=False),
       590_858,
       8_960,
       87_955_968,
+      marks=pytest.mark.slow,
     ),
     pytest.param(
       "fedgkt_server_resnet109_bottleneck",

@@ -235,6 +235,27 @@ def test_local_execution_with_two_workers_uses_mergeable_context():
   proc_testing.assert_all_gone(pids, timeout_s=5)
 
 
+_SECURE_SUM = tff.aggregators.SecureSumFactory(10.0).create(
+  tff.TensorType(np.float32)
+)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_secure_sums_are_simulated_on_one_and_several_workers(num_workers):
+  """TFF's SecureSumFactory (clip to [-10, 10], quantize to 32 bits, secure
+  sum) runs as plain sums of the quantized integers: the clipped sum,
+  within the quantization step 20 / 2^32 per value."""
+  values = [np.float32(v) for v in (1.5, -2.25, 30.0, 4.0)]
+  with runtime.local_execution(num_workers=num_workers, worker_timeout_s=30):
+    output = _SECURE_SUM.next(_SECURE_SUM.initialize(), values)
+  if hasattr(output, "result"):
+    output = dict(result=output.result, measurements=output.measurements)
+  assert float(output["result"]) == pytest.approx(
+    1.5 - 2.25 + 10.0 + 4.0, abs=1e-5
+  )
+  assert int(output["measurements"]["secure_upper_clipped_count"]) == 1
+
+
 def test_previous_context_restored_after_exception():
   from tensorflow_federated.python.core.impl.context_stack import (
     context_stack_impl,

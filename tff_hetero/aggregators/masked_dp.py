@@ -15,7 +15,10 @@ clients covered it. `MaskedAggregation` states how those sums are formed:
   weight_sum_factory=tff.aggregators.SecureSumFactory(1e4)))` drops a
   client whose update's norm exceeds 10 and sums the rest with secure
   aggregation (simulated: `tff_hetero.runtime.contexts`). Its result must be
-  `MaskedSums` (checked when a round is built).
+  `MaskedSums` (checked when a round is built). Its process is initialised
+  afresh for every group of every round: a stateful factory (adaptive
+  zeroing or clipping, adaptive secure-sum bounds) keeps its initial
+  state; pass a stateless one.
 * `clip_norm` C (optional): each client's update, at the size it trained,
   is scaled to L2 norm at most C before it is summed (TFF's
   `clipping_factory` around `MaskedSumFactory`; the mask rides in the weight,
@@ -114,9 +117,7 @@ class MaskedAggregation:
 
   clip_norm: Optional[float] = None
   noise_multiplier: Optional[float] = None
-  factory: Optional[tff.aggregators.WeightedAggregationFactory] = attrs.field(
-    default=None, eq=False
-  )
+  factory: Optional[tff.aggregators.WeightedAggregationFactory] = None
   weighting: Optional[tff.learning.ClientWeighting] = None
 
   def __attrs_post_init__(self):
@@ -171,14 +172,20 @@ class MaskedAggregation:
 
 
 def check_masked_sums(process: tff.templates.AggregationProcess) -> None:
-  """A one-line `TypeError` unless `process` returns `MaskedSums` (its value
-  sums of the values' structure)."""
+  """A one-line `TypeError` unless `process` returns `MaskedSums` of its
+  values: value sums of the values' structure, weight sums of the weights'
+  masks (a `MaskedWeight`) or of the scalar weight."""
   result = process.next.type_signature.result.result.member
   value = process.next.type_signature.parameter[1].member
+  weight = process.next.type_signature.parameter[2].member
+  if isinstance(weight, tff.StructType) and "mask" in dir(weight):
+    weight = weight.mask
   names = [name for name, _ in tff.structure.iter_elements(result)]
-  if names != list(MaskedSums._fields) or not result[
-    "weighted_sum"
-  ].is_assignable_from(value):
+  if (
+    names != list(MaskedSums._fields)
+    or not result["weighted_sum"].is_assignable_from(value)
+    or not result["weight_sum"].is_assignable_from(weight)
+  ):
     raise TypeError(
       "the masked-sum factory must return MaskedSums(weighted_sum,"
       " weight_sum) of the values' structure (a tff.aggregators wrapper"

@@ -926,8 +926,10 @@ def build_adaptivefl_process(
   the ablations "greedy", "random", "curiosity", "resource").
 
   `client_optimizer_fn` is a TFF optimizer, `model_aggregator` a
-  `tff_hetero.MaskedAggregation` or a masked-sum `tff.aggregators` factory
-  (as for HeteroFL).
+  `tff_hetero.MaskedAggregation` or a masked-sum `tff.aggregators` factory,
+  `client_weighting` a `tff.learning.ClientWeighting` (all as for HeteroFL;
+  the server applies the masked mean update at `server_lr`, AdaptiveFL's
+  Algorithm 2, no server optimizer).
   """
   if selection not in SELECTIONS:
     raise ValueError(

@@ -37,7 +37,6 @@ import collections
 from collections.abc import Hashable
 from collections.abc import Iterable
 from collections.abc import Mapping
-import numbers
 from typing import Any
 
 import attrs
@@ -48,24 +47,38 @@ import tensorflow_federated as tff
 from tff_hetero import data as data_lib
 from tff_hetero.accounting import ClientTraffic
 from tff_hetero.algorithms import api
+from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import width_process
 
 __all__ = [
   "ClientStateProcess",
   "ClientStateProcessState",
   "ClientStateRoundOutput",
-  "check_positive",
   "checked_client_ids",
+  "checked_edge_arguments",
   "edge_task",
 ]
 
 
-def check_positive(name: str, value) -> None:
-  """A one-line `ValueError` unless `value` is an integer >= 1."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-  if value < 1:
-    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def checked_edge_arguments(
+  edge_model_fn,
+  server_model_fn,
+  split_layer: str,
+  client_ids,
+  client_optimizer_fn,
+  server_optimizer_fn,
+  batch_size,
+  local_epochs,
+) -> tuple[api.Task, tuple[Hashable, ...]]:
+  """The FedGKT and split-learning builders' common arguments checked
+  (one-line errors naming the argument); returns the edge task and the
+  client ids."""
+  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
+  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
+  ids = checked_client_ids(client_ids)
+  learning_process.check_positive("batch_size", batch_size)
+  learning_process.check_positive("local_epochs", local_epochs)
+  return edge_task(edge_model_fn, server_model_fn, split_layer), ids
 
 
 def edge_task(edge_model_fn, server_model_fn, split_layer: str) -> api.Task:
@@ -137,11 +150,13 @@ class ClientStateProcessState:
     server: The algorithm's server state.
     clients: One state per client id, in the builder's order.
     round_num: Rounds completed.
+    sampled: The ids of the clients that have taken part in a round.
   """
 
   server: Any
   clients: tuple[Any, ...]
   round_num: int = 0
+  sampled: frozenset = frozenset()
 
 
 @attrs.frozen
@@ -228,7 +243,8 @@ class ClientStateProcess:
     arrays = {c: _arrays_of(c, value) for c, value in cohort.items()}
     round_num = state.round_num + 1
     self._algorithm.attach(None, {c: len(a) for c, a in arrays.items()})
-    seeds = np.random.default_rng([self._seed, round_num]).integers(
+    # A stream of their own: FedGKT's server draws from (seed, round).
+    seeds = np.random.default_rng([self._seed, round_num, 1]).integers(
       0, 2**31 - 1, size=len(arrays)
     )
     clients = []
@@ -254,7 +270,10 @@ class ClientStateProcess:
       new_clients[self._rows[client_id]] = client_state
     return ClientStateRoundOutput(
       state=ClientStateProcessState(
-        server=output.state, clients=tuple(new_clients), round_num=round_num
+        server=output.state,
+        clients=tuple(new_clients),
+        round_num=round_num,
+        sampled=state.sampled | frozenset(arrays),
       ),
       metrics=width_process.with_traffic_totals(output.metrics, output.traffic),
       clients=output.traffic,
@@ -277,11 +296,13 @@ class ClientStateProcess:
   ) -> collections.OrderedDict:
     """The models to evaluate, by name: `(model_fn, ModelWeights)` pairs,
     assignable to a fresh `model_fn()` (FedGKT: each sampled client's
-    extractor with the server model, and its edge model alone; split
-    learning: the full model)."""
-    initial = self._algorithm.initial_client_state()
+    extractor with the server model, and its edge model alone, or the
+    initial edge model's while no client has been sampled; split learning:
+    the full model)."""
     seen = {
-      c: s for c, s in zip(self._client_ids, state.clients) if s is not initial
+      c: s
+      for c, s in zip(self._client_ids, state.clients)
+      if c in state.sampled
     }
     models = self._algorithm.evaluation_models(
       state.server, api.ClientDatasets([], seen)

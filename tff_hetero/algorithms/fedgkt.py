@@ -341,6 +341,12 @@ class FedGKT(api.FederatedAlgorithm):
         f" {self.feature_shape} but the server model {server_model_name!r}"
         f" takes {tuple(server.input.shape[1:])}"
       )
+    if int(server.output_shape[-1]) != int(task.num_classes):
+      raise models_lib.ModelError(
+        f"the server model {server_model_name!r} outputs"
+        f" {server.output_shape[-1]} classes but the edge model"
+        f" {task.model_name!r} {task.num_classes}"
+      )
     composed = gkt_models.extractor_and_server(edge, server, self.split_layer)
     self._composed_sources = (
       _sources(composed, edge, server, "trainable_weights"),
@@ -396,12 +402,7 @@ class FedGKT(api.FederatedAlgorithm):
     registry `split_layer`) and registered server model, the clients on SGD
     (`client_lr`, heavy-ball `client_momentum`): what `--algorithm=fedgkt`
     runs."""
-    if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(
-        f"FedGKT's server model must be one of "
-        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-        f" {server_model!r}"
-      )
+    gkt_models.check_server_model(server_model)
     shape, classes = task.input_shape, task.num_classes
     algorithm = cls(
       task,
@@ -1013,14 +1014,16 @@ def build_fedgkt_process(
   cross-entropy on logits against integer labels plus the weighted
   distillation terms), not arguments; the metrics are accuracies.
   """
-  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
-  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
-  ids = client_state_process.checked_client_ids(client_ids)
-  for name, value in (
-    ("batch_size", batch_size),
-    ("local_epochs", local_epochs),
-  ):
-    client_state_process.check_positive(name, value)
+  task, ids = client_state_process.checked_edge_arguments(
+    edge_model_fn,
+    server_model_fn,
+    split_layer,
+    client_ids,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    batch_size,
+    local_epochs,
+  )
   flags = FedGKTSettings(
     gkt_temperature=temperature,
     gkt_client_kd_weight=client_kd_weight,
@@ -1031,9 +1034,6 @@ def build_fedgkt_process(
     gkt_lr_patience=lr_patience,
     gkt_lr_factor=lr_factor,
     gkt_server_order=server_order,
-  )
-  task = client_state_process.edge_task(
-    edge_model_fn, server_model_fn, split_layer
   )
   initial = server_optimizer_fn.initialize(
     tuple(

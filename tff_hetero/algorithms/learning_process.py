@@ -21,6 +21,7 @@ import collections
 from collections.abc import Callable
 from collections.abc import Sequence
 import math
+import numbers
 from typing import Any
 
 import attrs
@@ -42,6 +43,16 @@ def check_optimizer(name: str, optimizer) -> None:
       f"{name} must be a tff.learning.optimizers.Optimizer"
       f" (e.g. build_sgdm(0.1)), got {type(optimizer).__name__}"
     )
+
+
+def check_positive(name: str, value) -> None:
+  """A one-line `ValueError` unless `value` is an integer >= 1."""
+  if (
+    isinstance(value, bool)
+    or not isinstance(value, numbers.Integral)
+    or value < 1
+  ):
+    raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def check_sgd(optimizer, why: str, *, momentum: bool) -> None:

@@ -254,12 +254,7 @@ class SplitLearning(api.FederatedAlgorithm):
     `split_layer`) and registered server model, both partitions on the
     clients' SGD (`client_lr`, heavy-ball `client_momentum`), as FedAvg
     trains the full model: what `--algorithm=split_learning` runs."""
-    if server_model not in gkt_models.SERVER_MODELS:
-      raise ValueError(
-        f"the server model must be one of "
-        f"{', '.join(gkt_models.SERVER_MODELS)}, got"
-        f" {server_model!r}"
-      )
+    gkt_models.check_server_model(server_model)
     shape, classes = task.input_shape, task.num_classes
     algorithm = cls(
       task,
@@ -460,17 +455,16 @@ def build_split_learning_process(
   logits against integer labels, and the metrics its accuracy, as the
   CLI's and the papers' (a classification baseline of FedGKT).
   """
-  learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
-  learning_process.check_optimizer("server_optimizer_fn", server_optimizer_fn)
-  ids = client_state_process.checked_client_ids(client_ids)
-  task = client_state_process.edge_task(
-    edge_model_fn, server_model_fn, split_layer
+  task, ids = client_state_process.checked_edge_arguments(
+    edge_model_fn,
+    server_model_fn,
+    split_layer,
+    client_ids,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    batch_size,
+    local_epochs,
   )
-  for name, value in (
-    ("batch_size", batch_size),
-    ("local_epochs", local_epochs),
-  ):
-    client_state_process.check_positive(name, value)
   algorithm = SplitLearning(
     task,
     server_model_fn,

@@ -195,6 +195,15 @@ def edge_model(name: str) -> Factory:
   return factory
 
 
+def check_server_model(name: str) -> None:
+  """A one-line `ValueError` unless `name` is a key of `SERVER_MODELS`."""
+  if name not in SERVER_MODELS:
+    raise ValueError(
+      f"the server model must be one of {', '.join(SERVER_MODELS)}, got"
+      f" {name!r}"
+    )
+
+
 def server_model(name: str) -> Factory:
   """The factory of server model `name` (a key of `SERVER_MODELS`).
 

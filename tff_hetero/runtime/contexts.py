@@ -125,6 +125,36 @@ class _RemoteStack:
     self.stub.close()
 
 
+def _without_secure_intrinsics(computation):
+  """`computation` with its secure sums as plain sums of their integers
+  (module docstring): what `tff.backends.test.replace_secure_intrinsics_
+  with_bodies` does, but `computation` itself when it has none, and with its
+  type (Python containers included) kept otherwise, since the mergeable
+  context builds its results from the compiled computation's type. It
+  calls a private function of TFF 0.87, the version
+  `threaded_executor.check_tff_version` pins."""
+  from tensorflow_federated.python.core.backends.test import (
+    compiler as test_compiler,
+  )  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  block, replaced = (
+    test_compiler._replace_secure_intrinsics_with_insecure_bodies(  # pylint: disable=protected-access
+      computation.to_building_block()
+    )
+  )
+  if not replaced:
+    return computation
+  return computation_impl.ConcreteComputation(
+    computation_proto=block.proto,
+    context_stack=context_stack_impl.context_stack,
+    annotated_type=computation.type_signature,
+  )
+
+
 def _context_kwargs():
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.environments.tensorflow_frontend import (
@@ -132,9 +162,8 @@ def _context_kwargs():
   )  # pylint: disable=g-import-not-at-top
 
   def compile_for_worker(computation):
-    # Secure sums as plain sums of their integers (module docstring).
     return tff.backends.native.desugar_and_transform_to_native(
-      tff.backends.test.replace_secure_intrinsics_with_bodies(computation)
+      _without_secure_intrinsics(computation)
     )
 
   return dict(
@@ -159,8 +188,17 @@ def _build_context(
     )
     for stack in stacks
   ]
-  return tff.backends.native.create_mergeable_comp_execution_context(
-    async_contexts, num_subrounds=num_subrounds
+  # TFF's own mergeable context (`create_mergeable_comp_execution_context`)
+  # with the secure sums replaced before the split into mergeable form,
+  # which refuses them.
+  return tff.framework.MergeableCompExecutionContext(
+    async_contexts,
+    compiler_fn=lambda computation: (
+      tff.backends.native.compile_to_mergeable_comp_form(
+        _without_secure_intrinsics(computation)
+      )
+    ),
+    num_subrounds=num_subrounds,
   )
 
 

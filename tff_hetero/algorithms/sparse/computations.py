@@ -87,6 +87,7 @@ from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import MaskedSumFactory
 from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import MaskedWeight
+from tff_hetero.aggregators import masked_dp
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import model_fns
@@ -618,6 +619,7 @@ class SparseRounds:
       aggregator = self._aggregator.create(
         to_value.type_signature.result, to_weight.type_signature.result
       )
+      masked_dp.check_masked_sums(aggregator)
 
     packed_type = self.packed_type
 

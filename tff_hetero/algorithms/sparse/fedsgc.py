@@ -124,7 +124,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
-from tff_hetero.algorithms import client_state_process
+from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms.sparse import computations
 from tff_hetero.algorithms.sparse import sparse_process
 from tff_hetero.algorithms.sparse import training
@@ -210,7 +210,7 @@ def build_fedsgc_process(
     loss_fn,
     metrics_fn,
   )
-  client_state_process.check_positive("readjust_end_epoch", readjust_end_epoch)
+  learning_process.check_positive("readjust_end_epoch", readjust_end_epoch)
   if model_aggregator is not None and sgc_memory != "none":
     raise ValueError(
       "model_aggregator applies only with sgc_memory='none': the server"

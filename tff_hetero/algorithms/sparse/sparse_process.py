@@ -100,7 +100,7 @@ def checked_task(
   `model_fn` (with its loss and metrics) and the client ids as a list."""
   learning_process.check_optimizer("client_optimizer_fn", client_optimizer_fn)
   ids = list(client_state_process.checked_client_ids(client_ids))
-  client_state_process.check_positive("local_epochs", local_epochs)
+  learning_process.check_positive("local_epochs", local_epochs)
   return api.Task.of_keras(model_fn, input_spec, loss_fn, metrics_fn), ids
 
 
