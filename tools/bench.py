@@ -21,7 +21,10 @@ prefixed `<cfg>_`:
     release), from its history's wall times; the last round, which also
     evaluates and checkpoints, is not timed;
   * `tff_round_s`: TFF's `build_weighted_fed_avg` driven directly on the
-    first cohort's client datasets, on the same runtime (our local worker);
+    first cohort's client datasets, on the same runtime (our local worker),
+    with its default client loop (`LoopImplementation.DATASET_REDUCE`);
+  * `tff_iterator_round_s`: the same with `DATASET_ITERATOR`, the loop our
+    clients run (`local_training.fold_batches`);
   * `floor_sequential_round_s`, `floor_parallel_round_s`: the same client
     work (each client: from the same initial weights, plain SGD over the very
     batches of its dataset, in their order) in plain TensorFlow: the batches
@@ -33,7 +36,8 @@ prefixed `<cfg>_`:
     once). Every floor round must take as many SGD steps as the datasets
     hold batches (`steps_per_round`). Server aggregation is not part of it;
   * `floor_round_s`: the better of the two (`floor_best` says which);
-  * `ours_over_floor`, `tff_over_floor`, `ours_over_tff`: ratios of medians.
+  * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
+    `ours_over_tff` (against TFF's default loop): ratios of medians.
 Then `rss_*`: growth of resident memory (driver plus its TFF worker) of our
 pipeline on the `overhead` configuration from rounds 10-14 to the last 5
 rounds of `--rss_rounds` (medians of the 5 per-round readings at each end:
@@ -490,25 +494,34 @@ def _bench_config(
     for i, cid in enumerate(cohort)
   ]
 
-  # TFF's builder, driven directly on the same runtime.
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-    task.tff_model_fn(),
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
-  )
-  with runtime.local_execution():
-    state = process.initialize()
-    state = process.next(state, datasets).state  # Warm-up.
-    times = []
-    for _ in range(timed):
-      start = time.perf_counter()
-      state = process.next(state, datasets).state
-      times.append(time.perf_counter() - start)
-  _spread(results, "tff_round_s", times)
+  # TFF's builder, driven directly on the same runtime: with its default
+  # client loop (`Dataset.reduce`), and with the loop ours uses.
+  for key, loop_implementation in (
+    ("tff_round_s", tff.learning.LoopImplementation.DATASET_REDUCE),
+    ("tff_iterator_round_s", tff.learning.LoopImplementation.DATASET_ITERATOR),
+  ):
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+      task.tff_model_fn(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
+      loop_implementation=loop_implementation,
+    )
+    with runtime.local_execution():
+      state = process.initialize()
+      state = process.next(state, datasets).state  # Warm-up.
+      times = []
+      for _ in range(timed):
+        start = time.perf_counter()
+        state = process.next(state, datasets).state
+        times.append(time.perf_counter() - start)
+    _spread(results, key, times)
 
   results.update(_floor(task, datasets, lr, timed))
   floor = results["floor_round_s"]
   results["ours_over_floor"] = round(results["ours_round_s"] / floor, 3)
   results["tff_over_floor"] = round(results["tff_round_s"] / floor, 3)
+  results["tff_iterator_over_floor"] = round(
+    results["tff_iterator_round_s"] / floor, 3
+  )
   results["ours_over_tff"] = round(
     results["ours_round_s"] / results["tff_round_s"], 3
   )

@@ -19,6 +19,12 @@ the bytes that crossed the network:
   M.client_work.train = <metrics=<loss, accuracy, num_examples, ...>,
                          uploaded_bytes=int64>
 
+The clients loop over their batches with TFF's `DATASET_ITERATOR` loop
+instead of its default `Dataset.reduce`: the same steps, in a while loop
+that the TFF worker optimizes with the rest of the client's graph
+(`local_training.fold_batches` says why; about 1.6x faster client work for
+a CNN on the worker, docs/performance.md).
+
 Server SGD at learning rate 1 (TFF's default server optimizer is SGD at 1.0)
 makes the new global model the weighted mean of the client models: plain
 FedAvg.
@@ -86,6 +92,7 @@ def build_fedavg_process(
     model_distributor=parts.model_distributor,
     model_aggregator=parts.model_aggregator,
     metrics_aggregator=parts.metrics_aggregator,
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
   )
 
 

@@ -151,8 +151,8 @@ def build_fednova_client_update(
       return examples + count, counter, steps_norm + counter, optimizer_state
 
     zero = tf.constant(0.0, tf.float32)
-    examples, _, steps_norm, _ = data.reduce(
-      (tf.constant(0, tf.int64), zero, zero, optimizer_state), reduce_fn
+    examples, _, steps_norm, _ = local_training.fold_batches(
+      data, (tf.constant(0, tf.int64), zero, zero, optimizer_state), reduce_fn
     )
     # TFF's convention: update = initial - trained, applied by the server
     # optimizer as a descent direction.

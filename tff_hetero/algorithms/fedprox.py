@@ -168,8 +168,8 @@ def build_proximal_client_update(
       optimizer_state = optimizer.set_hparams(
         optimizer_state, optimizer_hparams
       )
-    num_examples, _ = data.reduce(
-      (tf.zeros([], tf.int64), optimizer_state), reduce_fn
+    num_examples, _ = local_training.fold_batches(
+      data, (tf.zeros([], tf.int64), optimizer_state), reduce_fn
     )
 
     # TFF's convention: update = initial - trained, which the server optimizer

@@ -150,7 +150,8 @@ def build_scaffold_client_update(
       )
       return examples + count, steps + 1, optimizer_state
 
-    examples, steps, _ = data.reduce(
+    examples, steps, _ = local_training.fold_batches(
+      data,
       (tf.constant(0, tf.int64), tf.constant(0, tf.int64), optimizer_state),
       reduce_fn,
     )

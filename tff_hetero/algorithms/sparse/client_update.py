@@ -365,7 +365,9 @@ def build_client_update(
       zeros if accumulate else (),
       tf.constant(0, tf.int64),
     )
-    examples, _, counts, squares, _, _ = data.enumerate().reduce(state, train)
+    examples, _, counts, squares, _, _ = local_training.fold_batches(
+      data.enumerate(), state, train
+    )
     trainable, masks = trainer.upload_values()
     mask_sent = tf.stack(
       [
