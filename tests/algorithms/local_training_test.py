@@ -87,3 +87,33 @@ def test_prox_without_an_anchor_is_refused():
       collections.OrderedDict(x=X, y=Y),
       prox_mu=0.1,
     )
+
+
+@pytest.mark.parametrize("batches", [0, 1, 3])
+def test_fold_batches_visits_every_batch_in_order(batches):
+  # State (count, weighted sum, last): by hand, batches [1,2], [3,4], [5,6]
+  # give count 3, sum 1*3 + 2*7 + 3*11 = 50 (batch number times its sum),
+  # last batch [5, 6]; no batch leaves the initial state.
+  values = np.arange(1, 2 * batches + 1, dtype=np.float32).reshape(-1, 2)
+  data = tf.data.Dataset.from_tensor_slices(values).batch(1)
+
+  @tf.function
+  def fold():
+    def fn(state, batch):
+      count, total, _ = state
+      count += 1
+      return (
+        count,
+        total + tf.cast(count, tf.float32) * tf.reduce_sum(batch),
+        batch[0],
+      )
+
+    initial = (tf.constant(0), tf.constant(0.0), tf.zeros([2]))
+    return local_training.fold_batches(data, initial, fn)
+
+  count, total, last = fold()
+  expected = {0: (0, 0.0, [0, 0]), 1: (1, 3.0, [1, 2]), 3: (3, 50.0, [5, 6])}
+  want_count, want_total, want_last = expected[batches]
+  assert int(count) == want_count
+  assert float(total) == want_total
+  np.testing.assert_array_equal(last.numpy(), want_last)
