@@ -37,11 +37,14 @@ prefixed `<cfg>_`:
     hold batches (`steps_per_round`). Server aggregation is not part of it;
   * `floor_round_s`: the better of the two (`floor_best` says which);
   * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
-    `ours_over_tff` (against TFF's default loop): ratios of medians.
-Then `rss_*`: growth of resident memory (driver plus its TFF worker) of our
-pipeline on the `overhead` configuration from rounds 10-14 to the last 5
-rounds of `--rss_rounds` (medians of the 5 per-round readings at each end:
-a round's transient buffers move a single reading by tens of MiB).
+    `ours_over_tff` (against TFF's default loop), `ours_over_tff_iterator`
+    (like for like): ratios of medians.
+Then `rss_*` (FedAvg) and `rss_adaptivefl_*` (AdaptiveFL with its default
+tiers, pool and selection): growth of resident memory (driver plus its TFF
+worker) of our pipeline on the `overhead` configuration from rounds 10-14
+to the last 5 rounds of `--rss_rounds` (medians of the 5 per-round readings
+at each end: a round's transient buffers move a single reading by tens of
+MiB).
 Suite `coldstart` starts, for each registered algorithm (or
 `--coldstart_algorithms`), one at a time, a fresh
 `python -m pipelines.train --rounds=1` on `--dataset` (mnist_cnn;
@@ -525,6 +528,9 @@ def _bench_config(
   results["ours_over_tff"] = round(
     results["ours_round_s"] / results["tff_round_s"], 3
   )
+  results["ours_over_tff_iterator"] = round(
+    results["ours_round_s"] / results["tff_iterator_round_s"], 3
+  )
   sizes = sorted({len(fed.client_train(c)) for c in fed.client_ids})
   results["setup"] = (
     f"{_DATASET.value}/{model}, {_CLIENTS.value} iid clients of"
@@ -544,29 +550,38 @@ def bench_base() -> collections.OrderedDict:
       for key, value in _bench_config(name, model, epochs, batch, root).items():
         results[f"{name}_{key}"] = value
 
-    # Memory growth over a long run of our pipeline (overhead configuration).
-    rss = {}
-
-    def record(round_num, row):
-      del row
-      rss[round_num] = _rss_bytes()
-
+    # Memory growth over long runs of our pipeline (overhead configuration):
+    # FedAvg, then AdaptiveFL (default tiers and pool, RL selection).
     model, epochs, batch = BASE_CONFIGS["overhead"]
     rss_rounds = max(_RSS_ROUNDS.value, 20)
-    loop.run_experiment(
-      _config(
-        rounds=rss_rounds,
-        eval_every=10,
-        root_output_dir=root,
-        experiment_name="rss",
-        model=model,
-        local_epochs=epochs,
-        batch_size=batch,
-      ),
-      on_round=record,
-    )
-    results.update(_rss_growth(rss, "rss"))
+    for algorithm, prefix in RSS_ALGORITHMS.items():
+      rss = {}
+
+      def record(round_num, row, rss=rss):
+        del row
+        rss[round_num] = _rss_bytes()
+
+      loop.run_experiment(
+        _config(
+          algorithm=algorithm,
+          rounds=rss_rounds,
+          eval_every=10,
+          root_output_dir=root,
+          experiment_name=prefix,
+          model=model,
+          local_epochs=epochs,
+          batch_size=batch,
+        ),
+        on_round=record,
+      )
+      results.update(_rss_growth(rss, prefix))
   return results
+
+
+# `rss_*` runs of suite base: algorithm -> key prefix.
+RSS_ALGORITHMS = collections.OrderedDict(
+  fedavg="rss", adaptivefl="rss_adaptivefl"
+)
 
 
 def _median_next_s(

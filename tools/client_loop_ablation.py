@@ -82,7 +82,9 @@ def _cohort():
 def _round_computation(task, datasets, loop: str, step: str):
   from tff_hetero.algorithms import local_training  # pylint: disable=g-import-not-at-top
 
-  initial = task.model_fn().get_weights()
+  # The broadcast weights are the trainable ones: the model's only ones
+  # (mnist_cnn_feddst has no non-trainable weights).
+  initial = [v.numpy() for v in task.model_fn().trainable_variables]
   weights_type = [tff.TensorType(w.dtype, w.shape) for w in initial]
   data_type = tff.SequenceType(
     tff.types.tensorflow_to_type(datasets[0].element_spec)
@@ -137,7 +139,8 @@ def _round_computation(task, datasets, loop: str, step: str):
 
 def _eager_reference(task, initial, dataset):
   model = task.model_fn()
-  model.set_weights(initial)
+  for v, w in zip(model.trainable_variables, initial):
+    v.assign(w)
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   for batch in dataset:
     with tf.GradientTape() as tape:

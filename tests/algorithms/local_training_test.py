@@ -117,3 +117,37 @@ def test_fold_batches_visits_every_batch_in_order(batches):
   assert int(count) == want_count
   assert float(total) == want_total
   np.testing.assert_array_equal(last.numpy(), want_last)
+
+
+def test_fold_batches_equals_dataset_reduce_on_a_nested_state():
+  # The oracle is tf.data's own reduce, on the kind of state the clients
+  # carry: a named tuple, an empty tuple, a dict of optimizer state, and
+  # numbered batches.
+  State = collections.namedtuple("State", ["examples", "extra", "opt"])
+  data = (
+    tf.data.Dataset.from_tensor_slices(
+      np.arange(14, dtype=np.float32).reshape(7, 2)
+    )
+    .batch(3)
+    .enumerate()
+  )
+
+  def fn(state, numbered):
+    number, batch = numbered
+    opt = collections.OrderedDict(
+      step=state.opt["step"] + 1,
+      acc=state.opt["acc"] * 0.5 + tf.cast(number + 1, tf.float32) * batch[0],
+    )
+    return State(state.examples + tf.shape(batch, tf.int64)[0], (), opt)
+
+  initial = State(
+    tf.constant(0, tf.int64),
+    (),
+    collections.OrderedDict(step=tf.constant(0), acc=tf.zeros([2])),
+  )
+  got = tf.function(lambda: local_training.fold_batches(data, initial, fn))()
+  want = data.reduce(initial, fn)
+  assert int(got.examples) == int(want.examples) == 7
+  assert got.extra == ()
+  assert int(got.opt["step"]) == int(want.opt["step"]) == 3
+  np.testing.assert_array_equal(got.opt["acc"].numpy(), want.opt["acc"].numpy())

@@ -79,7 +79,10 @@ and a client with a non-finite delta also has its metrics reset. Everything
 else (SGD client optimizer, delta convention `update = w_t - w`, non-finite
 deltas zeroed with weight 0, example weighting, server optimizer step) is
 TFF's FedAvg, so with `prox_mu=0` (the added term is then exactly zero) the
-process computes exactly TFF FedAvg, bit for bit.
+process computes TFF's FedAvg given the same client loop
+(`LoopImplementation.DATASET_ITERATOR`, our `local_training.fold_batches`;
+TFF's default loop, `Dataset.reduce`, computes the same steps with other
+rounding on the worker).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """One local SGD step on a `tff.learning.models.VariableModel`, shared by every
-algorithm whose clients train the task's loss: FedAvg, FedProx, FedAdam and
-the width algorithms (`fedprox.build_proximal_client_update`), FedNova
-(`fednova.build_fednova_client_update`) and the sparse ones
+algorithm of ours whose clients train the task's loss: FedProx and the width
+algorithms (`fedprox.build_proximal_client_update`), FedNova
+(`fednova.build_fednova_client_update`), SCAFFOLD
+(`scaffold.build_scaffold_client_update`) and the sparse ones
 (`sparse.client_update.MaskedTraining`, masks applied through `transform`
-and `project`);
+and `project`; PruneFL's and GraSP's one-client passes too). FedAvg and
+FedAdam run TFF's own client work, with the same loop;
 `fold_batches`, the loop those clients run `sgd_step` in; and
 `zero_all_if_any_non_finite`, how those clients drop a diverged update (as
 TFF's FedAvg client work does).

@@ -355,7 +355,6 @@ def build_client_update(
         )
       return examples + count, optimizer_state, counts, squares, summed, batches
 
-    # Tuples: tf.data would stack a list of tensors into one tensor.
     zeros = tuple(tf.zeros(k.shape, tf.float32) for k in layout.kernels)
     state = (
       tf.constant(0, tf.int64),

@@ -62,6 +62,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.sparse import initial_pruning
 from tff_hetero.algorithms.sparse import sparse_process
 from tff_hetero.algorithms.sparse.settings import SparseSettings
@@ -96,9 +97,8 @@ def grasp_scores(
       loss = loss_of(batch)
     return tuple(t + g for t, g in zip(total, tape.gradient(loss, weights)))
 
-  # Tuples: tf.data would stack a list of tensors into one tensor.
   zeros = tuple(tf.zeros_like(w) for w in weights)
-  stopped = data.reduce(zeros, add_gradient)
+  stopped = local_training.fold_batches(data, zeros, add_gradient)
 
   def add_hessian_gradient(total, batch):
     with tf.GradientTape() as outer:
@@ -113,7 +113,9 @@ def grasp_scores(
       )
     return tuple(t + h for t, h in zip(total, outer.gradient(product, weights)))
 
-  hessian_gradient = data.reduce(zeros, add_hessian_gradient)
+  hessian_gradient = local_training.fold_batches(
+    data, zeros, add_hessian_gradient
+  )
   return [w * h for w, h in zip(weights, hessian_gradient)]
 
 

@@ -76,6 +76,7 @@ import tensorflow_federated as tff
 
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import learning_process
+from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.sparse import client_update as client_lib
 from tff_hetero.algorithms.sparse import initial_pruning
 from tff_hetero.algorithms.sparse import sparse_process
@@ -283,8 +284,10 @@ class PruneFL(initial_pruning.OneClientPruning):
         return optimizer_state, squares
 
       zeros = tuple(tf.zeros(k.shape, tf.float32) for k in layout.kernels)
-      data.repeat(rounds).enumerate().reduce(
-        (trainer.initial_state(optimizer), zeros), step
+      local_training.fold_batches(
+        data.repeat(rounds).enumerate(),
+        (trainer.initial_state(optimizer), zeros),
+        step,
       )
       return trainer.upload_values()
 
