@@ -21,7 +21,7 @@ the bytes that crossed the network:
 
 The clients loop over their batches with TFF's `DATASET_ITERATOR` loop
 instead of its default `Dataset.reduce`: the same steps, in a while loop
-that the TFF worker optimizes with the rest of the client's graph
+over the dataset's iterator instead of a tf.data function
 (`local_training.fold_batches` says why; TFF's builder alone on
 `mnist_cnn_feddst`, 10 clients x 20 steps: 4.78 s per round with `reduce`,
 3.02 s with this loop, `tools/bench.py --suite=base` at 13c8b8f).
