@@ -27,6 +27,15 @@ of its family (`full_model_ratios`: per full model its `params`, `flops`,
 `paper_params_ratio` and `paper_flops_ratio`, 54x / 105x and 9x / 17x
 against ResNet-56 / ResNet-110, and `paper_params`, "11K").
 
+A depth-scalable model (registry `depths`: `transformer`, `depth_cnn`;
+InclusiveFL's tiers) is described at its deepest tier (the title says which
+depth), followed by one row per tier, deepest first: depth, params, FLOPs
+(MACs), size ratio to the deepest (params) and the HeteroFL widths, those at
+which the deepest model has about the tier's parameters
+(`models.depth_matched_widths`: unit 1 narrowed, InclusiveFL's HeteroFL
+baseline); JSON: `depth_tiers`, a list of objects with keys `depth`,
+`params`, `flops`, `ratio` and `heterofl_widths`.
+
 `--pool=adaptivefl` (ratios `--pool_ratios=M:S`, start indices
 `--pool_start_indices`, default the model's) and `--pool=heterofl` (uniform
 rates `--heterofl_rates`) print one row per pool member in the order of
@@ -191,11 +200,14 @@ def _costs(
   shape: tuple[int, ...],
   classes: int,
   widths: tuple[int, ...] | None,
+  depth: int | None = None,
 ):
   """(ParamCount, [LayerCost]) of one (sub-)model; built once per process."""
   from tff_hetero import models  # pylint: disable=g-import-not-at-top
 
-  keras_model = models.build_model(model, shape, classes, seed=0, widths=widths)
+  keras_model = models.build_model(
+    model, shape, classes, seed=0, widths=widths, depth=depth
+  )
   return models.count_params(keras_model), tuple(
     models.layer_costs(keras_model)
   )
@@ -344,14 +356,62 @@ def _split(model: str, shape: tuple[int, ...], classes: int) -> dict:
   return out
 
 
+def _depth_rows(model: str, shape: tuple[int, ...], classes: int) -> list:
+  """One row per depth tier, deepest first (module docstring)."""
+  from tff_hetero import models  # pylint: disable=g-import-not-at-top
+
+  tiers = models.MODELS[model].depths
+  deepest = _costs(model, shape, classes, None, tiers[-1])[0].trainable
+  rows = []
+  for depth in reversed(tiers):
+    params, layers = _costs(model, shape, classes, None, depth)
+    rows.append(
+      {
+        "depth": depth,
+        "params": params.trainable,
+        "flops": sum(r.macs for r in layers),
+        "ratio": round(params.trainable / deepest, 4),
+        "heterofl_widths": list(
+          models.depth_matched_widths(model, shape, classes, depth)
+        ),
+      }
+    )
+  return rows
+
+
+def _print_depth_rows(rows: list[dict]) -> None:
+  print("depth tiers (embedding, block_1..block_L, head):")
+  table = [
+    (
+      row["depth"],
+      f"{row['params']:,}",
+      f"{row['flops']:,}",
+      f"{row['ratio']:.2f}",
+      ":".join(map(str, row["heterofl_widths"])),
+    )
+    for row in rows
+  ]
+  print(
+    _table(
+      ("depth", "params", "FLOPs (MACs)", "ratio", "HeteroFL widths"),
+      table,
+      {0, 1, 2, 3},
+    )
+  )
+
+
 def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
   from tff_hetero import models  # pylint: disable=g-import-not-at-top
 
-  params, layers = _costs(model, shape, classes, None)
+  tiers = models.MODELS[model].depths
+  params, layers = _costs(
+    model, shape, classes, None, tiers[-1] if tiers else None
+  )
   macs = sum(r.macs for r in layers)
   split = (
     _split(model, shape, classes) if models.MODELS[model].split_layer else None
   )
+  depth_rows = _depth_rows(model, shape, classes) if tiers else None
   if as_json:
     print(
       json.dumps(
@@ -364,6 +424,7 @@ def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
           "flops": macs,
           "training_flops_per_example": models.TRAINING_MACS_MULTIPLIER * macs,
           **(split or {}),
+          **({"depth_tiers": depth_rows} if depth_rows else {}),
           "layers": [
             {
               "name": r.name,
@@ -378,7 +439,7 @@ def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
       )
     )
     return
-  print(title)
+  print(title + (f", depth {tiers[-1]}" if tiers else ""))
   rows = [
     (r.name, r.kind, f"{r.params:,}", f"{r.non_trainable:,}", f"{r.macs:,}")
     for r in layers
@@ -404,6 +465,8 @@ def _print_model(model: str, title: str, shape, classes, as_json: bool) -> None:
     f" {models.TRAINING_MACS_MULTIPLIER} x {macs:,} ="
     f" {models.TRAINING_MACS_MULTIPLIER * macs:,}"
   )
+  if depth_rows:
+    _print_depth_rows(depth_rows)
   if split is None:
     return
   paper = (

@@ -41,6 +41,8 @@ TYPICAL_SHAPES = {
   "fedgkt_server_resnet109_bottleneck": (32, 32, 3),
   "resnet56_bottleneck": (32, 32, 3),
   "resnet110_bottleneck": (32, 32, 3),
+  "transformer": (28, 28, 1),
+  "depth_cnn": (28, 28, 1),
 }
 
 

@@ -267,6 +267,73 @@ def test_small_model_pools(capsys):
   assert [line.split()[0] for line in lines[2:]] == ["x1", "x0.5", "x0.25"]
 
 
+def test_depth_model_json_has_its_tiers(capsys):
+  # tests/models/depth_test.py by hand: 1,706 + 18,496 L parameters and
+  # 57,792 + 3,612,672 L MACs; HeteroFL widths: C = 26 and 19 channels
+  # give the 12-block model about the 8- and 4-block models' parameters.
+  out = _json(capsys, "--model=depth_cnn")
+  assert (out["input_shape"], out["params"], out["flops"]) == (
+    [28, 28, 1],
+    223_658,
+    43_409_856,
+  )
+  assert out["depth_tiers"] == [
+    {
+      "depth": 12,
+      "params": 223_658,
+      "flops": 43_409_856,
+      "ratio": 1.0,
+      "heterofl_widths": [32],
+    },
+    {
+      "depth": 8,
+      "params": 149_674,
+      "flops": 28_959_168,
+      "ratio": round(149_674 / 223_658, 4),
+      "heterofl_widths": [26],
+    },
+    {
+      "depth": 4,
+      "params": 75_690,
+      "flops": 14_508_480,
+      "ratio": round(75_690 / 223_658, 4),
+      "heterofl_widths": [19],
+    },
+  ]
+  assert [l["name"] for l in out["layers"] if l["params"]][-3:] == [
+    "block_12",
+    "fc",
+    "logits",
+  ]
+  assert "depth_tiers" not in _json(capsys, "--model=mlp", "--dataset=digits")
+
+
+def test_depth_model_table_shows_blocks_and_tiers(capsys):
+  lines = _run(capsys, "--model=depth_cnn").splitlines()
+  assert lines[0] == "depth_cnn on 28x28x1 (mnist), 10 classes, depth 12"
+  rows = {line.split()[0]: line.split()[1:] for line in lines[2:19]}
+  # tests/models/depth_test.py by hand: stem 320 params, 56,448 MACs; a
+  # block 18,496 params, 3,612,672 MACs.
+  assert rows["stem_conv"] == ["Conv2D", "320", "0", "56,448"]
+  assert rows["block_12"] == ["ResidualConvBlock", "18,496", "0", "3,612,672"]
+  assert rows["total"] == ["223,658", "0", "43,409,856"]
+  start = lines.index("depth tiers (embedding, block_1..block_L, head):")
+  assert lines[start + 1].split() == [
+    "depth",
+    "params",
+    "FLOPs",
+    "(MACs)",
+    "ratio",
+    "HeteroFL",
+    "widths",
+  ]
+  assert [line.split() for line in lines[start + 2 :]] == [
+    ["12", "223,658", "43,409,856", "1.00", "32"],
+    ["8", "149,674", "28,959,168", "0.67", "26"],
+    ["4", "75,690", "14,508,480", "0.34", "19"],
+  ]
+
+
 def test_dataset_table_matches_the_data_sets():
   from tff_hetero import data  # pylint: disable=g-import-not-at-top
 

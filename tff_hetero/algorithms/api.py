@@ -65,6 +65,11 @@ class Task:
       output width per width unit (`tff_hetero.models.width`), seeded like
       `model_fn`; None when the model has no width knobs.
     width_units: The model's width units (empty without width knobs).
+    depth_model_fn: `depth -> tf.keras.Model`: the model with `depth`
+      encoder blocks (`tff_hetero.models.depth`), seeded like `model_fn`;
+      None when the model has no depth knob.
+    depths: The model's registered tier depths (e.g. (4, 8, 12); empty
+      without a depth knob).
     loss_fn / metrics_fn: No-arg factories of the training loss and the
       metrics (`model_fns.variable_model_fn`; None: cross-entropy on logits
       and accuracy, every registered model's).
@@ -78,6 +83,8 @@ class Task:
   training_flops_per_example: int
   width_model_fn: Optional[Callable[[Sequence[int]], tf.keras.Model]] = None
   width_units: tuple[Any, ...] = ()
+  depth_model_fn: Optional[Callable[[int], tf.keras.Model]] = None
+  depths: tuple[int, ...] = ()
   loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None
   metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None
 

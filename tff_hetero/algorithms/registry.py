@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from collections.abc import Mapping
+import types
+from typing import Any
 
 import attrs
 
@@ -23,6 +26,7 @@ from tff_hetero.algorithms import fedgkt
 from tff_hetero.algorithms import fednova
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import heterofl
+from tff_hetero.algorithms import inclusivefl
 from tff_hetero.algorithms import scaffold
 from tff_hetero.algorithms import split_learning
 from tff_hetero.algorithms.sparse import feddst
@@ -48,6 +52,11 @@ class AlgorithmEntry:
   aggregators: tuple[str, ...] = ("mean",)
   # Whether the builder honours `--client_momentum` > 0.
   client_momentum: bool = True
+  # Common settings whose default differs for this algorithm (e.g. its
+  # default model); a value given explicitly always wins.
+  defaults: Mapping[str, Any] = attrs.field(
+    factory=dict, converter=lambda d: types.MappingProxyType(dict(d))
+  )
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = (
@@ -63,6 +72,7 @@ def register(
   settings: type = AlgorithmSettings,
   aggregators: tuple[str, ...] = ("mean",),
   client_momentum: bool = True,
+  defaults: Mapping[str, Any] = (),
 ) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
@@ -81,6 +91,7 @@ def register(
     settings,
     tuple(aggregators),
     bool(client_momentum),
+    dict(defaults),
   )
 
 
@@ -189,3 +200,30 @@ register(
   "Gupta & Raskar 2018, FedGKT's communication baseline",
   settings=split_learning.SplitLearningSettings,
 )
+
+# InclusiveFL and the baselines of its Table 2 (one builder, `VARIANTS`), on
+# the depth-scalable transformer unless --model says otherwise.
+for _variant, _paper in (
+  ("inclusivefl", "Liu et al. 2022 (InclusiveFL)"),
+  (
+    "inclusivefl_all_large",
+    "InclusiveFL's AllLarge baseline (Liu et al. 2022)",
+  ),
+  (
+    "inclusivefl_all_small",
+    "InclusiveFL's AllSmall baseline (Liu et al. 2022)",
+  ),
+  ("exclusivefl", "InclusiveFL's ExclusiveFL baseline (Liu et al. 2022)"),
+  ("inclusivefl_local", "InclusiveFL's Local baseline (Liu et al. 2022)"),
+):
+  register(
+    _variant,
+    inclusivefl.build_inclusivefl,
+    _paper,
+    settings=(
+      inclusivefl.InclusiveFLSettings
+      if inclusivefl.VARIANTS[_variant].distil
+      else inclusivefl.DepthSettings
+    ),
+    defaults=inclusivefl.DEFAULTS,
+  )

@@ -3,7 +3,9 @@
 Capacities belong to the population, not to an algorithm: every algorithm of
 a comparison sees the same budgets (fractions of the full model, or parameter
 counts, from `--tier_capacities`; by default 0.25 / 0.5 / 1 of the full model
-for weak / medium / strong). The program builds the population from here, and
+for weak / medium / strong, and for a depth-scalable model with one
+registered depth per tier the parameter counts of those depths,
+`depth_capacities`). The program builds the population from here, and
 the algorithms whose paper lets the server know each tier (HeteroFL) read the
 same tiers from here.
 """
@@ -29,7 +31,7 @@ def resolve_tiers(
   tiers = devices_lib.parse_tiers(
     settings.tiers,
     settings.tier_proportions,
-    capacities=settings.tier_capacities or None,
+    capacities=settings.tier_capacities or depth_capacities(settings, task),
     availability=settings.tier_availability or None,
     fluctuation=settings.tier_fluctuation or None,
   )
@@ -38,6 +40,21 @@ def resolve_tiers(
     tiers,
     models_lib.count_params(model).trainable,
     models_lib.count_flops(model),
+  )
+
+
+def depth_capacities(settings: Any, task: api.Task) -> str | None:
+  """The default `--tier_capacities` of a depth-scalable model: tier k holds
+  the model of the k-th registered depth (e.g. 4 / 8 / 12 encoder blocks,
+  InclusiveFL's weak / medium / strong devices), as trainable parameter
+  counts; None (the fractions' default) for other models, or when the
+  number of tiers differs from the number of registered depths."""
+  names = [n for n in str(settings.tiers).split(",") if n.strip()]
+  if not task.depths or len(names) != len(task.depths):
+    return None
+  return ":".join(
+    str(models_lib.count_params(task.depth_model_fn(d)).trainable)
+    for d in task.depths
   )
 
 

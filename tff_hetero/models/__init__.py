@@ -9,9 +9,17 @@
     narrow = models.widths_for(units, 0.66, start_index=8)  # AdaptiveFL M1
     models.build_model("vgg16", (32, 32, 3), 10, seed=0, widths=narrow)
 
+    tiers = models.depth_tiers("transformer")                # (4, 8, 12)
+    small = models.build_model("transformer", (28, 28, 1), 10, seed=0,
+                               depth=4)     # block_1..block_4 of the 12-layer
+    models.depth_partition(small).blocks[0]  # block_1's weight indices
+    models.load_depth_weights(small, "pretrained.npz")  # shared bottom layers
+
 See `registry.py` for the names, `cnn.py` / `mlp.py` / `vgg.py` /
-`resnet.py` for the exact variants and their papers, `width.py` for width
-units, and `counting.py` for the counting conventions.
+`resnet.py` / `transformer.py` / `depth_cnn.py` for the exact variants and
+their papers, `width.py` for width units, `depth.py` for depth-scalable
+models and their weight files, and `counting.py` for the counting
+conventions.
 """
 
 from tff_hetero.errors import ModelError
@@ -22,9 +30,17 @@ from tff_hetero.models.counting import count_flops
 from tff_hetero.models.counting import count_params
 from tff_hetero.models.counting import layer_costs
 from tff_hetero.models.counting import training_flops_per_example
+from tff_hetero.models.depth import DepthPartition
+from tff_hetero.models.depth import LoadedDepthWeights
+from tff_hetero.models.depth import depth_of
+from tff_hetero.models.depth import depth_partition
+from tff_hetero.models.depth import load_depth_weights
+from tff_hetero.models.depth import save_depth_weights
 from tff_hetero.models.registry import MODELS
 from tff_hetero.models.registry import ModelSpec
 from tff_hetero.models.registry import build_model
+from tff_hetero.models.registry import depth_matched_widths
+from tff_hetero.models.registry import depth_tiers
 from tff_hetero.models.registry import model_names
 from tff_hetero.models.registry import split_layer
 from tff_hetero.models.registry import width_units
@@ -35,7 +51,9 @@ from tff_hetero.models.width import full_widths
 from tff_hetero.models.width import widths_for
 
 __all__ = [
+  "DepthPartition",
   "LayerCost",
+  "LoadedDepthWeights",
   "MODELS",
   "ModelError",
   "ModelSpec",
@@ -47,9 +65,15 @@ __all__ = [
   "contains",
   "count_flops",
   "count_params",
+  "depth_matched_widths",
+  "depth_of",
+  "depth_partition",
+  "depth_tiers",
   "full_widths",
   "layer_costs",
+  "load_depth_weights",
   "model_names",
+  "save_depth_weights",
   "split_layer",
   "training_flops_per_example",
   "width_units",

@@ -27,6 +27,14 @@ Compute (`count_flops`, `layer_costs`)
   * MultiHeadAttention (rank-3 inputs, attention over axis 1): the Q, K, V and
     output projections, plus heads x T x S x (key_dim + value_dim) for the
     scores and the weighted sum; the softmax is not counted.
+  * This package's depth-scalable blocks (`transformer.py`,
+    `depth_cnn.py`): a `TransformerBlock` on (T, d) tokens with H heads of
+    size k and an MLP of width m costs its two layer norms (T x d each), the
+    Q, K, V projections (3 x T x d x H x k), the scores and the weighted sum
+    (H x T x T x (k + k)), the output projection (T x H x k x d) and the MLP
+    (2 x T x d x m); a `ResidualConvBlock` on H x W x C its two 3x3
+    convolutions (2 x H x W x C x 9 C). A `PositionEmbedding` is an addition
+    (0 MACs; its T x d table counts as parameters).
   * Bias additions are NOT counted (they are adds, not multiply-adds).
   * Batch, layer and group normalisation: elementwise, ONE MAC per output
     element (at inference the normalisation folds into y = a * x + b per
@@ -73,6 +81,9 @@ import tensorflow as tf
 
 from tff_hetero.errors import ModelError
 from tff_hetero.models.blocks import ChannelShortcut
+from tff_hetero.models.depth_cnn import ResidualConvBlock
+from tff_hetero.models.transformer import PositionEmbedding
+from tff_hetero.models.transformer import TransformerBlock
 
 TRAINING_MACS_MULTIPLIER = 3
 
@@ -312,6 +323,45 @@ def _attention(layer: Any, name: str, ins: list, outs: list) -> _Cost:
   return _Cost(macs, proj_params)
 
 
+def _transformer_block(layer: Any, name: str, ins: list, outs: list) -> _Cost:
+  del outs
+  shape = _one(name, ins)
+  if len(shape) != 3:
+    raise ModelError(
+      f"layer {name!r} (TransformerBlock) takes (tokens, features) inputs,"
+      f" got shape {shape}"
+    )
+  t, d = shape[1], shape[2]
+  h, k, m = int(layer.num_heads), int(layer.key_dim), int(layer.mlp_dim)
+  params = (
+    2 * 2 * d  # two layer norms, gamma and beta
+    + 3 * (d * h * k + h * k)  # query, key, value
+    + (h * k * d + d)  # output projection
+    + (d * m + m)
+    + (m * d + d)  # MLP
+  )
+  macs = (
+    2 * t * d
+    + 3 * t * d * h * k
+    + h * t * t * (k + k)
+    + t * h * k * d
+    + 2 * t * d * m
+  )
+  return _Cost(macs, params)
+
+
+def _residual_conv_block(layer: Any, name: str, ins: list, outs: list) -> _Cost:
+  del outs
+  positions, c = _split(layer, _one(name, ins))
+  return _Cost(2 * positions * c * 9 * c, 2 * (9 * c * c + c))
+
+
+def _position_embedding(layer: Any, name: str, ins: list, outs: list) -> _Cost:
+  del layer, outs
+  shape = _one(name, ins)
+  return _Cost(0, math.prod(shape[1:]))
+
+
 _DENIED_OPS = ("matmul", "einsum", "conv", "tensordot", "linalg")
 
 
@@ -396,6 +446,10 @@ for _cls in _classes(*_FREE_LAYERS):
   _RULES_BY_CLASS[_cls] = _free
 # This package's parameter-free layers (the rule checks they hold no weights).
 _RULES_BY_CLASS[ChannelShortcut] = _free
+# This package's depth-scalable blocks and position embedding.
+_RULES_BY_CLASS[TransformerBlock] = _transformer_block
+_RULES_BY_CLASS[ResidualConvBlock] = _residual_conv_block
+_RULES_BY_CLASS[PositionEmbedding] = _position_embedding
 for _names, _rule in (
   (("Conv1D", "Conv2D", "Conv3D"), _conv),
   (("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"), _conv_transpose),

@@ -1,12 +1,24 @@
 """The model registry: names the CLI accepts, mapped to seeded Keras factories.
 
-`build_model(name, input_shape, num_classes, seed, widths=None)` validates
-its arguments, looks the name up in `MODELS` and calls the factory. Every
-model outputs logits, and two builds with the same arguments have identical
-initial weights (each layer's initialiser carries an explicit seed derived
-from `seed`; the TensorFlow global seed plays no part). The variants, their
-papers and their exact parameter and MAC counts are documented in `cnn.py`,
-`mlp.py`, `vgg.py`, `resnet.py`, `bottleneck.py` and `fedgkt.py`.
+`build_model(name, input_shape, num_classes, seed, widths=None,
+depth=None)` validates its arguments, looks the name up in `MODELS` and
+calls the factory. Every model outputs logits, and two builds with the same
+arguments have identical initial weights (each layer's initialiser carries an
+explicit seed derived from `seed`; the TensorFlow global seed plays no part).
+The variants, their papers and their exact parameter and MAC counts are
+documented in `cnn.py`, `mlp.py`, `vgg.py`, `resnet.py`, `bottleneck.py`,
+`fedgkt.py`, `transformer.py` and `depth_cnn.py`.
+
+Depth-scalable models (`depth.py`; InclusiveFL's tiers) have a depth knob:
+`ModelSpec.depths` lists their default tier depths (`depth_tiers(name)`),
+`build_model(..., depth=L)` builds L blocks (None: the deepest tier), and
+block i, the embedding and the head start from the same weights at every
+depth. `transformer` (a ViT-style encoder on image patches; the patch side
+is min(H, W) // 4: 7 on 28x28, 8 on 32x32, 2 on 8x8, so 16 tokens on square
+images) and `depth_cnn` (a residual CNN of same-shape blocks) have tiers
+(4, 8, 12), InclusiveFL's 4-, 8- and 12-layer models. `depth_matched_widths`
+gives the widths at which the deepest tier has about the parameters of a
+shallower one (InclusiveFL's HeteroFL baseline narrows the hidden size so).
 
 Every model is width-capable (`width.py`): `width_units(name, input_shape,
 num_classes)` lists its width units, and `build_model(..., widths=...)`
@@ -19,7 +31,8 @@ paper's (8, 6, 4) for VGG-16, the official code's ResNet-18 setting (its
 2 here), and for the other models the largest indices (up to three) whose
 pool, with the default ratios 0.66 / 0.4 on the model's images, has sizes
 increasing in pool order (tested for every model); a model with one width
-unit has none.
+unit has none. For `transformer` (units hidden, mlp) that is I = 1: the
+hidden size whole, the MLP narrowed.
 
 A new model is added by appending its `ModelSpec` to `_SPECS`.
 """
@@ -38,14 +51,16 @@ import tensorflow as tf
 from tff_hetero.errors import ModelError
 from tff_hetero.models import bottleneck
 from tff_hetero.models import cnn
+from tff_hetero.models import depth_cnn
 from tff_hetero.models import fedgkt
 from tff_hetero.models import mlp
 from tff_hetero.models import resnet
+from tff_hetero.models import transformer
 from tff_hetero.models import vgg
 from tff_hetero.models import width as width_lib
 
 ModelFactory = Callable[..., tf.keras.Model]
-WidthUnitsFn = Callable[[tuple[int, ...], int], tuple[width_lib.WidthUnit, ...]]
+WidthUnitsFn = Callable[..., tuple[width_lib.WidthUnit, ...]]
 
 
 @attrs.frozen
@@ -55,11 +70,13 @@ class ModelSpec:
   Attributes:
     name: Registry name (the `--model` flag value).
     factory: `(input_shape, num_classes, seed, widths=None) ->
-      tf.keras.Model` (logits); `widths=None` builds the full model.
+      tf.keras.Model` (logits); `widths=None` builds the full model. A model
+      with `depths` takes `depth=None` too (None: its deepest tier).
     description: One line: the variant, as precisely as it matters.
     paper: Where the architecture comes from.
     width_units: `(input_shape, num_classes) -> tuple[WidthUnit, ...]`; may
-      raise `ModelError` for shapes the model cannot take.
+      raise `ModelError` for shapes the model cannot take. A model with
+      `depths` takes `depth=None` too (its units name the blocks).
     default_start_indices: AdaptiveFL's start indices I for this model's pool,
       decreasing, each in 1..(number of units - 1), such that the pool's
       sizes increase in pool order; empty when no such pool exists.
@@ -68,6 +85,9 @@ class ModelSpec:
     split_layer: For a model that is cut between a device and a server
       (FedGKT's edge models; split learning), the layer whose output the
       device sends: the extractor is the model up to it. None otherwise.
+    depths: For a depth-scalable model (`depth.py`), its default tier
+      depths, increasing (InclusiveFL's 4, 8, 12); the factory's default
+      depth is the last. Empty for models without a depth knob.
   """
 
   name: str
@@ -78,6 +98,7 @@ class ModelSpec:
   default_start_indices: tuple[int, ...]
   images: str = "mnist"
   split_layer: str | None = None
+  depths: tuple[int, ...] = ()
 
 
 _SPECS = (
@@ -339,6 +360,39 @@ _SPECS = (
     default_start_indices=(8, 6, 4),
     images="cifar",
   ),
+  ModelSpec(
+    name="transformer",
+    factory=transformer.image_transformer,
+    description=(
+      "ViT-style encoder: patches of side min(H,W)/4 (7 on 28x28; 16"
+      " tokens)-dense 64 + position embedding, block_1..block_L pre-LN"
+      " (4 heads x 16, MLP 128, GELU), LN-mean pool-fc64 tanh-fc; depth"
+      " 4/8/12: 143,050/276,938/410,826 params on 28x28x1/10 classes"
+    ),
+    paper=(
+      "Liu et al. 2022 (InclusiveFL): 4/8/12-layer transformer tiers"
+      " sharing the bottom layers; this project's small image variant"
+    ),
+    width_units=transformer.image_transformer_units,
+    default_start_indices=(1,),
+    depths=transformer.DEFAULT_TIERS,
+  ),
+  ModelSpec(
+    name="depth_cnn",
+    factory=depth_cnn.depth_cnn,
+    description=(
+      "conv3x3(32,stride 2)-ReLU, block_1..block_L residual"
+      " x+conv3x3(relu(conv3x3(relu(x)))) (32), no BN, ReLU-GAP-fc32-fc;"
+      " depth 4/8/12: 75,690/149,674/223,658 params on 28x28x1/10 classes"
+    ),
+    paper=(
+      "none (this project's convolutional counterpart of InclusiveFL's"
+      " depth tiers)"
+    ),
+    width_units=depth_cnn.depth_cnn_units,
+    default_start_indices=(),
+    depths=depth_cnn.DEFAULT_TIERS,
+  ),
 )
 
 MODELS: Mapping[str, ModelSpec] = types.MappingProxyType(
@@ -399,6 +453,42 @@ def split_layer(name: str) -> str:
   return spec.split_layer
 
 
+def depth_tiers(name: str) -> tuple[int, ...]:
+  """The default tier depths of model `name` (`ModelSpec.depths`).
+
+  Raises:
+    ModelError: unknown name, or a model without a depth knob (the message
+      lists those with one).
+  """
+  spec = get_spec(name)
+  if not spec.depths:
+    raise ModelError(
+      f"model {name!r} has no depth knob; models with one:"
+      f" {', '.join(_depth_models())}"
+    )
+  return spec.depths
+
+
+def _depth_models() -> list[str]:
+  return sorted(n for n, s in MODELS.items() if s.depths)
+
+
+def _check_depth(spec: ModelSpec, depth: object) -> dict:
+  """The factory's depth keyword arguments (none for models without)."""
+  if depth is None:
+    return {"depth": None} if spec.depths else {}
+  if not spec.depths:
+    raise ModelError(
+      f"model {spec.name!r} has no depth knob (got depth={depth!r}); models"
+      f" with one: {', '.join(_depth_models())}"
+    )
+  if not _is_int(depth) or depth < 1:
+    raise ModelError(
+      f"model {spec.name!r}: depth must be an integer >= 1, got {depth!r}"
+    )
+  return {"depth": int(depth)}
+
+
 def _check_shape_and_classes(
   input_shape: object, num_classes: object
 ) -> tuple[tuple[int, ...], int]:
@@ -411,17 +501,23 @@ def _check_shape_and_classes(
 
 
 def width_units(
-  name: str, input_shape: Sequence[int], num_classes: int
+  name: str,
+  input_shape: Sequence[int],
+  num_classes: int,
+  depth: int | None = None,
 ) -> tuple[width_lib.WidthUnit, ...]:
   """The width units of model `name` on this input (see `width.py`).
 
+  `depth` (models with a depth knob only; None: the deepest tier) changes
+  only which blocks the units' `layers` name, not the widths.
+
   Raises:
-    ModelError: unknown name, malformed arguments, or an input shape the model
-      cannot take.
+    ModelError: unknown name, malformed arguments, a depth for a model
+      without a depth knob, or an input shape the model cannot take.
   """
   spec = get_spec(name)
   shape, classes = _check_shape_and_classes(input_shape, num_classes)
-  return spec.width_units(shape, classes)
+  return spec.width_units(shape, classes, **_check_depth(spec, depth))
 
 
 def build_model(
@@ -430,6 +526,7 @@ def build_model(
   num_classes: int,
   seed: int,
   widths: Sequence[int] | None = None,
+  depth: int | None = None,
 ) -> tf.keras.Model:
   """Builds registered model `name` (logits out, seeded initial weights).
 
@@ -441,17 +538,21 @@ def build_model(
     seed: Non-negative integer; every layer's initialiser seed derives from it.
     widths: One output width per width unit (`width_units`), each in
       1..full width; None (or the full widths) builds the full model.
+    depth: For a model with a depth knob (`ModelSpec.depths`), the number of
+      blocks, an integer >= 1; None builds the deepest tier. Must be None
+      for other models.
 
   Raises:
     ModelError: unknown name, malformed arguments, widths that do not fit the
-      model's units, or an input shape the model cannot take (e.g.
-      `mnist_cnn` on 8x8 images).
+      model's units, a depth for a model without a depth knob, or an input
+      shape the model cannot take (e.g. `mnist_cnn` on 8x8 images).
   """
   spec = get_spec(name)
   shape, classes = _check_shape_and_classes(input_shape, num_classes)
   if not _is_int(seed) or seed < 0:
     raise ModelError(f"seed must be a non-negative integer, got {seed!r}")
-  units = spec.width_units(shape, classes)
+  depth_kwargs = _check_depth(spec, depth)
+  units = spec.width_units(shape, classes, **depth_kwargs)
   if widths is not None:
     if isinstance(widths, (str, bytes)):
       raise ModelError(f"widths must be a sequence of integers, got {widths!r}")
@@ -462,4 +563,78 @@ def build_model(
         f"widths must be a sequence of integers, got {widths!r}"
       ) from None
   checked = width_lib.check_widths(name, units, widths)
-  return spec.factory(shape, classes, int(seed), checked)
+  return spec.factory(shape, classes, int(seed), checked, **depth_kwargs)
+
+
+def _depth_params(
+  spec: ModelSpec,
+  shape: tuple[int, ...],
+  classes: int,
+  widths: tuple[int, ...],
+  depth: int,
+) -> int:
+  """Trainable parameters at `depth`, from a build of depth 1 (every block
+  has the same shapes, so each adds block_1's count)."""
+  model = spec.factory(shape, classes, 0, widths, depth=1)
+  block = model.get_layer("block_1").count_params()
+  return model.count_params() + (depth - 1) * block
+
+
+def depth_matched_widths(
+  name: str,
+  input_shape: Sequence[int],
+  num_classes: int,
+  depth: int,
+  full_depth: int | None = None,
+) -> tuple[int, ...]:
+  """Widths at which the `full_depth` model has about the parameters of the
+  `depth` one: InclusiveFL's HeteroFL baseline (Section 4: "reducing the
+  hidden size from 768 to 456, 624" for the 4- and 8-layer tiers).
+
+  Only width unit 1 (the transformer's hidden size, the CNN's channels) is
+  narrowed, the other units stay whole; of its widths the one whose
+  parameter count is closest to the `depth` model's at full width (ties:
+  the narrower).
+
+  Args:
+    name: A model with a depth knob.
+    input_shape, num_classes: As `build_model`.
+    depth: The tier whose parameter count to match.
+    full_depth: The depth of the narrowed model (None: the deepest tier).
+
+  Raises:
+    ModelError: as `build_model`, or `depth` deeper than `full_depth`.
+  """
+  tiers = depth_tiers(name)
+  spec = get_spec(name)
+  shape, classes = _check_shape_and_classes(input_shape, num_classes)
+  if depth is None:
+    raise ModelError(f"model {name!r}: depth must be an integer >= 1, got None")
+  depth = _check_depth(spec, depth)["depth"]
+  full_depth = _check_depth(spec, full_depth)["depth"] or tiers[-1]
+  if depth > full_depth:
+    raise ModelError(
+      f"model {name!r}: depth {depth} is deeper than the narrowed model's"
+      f" {full_depth}"
+    )
+  full = width_lib.full_widths(spec.width_units(shape, classes, depth=depth))
+  if depth == full_depth:
+    return full
+  target = _depth_params(spec, shape, classes, full, depth)
+
+  def params(first: int) -> int:
+    return _depth_params(spec, shape, classes, (first, *full[1:]), full_depth)
+
+  low, high = 1, full[0]  # the largest width whose count is <= target
+  if params(low) > target:
+    return (low, *full[1:])
+  while low < high:
+    middle = (low + high + 1) // 2
+    if params(middle) <= target:
+      low = middle
+    else:
+      high = middle - 1
+  best = low
+  if low < full[0] and params(low + 1) - target < target - params(low):
+    best = low + 1
+  return (best, *full[1:])

@@ -6,7 +6,10 @@ they are the common fields plus the chosen algorithm's settings class
 (`tff_hetero.algorithms.registry`). This module maps one onto the other:
 
 - `make_config(**settings)`: a config from flat settings; a setting the
-  algorithm does not read is a `UsageError` naming it and its readers.
+  algorithm does not read is a `UsageError` naming it and its readers. A
+  common setting not given takes the algorithm's own default if its
+  registry entry has one (`AlgorithmEntry.defaults`, e.g. InclusiveFL's
+  model), else `ExperimentConfig`'s.
 - `evolve_config(config, **changes)`: another config from this one; when the
   algorithm changes, the settings the two algorithms share carry over.
 - `config_from_values(values, given)`: a config from every flag's value,
@@ -85,8 +88,10 @@ def make_config(**values: Any) -> ExperimentConfig:
       or a value its settings class rejects.
   """
   algorithm = values.pop("algorithm", "fedavg")
-  settings_cls = _entry(algorithm).settings
+  entry = _entry(algorithm)
+  settings_cls = entry.settings
   own = settings_lib.field_names(settings_cls)
+  values = {**entry.defaults, **values}
   for name in values:
     if name not in COMMON_SETTINGS and name not in own:
       raise _not_read(name, algorithm)
@@ -126,12 +131,19 @@ def config_from_values(
   the algorithm): its algorithm's settings are taken, the others dropped,
   unless they were `given` explicitly (then `UsageError`)."""
   algorithm = values.get("algorithm", "fedavg")
-  own = settings_lib.field_names(_entry(algorithm).settings)
+  entry = _entry(algorithm)
+  own = settings_lib.field_names(entry.settings)
   for name in given:
     if name not in COMMON_SETTINGS and name not in own:
       raise _not_read(name, algorithm)
   return make_config(
-    **{k: v for k, v in values.items() if k in COMMON_SETTINGS or k in own}
+    **{
+      k: v
+      for k, v in values.items()
+      if (k in COMMON_SETTINGS or k in own)
+      # A flag left at its default takes the algorithm's own default.
+      and not (k in entry.defaults and k not in given)
+    }
   )
 
 

@@ -132,6 +132,17 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
       widths=tuple(widths),
     )
 
+  depths = tuple(models_lib.MODELS[config.model].depths)
+
+  def depth_model_fn(depth):
+    return models_lib.build_model(
+      config.model,
+      splits.input_shape,
+      splits.num_classes,
+      seed=config.seed,
+      depth=int(depth),
+    )
+
   probe = model_fn()
   element_spec = collections.OrderedDict(
     x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
@@ -148,6 +159,8 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
     width_units=models_lib.width_units(
       config.model, splits.input_shape, splits.num_classes
     ),
+    depth_model_fn=depth_model_fn if depths else None,
+    depths=depths,
   )
 
 
