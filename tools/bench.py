@@ -4,6 +4,7 @@ r"""Benchmarks of the training pipeline (not part of the test suite).
   python tools/bench.py --suite=base --rounds=5 --rss_rounds=100
   python tools/bench.py --suite=coldstart
   python tools/bench.py --suite=scale
+  python tools/bench.py --suite=depth
   python tools/bench.py --smoke --rounds=2 --rss_rounds=20   # tries it out
 
 `--rounds` rounds (at least 5; fewer only with `--smoke`) are timed after
@@ -45,6 +46,16 @@ worker) of our pipeline on the `overhead` configuration from rounds 10-14
 to the last 5 rounds of `--rss_rounds` (medians of the 5 per-round readings
 at each end: a round's transient buffers move a single reading by tens of
 MiB).
+Suite `depth` runs, on the same cohort of `--clients_per_round` clients
+(their tiers from the population, proportions 1:1:1, transformer 4/8/12
+blocks unless `--model`), a round of InclusiveFL (`inclusivefl_round_s`:
+one computation per depth group and the server step), of its AllLarge
+baseline (`all_large_round_s`: every client the deepest model, one group)
+and of TFF's `build_weighted_fed_avg` of the deepest model with a FedAdam
+server, uniform weighting and our client loop (`tff_fedavg_large_round_s`),
+medians of `--rounds` after one warm-up; `server_step_s`: InclusiveFL's
+server step alone (every group present); and the ratios of the first two
+to the third.
 Suite `coldstart` starts, for each registered algorithm (or
 `--coldstart_algorithms`), one at a time, a fresh
 `python -m pipelines.train --rounds=1` on `--dataset` (mnist_cnn;
@@ -157,7 +168,7 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 _SUITE = flags.DEFINE_enum(
   "suite",
   "base",
-  ["base", "hetero", "sparse", "scale", "gkt", "coldstart"],
+  ["base", "depth", "hetero", "sparse", "scale", "gkt", "coldstart"],
   "Benchmark suite.",
 )
 _GKT_ROUNDS = flags.DEFINE_integer(
@@ -1129,7 +1140,21 @@ _GKT_MODELS = (
   "--model=fedgkt_edge_resnet8",
   "--gkt_server_model=fedgkt_server_resnet19",
 )
-_COLDSTART_FLAGS = {"fedgkt": _GKT_MODELS, "split_learning": _GKT_MODELS}
+_COLDSTART_FLAGS = {
+  "fedgkt": _GKT_MODELS,
+  "split_learning": _GKT_MODELS,
+  # The depth algorithms' own default model (the transformer).
+  **dict.fromkeys(
+    (
+      "inclusivefl",
+      "inclusivefl_all_large",
+      "inclusivefl_all_small",
+      "exclusivefl",
+      "inclusivefl_local",
+    ),
+    (),
+  ),
+}
 _COLDSTART_MODEL = "--model=mnist_cnn"
 # If the registry cannot be imported (its names as of this script).
 _REGISTERED = (
@@ -1271,8 +1296,111 @@ def bench_coldstart() -> collections.OrderedDict:
   return results
 
 
+def bench_depth() -> collections.OrderedDict:
+  """InclusiveFL's round (three depth groups) against FedAvg of the deepest
+  model on the same cohort, and its server step (see the module docstring)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import inclusivefl  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config = _config(
+    algorithm="inclusivefl",
+    model=_MODEL.value or "transformer",
+    rounds=1,
+    tier_proportions="1:1:1",
+  )
+  experiment = loop.build_experiment(config)
+  fed, population, task = (
+    experiment.federated_data,
+    experiment.population,
+    experiment.task,
+  )
+  cohort = list(fed.client_ids)[: _COHORT.value]
+  datasets = {
+    cid: data_lib.make_client_dataset(
+      fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i
+    )
+    for i, cid in enumerate(cohort)
+  }
+  clients = [
+    api.ClientRound(
+      client_id=cid,
+      dataset=datasets[cid],
+      num_examples=len(fed.client_train(cid)),
+      tier=population.tier_of(cid),
+    )
+    for cid in cohort
+  ]
+  results = collections.OrderedDict()
+  ours = experiment.algorithm
+  all_large = inclusivefl.build_inclusivefl(
+    evolve_config(config, algorithm="inclusivefl_all_large"), task
+  )
+  deepest = all_large.groups[-1]
+  with runtime.local_execution():
+    results["inclusivefl_round_s"], _, _ = _median_next_s(
+      ours, lambda s, r, _: clients, 1, timed
+    )
+    results["all_large_round_s"], _, _ = _median_next_s(
+      all_large, lambda s, r, _: clients, 1, timed
+    )
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+      task.tff_model_fn(deepest.keras_fn),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+      server_optimizer_fn=tff.learning.optimizers.build_adam(config.server_lr),
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+    )
+    state = process.initialize()
+    data = [datasets[c] for c in cohort]
+    state = process.next(state, data).state  # Warm-up.
+    times = []
+    for _ in range(timed):
+      start = time.perf_counter()
+      state = process.next(state, data).state
+      times.append(time.perf_counter() - start)
+    results["tff_fedavg_large_round_s"] = float(statistics.median(times))
+    # The server step alone, every group present.
+    server_state = ours.initialize()
+    updates = [
+      [np.full_like(w, 1e-3) for w in m] for m in server_state["models"]
+    ]
+    counts = np.ones([len(ours.groups)], np.float32)
+    ours.computations.server_step(server_state, updates, counts)  # Warm-up.
+    times = []
+    for _ in range(timed):
+      start = time.perf_counter()
+      ours.computations.server_step(server_state, updates, counts)
+      times.append(time.perf_counter() - start)
+    results["server_step_s"] = float(statistics.median(times))
+  tiers = collections.Counter(c.tier for c in clients)
+  results["inclusivefl_over_tff_fedavg_large"] = round(
+    results["inclusivefl_round_s"] / results["tff_fedavg_large_round_s"], 3
+  )
+  results["all_large_over_tff_fedavg_large"] = round(
+    results["all_large_round_s"] / results["tff_fedavg_large_round_s"], 3
+  )
+  results["setup"] = (
+    f"{_DATASET.value}/{config.model} depths"
+    f" {':'.join(str(g.depth) for g in ours.groups)}, {_CLIENTS.value} iid"
+    f" clients, cohort {_COHORT.value} ("
+    + ", ".join(f"{t} {n}" for t, n in sorted(tiers.items()))
+    + f"), batch 20, 1 epoch, SGD {CLIENT_LR}, FedAdam, median of {timed}"
+    " rounds after 1 warm-up"
+  )
+  return results
+
+
 SUITES = collections.OrderedDict(
   base=bench_base,
+  depth=bench_depth,
   hetero=bench_hetero,
   sparse=bench_sparse,
   scale=bench_scale,

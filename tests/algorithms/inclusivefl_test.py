@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero import models as models_lib
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import inclusivefl
 from tff_hetero.errors import UsageError
@@ -308,3 +309,34 @@ def test_type_signatures():
 def test_a_depth_group_must_exist():
   with pytest.raises(UsageError, match="--inclusivefl_depths"):
     build({"weak": None})
+
+
+def test_init_weights_load_every_group_from_one_file(tmp_path):
+  source = toy_model(3)
+  rng = np.random.default_rng(0)
+  for v in source.trainable_weights:
+    v.assign(rng.normal(size=v.shape).astype(np.float32))
+  path = str(tmp_path / "init.npz")
+  models_lib.save_depth_weights(source, path)
+  algorithm = inclusivefl.InclusiveFL(
+    toy_task(),
+    {"weak": 1, "strong": 3},
+    client_optimizer=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+    server_optimizer=adam(),
+    init_weights=path,
+  )
+  expected = [v.numpy() for v in source.trainable_weights]
+  weak, strong = algorithm.initialize()["models"]
+  for ours, theirs in zip(strong, expected):
+    np.testing.assert_array_equal(ours, theirs)
+  # Depth 1: the embedding, block 1 and the head of the file.
+  for ours, theirs in zip(weak, expected[:4] + expected[-2:]):
+    np.testing.assert_array_equal(ours, theirs)
+  with pytest.raises(UsageError, match="--init_weights.*no such file"):
+    inclusivefl.InclusiveFL(
+      toy_task(),
+      {"strong": 3},
+      client_optimizer=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+      server_optimizer=adam(),
+      init_weights=str(tmp_path / "missing.npz"),
+    )

@@ -212,3 +212,28 @@ def test_a_new_algorithm_is_one_settings_class_and_one_register_line():
   assert "mode" not in configs.flag_specs()
   with pytest.raises(TypeError, match="AlgorithmSettings subclass"):
     registry.register("bad", lambda *a: None, "bad", settings=dict)
+
+
+def test_an_algorithms_own_defaults_apply_unless_a_value_is_given():
+  # InclusiveFL's registry entry defaults the model, tier shares, server lr.
+  config = configs.make_config(algorithm="inclusivefl")
+  assert (config.model, config.tier_proportions, config.server_lr) == (
+    "transformer",
+    "1:1:1",
+    0.01,
+  )
+  assert configs.make_config(algorithm="fedavg").model == "mnist_cnn"
+  assert (
+    configs.make_config(algorithm="inclusivefl", model="depth_cnn").model
+    == "depth_cnn"
+  )
+  # Every flag's value, as the CLI passes them: the model at its default.
+  values = {
+    name: spec.field.default for name, spec in configs.flag_specs().items()
+  }
+  values["algorithm"] = "inclusivefl"
+  assert configs.config_from_values(values, given=set()).model == "transformer"
+  values["model"] = "depth_cnn"
+  assert (
+    configs.config_from_values(values, given={"model"}).model == "depth_cnn"
+  )

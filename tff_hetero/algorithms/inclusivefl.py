@@ -83,6 +83,7 @@ from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms.depth_computations import DepthGroup
 from tff_hetero.algorithms.fedadam import FedAdamSettings
+from tff_hetero.errors import ModelError
 from tff_hetero.errors import UsageError
 from tff_hetero.models import depth as depth_lib
 from tff_hetero.parsing import parse_number_list
@@ -113,7 +114,16 @@ class DepthSettings(FedAdamSettings):
     "",
     "Encoder depth each tier of --tiers trains, colon-separated (default:"
     " the model's registered depths, e.g. 4:8:12), each checked against the"
-    " tier's capacity.",
+    " tier's capacity; 0 drops the tier (sampled, never trained: the"
+    " paper's Figure 5).",
+  )
+  init_weights: str = setting(
+    "",
+    "Initial weights of the depth-scalable model: a .npz of"
+    " tff_hetero.models.save_depth_weights or a Keras HDF5 weights file of a"
+    " model at least as deep as the deepest group; every group's embedding,"
+    " blocks and head are loaded from it (default: the seeded"
+    " initialisation).",
   )
   server_adam_beta_1: float = setting(
     0.9,
@@ -134,6 +144,12 @@ class InclusiveFLSettings(DepthSettings):
     "InclusiveFL momentum-distillation factor beta (0: without MD; the"
     " paper's 0.2 for GLUE).",
     check=in_interval(0.0, 1.0, closed_high=True),
+  )
+  inclusivefl_share_layers: bool = setting(
+    True,
+    "InclusiveFL's layer-wise heterogeneous aggregation (Algorithm 1, lines"
+    " 25-29); false: momentum distillation only, as the paper's Table 5"
+    " row marked *.",
   )
 
 
@@ -157,8 +173,15 @@ class Variant:
 
 
 def _deepest_only(depths):
-  deepest = max(d for d in depths.values())
+  deepest = max(d for d in depths.values() if d)
   return {t: (d if d == deepest else None) for t, d in depths.items()}
+
+
+def _everyone(pick):
+  """Every tier trains `pick` of the depths of the tiers that train."""
+  return lambda depths: dict.fromkeys(
+    depths, pick(d for d in depths.values() if d)
+  )
 
 
 VARIANTS: Mapping[str, Variant] = collections.OrderedDict(
@@ -167,13 +190,13 @@ VARIANTS: Mapping[str, Variant] = collections.OrderedDict(
     Variant("inclusivefl", dict),
     Variant(
       "inclusivefl_all_large",
-      lambda depths: dict.fromkeys(depths, max(depths.values())),
+      _everyone(max),
       distil=False,
       capacity_checked=False,
     ),
     Variant(
       "inclusivefl_all_small",
-      lambda depths: dict.fromkeys(depths, min(depths.values())),
+      _everyone(min),
       distil=False,
     ),
     Variant("exclusivefl", _deepest_only, distil=False),
@@ -216,7 +239,7 @@ class InclusiveFL(api.FederatedAlgorithm):
       for tier, d in self.tier_depths.items()
       if d is not None
     }
-    self._init_weights = init_weights
+    self._initial_models = self._initial_models_from(init_weights)
     self.computations = depth_computations.DepthComputations(
       self.groups,
       task.element_spec,
@@ -245,13 +268,20 @@ class InclusiveFL(api.FederatedAlgorithm):
   # -- state ---------------------------------------------------------------
 
   def initialize(self):
+    return self.computations.initial_state(self._initial_models)
+
+  def _initial_models_from(self, init_weights: Optional[str]):
+    """Every group's initial trainable weights (Algorithm 1, lines 1-3)."""
     deepest_group = self.groups[-1]
     models = []
     deepest = None
     for group in reversed(self.groups):
       model = group.keras_fn()
-      if self._init_weights:
-        depth_lib.load_depth_weights(model, self._init_weights)
+      if init_weights:
+        try:
+          depth_lib.load_depth_weights(model, init_weights)
+        except ModelError as e:
+          raise UsageError("--init_weights", str(e)) from None
       weights = [np.asarray(w, np.float32) for w in model.trainable_weights]
       if deepest is None:
         deepest = weights
@@ -264,7 +294,7 @@ class InclusiveFL(api.FederatedAlgorithm):
           for a, b in zip(target.blocks[layer], source.blocks[layer]):
             weights[a] = deepest[b]
       models.append(weights)
-    return self.computations.initial_state(list(reversed(models)))
+    return list(reversed(models))
 
   def model_weights(self, state):
     return self._weights(state, len(self.groups) - 1)
@@ -392,11 +422,16 @@ def tier_depths_from_config(config, task: api.Task, check_capacity=True):
     raise UsageError(
       flag, f"needs one depth per tier of --tiers, got {len(depths)}"
     )
-  for depth in depths:
-    if depth < 1:
-      raise UsageError(flag, f"depths must be integers >= 1, got {text!r}")
+  if any(d < 0 for d in depths) or not any(depths):
+    raise UsageError(
+      flag,
+      f"depths must be integers >= 0 (0: tier dropped), not all 0, got"
+      f" {text!r}",
+    )
   if check_capacity:
     for tier, depth in zip(tiers, depths):
+      if not depth:
+        continue
       params = models_lib.count_params(task.depth_model_fn(depth)).trainable
       if tier.capacity_params is not None and params > tier.capacity_params:
         raise UsageError(
@@ -406,7 +441,7 @@ def tier_depths_from_config(config, task: api.Task, check_capacity=True):
           " (--tier_capacities)",
         )
   return collections.OrderedDict(
-    (tier.name, depth) for tier, depth in zip(tiers, depths)
+    (tier.name, depth or None) for tier, depth in zip(tiers, depths)
   )
 
 
@@ -429,6 +464,7 @@ def build_inclusivefl(config, task: api.Task, client_ids=()) -> InclusiveFL:
       epsilon=settings.server_adam_epsilon,
     ),
     beta=settings.inclusivefl_beta if variant.distil else 0.0,
-    share=variant.share,
+    share=variant.share and getattr(settings, "inclusivefl_share_layers", True),
     name=variant.name,
+    init_weights=settings.init_weights or None,
   )

@@ -1,0 +1,432 @@
+r"""Reproduce InclusiveFL's Table 2, Table 5, Figure 5 and Figure 6 at reduced scale.
+
+  python -m pipelines.reproduce.inclusivefl                  # offline default
+  python -m pipelines.reproduce.inclusivefl --parts=table --seeds=0,1,2
+
+Paper: Liu et al., "No One Left Behind: Inclusive Federated Learning over
+Heterogeneous Devices", KDD 2022. Its cross-device setting (Section 4): GLUE
+split IID over 1,000 clients, 2% sampled per round, 1,000 rounds, weak /
+medium / strong devices holding 4 / 8 / 12-layer RoBERTa in proportion
+1:1:1, FedAdam on the server for every method, beta = 0.2, the best
+evaluation score over the run reported for the final large model (global
+inference).
+
+The offline default keeps the structure and shrinks the scale: the
+embedded 5,000-image MNIST subset as 16-patch sequences (`mnist5k`, 4,000
+training images) split IID over 100 clients, 10 per round, the
+depth-scalable transformer (`--model=transformer`, d_model 64, 4 / 8 / 12
+blocks: 143,050 / 276,938 / 410,826 parameters) trained from scratch, not
+from a pre-trained checkpoint (give `--init_weights` for one), one local
+epoch of batch 20 with SGD lr 0.05, FedAdam server lr 0.003 (the same for
+every FedAdam method; HeteroFL keeps its own averaging, see below), tier
+capacities the 4 / 8 / 12-block models' parameter counts. The best
+accuracy is over the evaluated rounds (every fifth round).
+
+Parts (`--parts`; every flag of `pipelines.train` applies to all runs):
+
+* `table` (Table 2, and Table 4's rounds to the best): AllLarge, AllSmall,
+  ExclusiveFL, HeteroFL, InclusiveFL without MD (beta = 0) and InclusiveFL,
+  once per seed (`--seeds`, default 0, 1, 2);
+* `proportions` (Table 5): device proportions 1:2:7 and 7:2:1 (weak :
+  medium : strong) for ExclusiveFL, HeteroFL, InclusiveFL w/o MD and
+  InclusiveFL, and at 7:2:1 InclusiveFL with MD only (no layer sharing:
+  the paper's row marked *), first seed;
+* `drop` (Figure 5): InclusiveFL without the weak, the medium or the strong
+  tier (sampled, never trained), first seed;
+* `beta` (Figure 6): InclusiveFL with beta 0.5, 0.8 and 1 (0 and 0.2 are
+  the table's), first seed.
+
+HeteroFL runs `--algorithm=heterofl` on the same model and population: its
+per-tier rate is the largest whose sub-model fits the tier's capacity, so
+its three sub-models have the parameter counts of the 4 / 8 / 12-block
+models, as in the paper. Two departures, each stated in
+`tff_hetero/algorithms/heterofl.py` or here: HeteroFL's rate narrows every
+width unit (the transformer's hidden size and its MLP width), where the
+paper narrowed the hidden size only (its RoBERTa kept the 3,072 MLP width);
+and HeteroFL's server averages each element over the clients holding it
+(server lr 1), not with FedAdam, because a stateful server optimizer would
+also move the elements no client trained.
+
+GLUE (`--dataset=glue_<task> --data_dir=DIR`) is not wired into the
+training pipeline yet; see the README.
+
+Writes `tables.md`, `results.json` (every run: settings, seed, final and
+best metrics, the commits it ran at), `accuracy_vs_round.png` and each
+run's `metrics/<run>.csv` under `<root_output_dir>/<experiment_name>/`; an
+interrupted reproduction continues where it stopped, and several processes
+may share it.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+
+from pipelines import _cli
+from pipelines import train  # noqa: F401  (defines the shared flags)
+from pipelines.reproduce import _common
+
+PARTS = ("table", "proportions", "drop", "beta")
+DEFAULT_PARTS = PARTS
+DEFAULT_SEEDS = (0, 1, 2)
+OFFLINE_DEFAULTS = collections.OrderedDict(
+  algorithm="inclusivefl",
+  dataset="mnist5k",
+  model="transformer",
+  partition="iid",
+  num_clients=100,
+  clients_per_round=10,
+  rounds=150,
+  local_epochs=1,
+  batch_size=20,
+  client_lr=0.05,
+  server_lr=0.003,
+  tiers="weak,medium,strong",
+  tier_proportions="1:1:1",
+  eval_every=5,
+  checkpoint_every=10,
+  experiment_name="inclusivefl_reproduction",
+  progress=False,
+)
+HETEROFL = dict(algorithm="heterofl", server_lr=1.0)
+TABLE_ROWS = collections.OrderedDict(
+  [
+    ("AllLarge", dict(algorithm="inclusivefl_all_large")),
+    ("AllSmall", dict(algorithm="inclusivefl_all_small")),
+    ("ExclusiveFL", dict(algorithm="exclusivefl")),
+    ("HeteroFL", HETEROFL),
+    ("InclusiveFL w/o MD", dict(algorithm="inclusivefl", inclusivefl_beta=0.0)),
+    ("InclusiveFL", dict(algorithm="inclusivefl")),
+  ]
+)
+# The paper's Table 2 (global inference, percent): SST-2 and the average
+# over the eight GLUE tasks; and Table 4's rounds to the best on SST-2.
+PAPER_TABLE2 = {
+  "AllLarge": (94.43, 85.72),
+  "AllSmall": (90.14, 74.29),
+  "ExclusiveFL": (94.06, 79.98),
+  "HeteroFL": (84.98, 53.28),
+  "InclusiveFL w/o MD": (None, None),
+  "InclusiveFL": (94.17, 83.15),
+}
+PAPER_ROUNDS_SST2 = {"InclusiveFL w/o MD": 810, "InclusiveFL": 520}
+PROPORTIONS = ("1:2:7", "7:2:1")
+PROPORTION_ROWS = (
+  "ExclusiveFL",
+  "HeteroFL",
+  "InclusiveFL w/o MD",
+  "InclusiveFL",
+)
+# Table 5 (CoLA, Matthews correlation x 100) at 1:1:1, 1:2:7, 7:2:1.
+PAPER_TABLE5 = {
+  "AllLarge": (63.03, 63.03, 63.03),
+  "AllSmall": (34.91, 34.91, 34.91),
+  "ExclusiveFL": (37.77, 59.15, 36.87),
+  "HeteroFL": (8.15, 9.60, None),
+  "InclusiveFL w/o MD": (52.69, 60.35, None),
+  "InclusiveFL": (54.85, 61.23, None),
+  "InclusiveFL MD only": (None, None, 34.96),
+}
+DROPS = collections.OrderedDict(
+  [("w/o weak", "0:8:12"), ("w/o medium", "4:0:12"), ("w/o strong", "4:8:0")]
+)
+BETAS = (0.5, 0.8, 1.0)
+
+
+def _slug(text: str) -> str:
+  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
+
+
+def _proportion_runs():
+  """(run name, row label, proportion, changes) of the `proportions` part."""
+  runs = []
+  for proportion in PROPORTIONS:
+    rows = list(PROPORTION_ROWS) + (
+      ["InclusiveFL MD only"] if proportion == "7:2:1" else []
+    )
+    for label in rows:
+      changes = (
+        dict(algorithm="inclusivefl", inclusivefl_share_layers=False)
+        if label == "InclusiveFL MD only"
+        else dict(TABLE_ROWS[label])
+      )
+      changes["tier_proportions"] = proportion
+      runs.append(
+        (
+          f"{_slug(label)}_p{proportion.replace(':', '')}",
+          label,
+          proportion,
+          changes,
+        )
+      )
+  return runs
+
+
+def _sweep_runs(part):
+  """(run name, label, changes) of the `drop` and `beta` parts."""
+  if part == "drop":
+    return [
+      (
+        f"inclusivefl_{_slug(label)}",
+        f"InclusiveFL {label}",
+        dict(algorithm="inclusivefl", inclusivefl_depths=depths),
+      )
+      for label, depths in DROPS.items()
+    ]
+  return [
+    (
+      f"inclusivefl_beta{_slug(str(beta))}",
+      f"InclusiveFL beta={beta:g}",
+      dict(algorithm="inclusivefl", inclusivefl_beta=beta),
+    )
+    for beta in BETAS
+  ]
+
+
+def plan_runs(base, parts, seeds=DEFAULT_SEEDS):
+  """Seed by seed (a first complete table comes first), then the sweeps."""
+  plan = _common.RunPlan(base)
+  if "table" in parts:
+    for seed in seeds:
+      for label, changes in TABLE_ROWS.items():
+        plan.add(_common.seed_name(_slug(label), seed), seed=seed, **changes)
+  if "proportions" in parts:
+    for name, _, _, changes in _proportion_runs():
+      plan.add(_common.seed_name(name, seeds[0]), seed=seeds[0], **changes)
+  for part in ("drop", "beta"):
+    if part in parts:
+      for name, _, changes in _sweep_runs(part):
+        plan.add(_common.seed_name(name, seeds[0]), seed=seeds[0], **changes)
+  return plan.runs()
+
+
+def best_and_round(report, key: str = "accuracy"):
+  """The best evaluated `key` of a run and the first round reaching it."""
+  evaluated = [
+    (row[key], row["round"])
+    for row in report["history"]
+    if row.get(key) is not None and not math.isnan(row[key])
+  ]
+  if not evaluated:
+    return math.nan, math.nan
+  best = max(v for v, _ in evaluated)
+  return best, min(r for v, r in evaluated if v == best)
+
+
+def _seeded(reports, name, seeds):
+  return [
+    reports[_common.seed_name(name, s)]
+    for s in seeds
+    if _common.seed_name(name, s) in reports
+  ]
+
+
+def _paper(value) -> str:
+  return "-" if value is None else f"{value:.2f}"
+
+
+def _mean_rounds(values) -> str:
+  stats = _common.seed_stats(values)
+  if stats["n"] == 0:
+    return "-"
+  return f"{stats['mean']:.0f} ({stats['min']:.0f}-{stats['max']:.0f})"
+
+
+def _claims(best):
+  """The paper's qualitative claims on our runs (`best`: label -> values
+  over seeds)."""
+  claims = []
+
+  def judge(text, ours, theirs):
+    if ours in best and theirs in best:
+      claims.append(
+        (
+          text,
+          _common.mean_std_percent(best[ours]),
+          _common.mean_std_percent(best[theirs]),
+          _common.claim_verdict(best[ours], best[theirs]),
+        )
+      )
+
+  for other in ("AllSmall", "ExclusiveFL", "HeteroFL", "InclusiveFL w/o MD"):
+    judge(f"InclusiveFL > {other}", "InclusiveFL", other)
+  for other in ("InclusiveFL", "AllSmall", "ExclusiveFL", "HeteroFL"):
+    judge(f"AllLarge (upper bound) > {other}", "AllLarge", other)
+  judge("AllSmall > HeteroFL", "AllSmall", "HeteroFL")
+  judge("ExclusiveFL > HeteroFL", "ExclusiveFL", "HeteroFL")
+  judge("ExclusiveFL > AllSmall (GLUE)", "ExclusiveFL", "AllSmall")
+  return claims
+
+
+def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
+  scale = (
+    f"Ours: {base.dataset}, {base.model}, {base.partition} over"
+    f" {base.num_clients} clients, {base.clients_per_round} per round,"
+    f" {base.rounds} rounds of {base.local_epochs} local epoch(s), batch"
+    f" {base.batch_size}, SGD lr {base.client_lr}, FedAdam server lr"
+    f" {base.server_lr} (HeteroFL: its own averaging, lr 1), tiers"
+    f" {base.tiers} at {base.tier_proportions}, beta"
+    f" {base.settings.inclusivefl_beta}, seeds"
+    f" {', '.join(str(s) for s in seeds)}. Best test accuracy (%) of the"
+    " largest model over the evaluated rounds (every"
+    f" {base.eval_every}th), mean ± sample standard deviation over seeds."
+    " The paper's numbers are GLUE scores of 4/8/12-layer RoBERTa: set"
+    " beside ours for the ordering of the methods, not the values."
+  )
+  md = [f"# InclusiveFL reproduction\n\n{scale}\n"]
+  results = collections.OrderedDict(scale=scale, seeds=list(seeds))
+  best = collections.OrderedDict()
+  if "table" in parts:
+    lines = []
+    table = collections.OrderedDict()
+    for label in TABLE_ROWS:
+      runs = _seeded(reports, _slug(label), seeds)
+      pairs = [best_and_round(r) for r in runs]
+      best[label] = [b for b, _ in pairs]
+      rounds = [r for _, r in pairs]
+      table[label] = dict(best=best[label], rounds_to_best=rounds)
+      sst2, avg = PAPER_TABLE2[label]
+      lines.append(
+        [
+          label,
+          _common.mean_std_percent(best[label]),
+          _mean_rounds(rounds),
+          _paper(sst2),
+          _paper(avg),
+          str(PAPER_ROUNDS_SST2.get(label, "-")),
+        ]
+      )
+    md.append(
+      "## Table 2 (global inference) and Table 4 (rounds to the best)\n\n"
+      + _common.markdown_table(
+        [
+          "Method",
+          "ours: best accuracy",
+          "ours: rounds to best (min-max)",
+          "paper SST-2",
+          "paper GLUE avg",
+          "paper rounds (SST-2)",
+        ],
+        lines,
+      )
+      + "\n"
+    )
+    results["table"] = table
+    claims = _claims(best)
+    md.append(
+      "## Claims\n\n"
+      + _common.markdown_table(
+        ["Claim", "ours", "baseline", "verdict"], [list(c) for c in claims]
+      )
+      + '\n\n"within noise": the difference of the means is not larger'
+      " than the larger standard deviation.\n"
+    )
+    results["claims"] = [
+      dict(zip(("claim", "ours", "baseline", "verdict"), c)) for c in claims
+    ]
+  if "proportions" in parts:
+    lines, numbers = [], collections.OrderedDict()
+    by_label = collections.OrderedDict()
+    for name, label, proportion, _ in _proportion_runs():
+      report = reports.get(_common.seed_name(name, seeds[0]))
+      value = best_and_round(report)[0] if report else math.nan
+      by_label.setdefault(label, {})[proportion] = value
+    for label, paper in PAPER_TABLE5.items():
+      ours = [best.get(label, [math.nan])[0] if label in best else math.nan] + [
+        by_label.get(label, {}).get(p, math.nan) for p in PROPORTIONS
+      ]
+      numbers[label] = ours
+      lines.append(
+        [label]
+        + [_common.percent(v) if not math.isnan(v) else "-" for v in ours]
+        + [" / ".join(_paper(v) for v in paper)]
+      )
+    md.append(
+      f"## Table 5 (device proportions weak:medium:strong), seed"
+      f" {seeds[0]}\n\n"
+      + _common.markdown_table(
+        [
+          "Method",
+          "1:1:1",
+          "1:2:7",
+          "7:2:1",
+          "paper CoLA (1:1:1 / 1:2:7 / 7:2:1)",
+        ],
+        lines,
+      )
+      + "\n"
+    )
+    results["proportions"] = numbers
+  for part, title in (
+    ("drop", "Figure 5 (no one left behind)"),
+    ("beta", "Figure 6 (momentum factor beta)"),
+  ):
+    if part not in parts:
+      continue
+    lines, numbers = [], collections.OrderedDict()
+    for name, label, _ in _sweep_runs(part):
+      report = reports[_common.seed_name(name, seeds[0])]
+      value, rounds = best_and_round(report)
+      local = {
+        key[: -len("_accuracy")]: best_and_round(report, key)[0]
+        for key in report["history"][-1]
+        if key.endswith("_accuracy")
+        and key not in ("train_accuracy", "avg_accuracy")
+      }
+      numbers[label] = dict(best=value, rounds_to_best=rounds, local=local)
+      lines.append(
+        [label, _common.percent(value), str(rounds)]
+        + [", ".join(f"{k} {_common.percent(v)}" for k, v in local.items())]
+      )
+    md.append(
+      f"## {title}, seed {seeds[0]}\n\n"
+      + _common.markdown_table(
+        ["Run", "best accuracy", "round", "best of the smaller models"], lines
+      )
+      + "\n"
+    )
+    results[part] = numbers
+  results["runs"] = [
+    _common.run_record(run, reports[run.name])
+    for run in plan_runs(base, parts, seeds)
+  ]
+  return "\n".join(md), results
+
+
+def plot(out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
+  _common.copy_run_metrics(out_dir, reports)
+  if "table" not in parts:
+    return []
+  return [
+    _common.plot_curves(
+      os.path.join(out_dir, "accuracy_vs_round.png"),
+      {
+        f"{label} (seed {seeds[0]})": _common.curve(
+          reports[_common.seed_name(_slug(label), seeds[0])], "round"
+        )
+        for label in TABLE_ROWS
+      },
+      xlabel="round",
+    )
+  ]
+
+
+def main(argv):
+  seeds = _common.seeds_from_flag(DEFAULT_SEEDS)
+  _common.reproduce_main(
+    argv,
+    flag="--parts",
+    selected=_common.PARTS_FLAG.value or DEFAULT_PARTS,
+    accepted=PARTS,
+    defaults=OFFLINE_DEFAULTS,
+    plan_runs=lambda base, parts: plan_runs(base, parts, seeds),
+    build_tables=lambda base, reports, parts: build_tables(
+      base, reports, parts, seeds
+    ),
+    plot=lambda out_dir, reports, parts: plot(out_dir, reports, parts, seeds),
+  )
+
+
+if __name__ == "__main__":
+  _cli.run_main(main)

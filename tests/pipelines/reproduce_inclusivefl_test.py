@@ -1,0 +1,159 @@
+"""`python -m pipelines.reproduce.inclusivefl`: its plan, its errors, its
+tables, a tiny run."""
+
+import json
+import math
+
+import pytest
+
+from pipelines import _cli
+from pipelines.reproduce import inclusivefl as reproduce
+
+
+def _base(**changes):
+  values = dict(reproduce.OFFLINE_DEFAULTS)
+  values.update(root_output_dir="/r", experiment_name="x", **changes)
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
+
+  return make_config(**values)
+
+
+def test_plan_covers_every_part_once_seed_by_seed():
+  runs = reproduce.plan_runs(_base(), list(reproduce.PARTS), seeds=(0, 5))
+  names = [r.name for r in runs]
+  # Table: 6 rows x 2 seeds; proportions: 4 + 5; drop: 3; beta: 3.
+  assert len(names) == len(set(names)) == 12 + 9 + 3 + 3
+  assert names[:6] == [
+    f"{n}_seed0"
+    for n in (
+      "alllarge",
+      "allsmall",
+      "exclusivefl",
+      "heterofl",
+      "inclusivefl_w_o_md",
+      "inclusivefl",
+    )
+  ]
+  by_name = {r.name: r.config for r in runs}
+  assert by_name["inclusivefl_w_o_md_seed5"].settings.inclusivefl_beta == 0.0
+  assert by_name["inclusivefl_seed5"].settings.inclusivefl_beta == 0.2
+  assert by_name["inclusivefl_seed5"].seed == 5
+  heterofl = by_name["heterofl_seed0"]
+  assert (heterofl.algorithm, heterofl.server_lr, heterofl.model) == (
+    "heterofl",
+    1.0,
+    "transformer",
+  )
+  assert by_name["alllarge_seed0"].server_lr == 0.003
+  md_only = by_name["inclusivefl_md_only_p721_seed0"]
+  assert md_only.tier_proportions == "7:2:1"
+  assert md_only.settings.inclusivefl_share_layers is False
+  assert by_name[
+    "inclusivefl_w_o_strong_seed0"
+  ].settings.inclusivefl_depths == ("4:8:0")
+  assert by_name["inclusivefl_beta0_8_seed0"].settings.inclusivefl_beta == 0.8
+
+
+@pytest.mark.parametrize(
+  "flags, needle",
+  [
+    (["--parts=nope"], "--parts"),
+    (["--seeds=1,1"], "--seeds"),
+    (["--inclusivefl_beta=2"], "--inclusivefl_beta: must be in [0, 1]"),
+    (["--algorithm=fedavg"], "--algorithm: a reproduction sets each run's"),
+    (["--sparsity=0.5"], "--sparsity: no run of this reproduction reads"),
+  ],
+)
+def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _cli.run_in_process(
+      reproduce.main, ["reproduce", *flags, f"--root_output_dir={tmp_path}"]
+    )
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and needle in err[0]
+  assert not list(tmp_path.iterdir())
+
+
+def _report(accuracies, local=None):
+  """A report evaluated every 5th round with these global accuracies."""
+  history = []
+  for i, acc in enumerate(accuracies):
+    row = {"round": 5 * (i + 1), "accuracy": acc}
+    for key, values in (local or {}).items():
+      row[f"{key}_accuracy"] = values[i]
+    history.append(row)
+  return {"history": history, "config": {}, "final_metrics": {}}
+
+
+def test_tables_take_the_best_round_average_seeds_and_judge_claims():
+  base = _base()
+  reports = {}
+  for run in reproduce.plan_runs(base, list(reproduce.PARTS), seeds=(0, 1)):
+    reports[run.name] = _report([0.5, 0.5], {"L4": [0.3, 0.4]})
+  # InclusiveFL: best 0.80 at round 10 and 0.84 at round 5; AllSmall 0.60
+  # and 0.62; HeteroFL 0.79 and 0.85 (within noise of InclusiveFL).
+  reports["inclusivefl_seed0"] = _report([0.70, 0.80, 0.75])
+  reports["inclusivefl_seed1"] = _report([0.84, 0.80])
+  reports["allsmall_seed0"] = _report([0.60])
+  reports["allsmall_seed1"] = _report([0.62])
+  reports["heterofl_seed0"] = _report([0.79])
+  reports["heterofl_seed1"] = _report([0.85])
+  text, results = reproduce.build_tables(
+    base, reports, list(reproduce.PARTS), seeds=(0, 1)
+  )
+  row = results["table"]["InclusiveFL"]
+  assert row["best"] == [0.80, 0.84] and row["rounds_to_best"] == [10, 5]
+  # Mean 82.0, sample std 2.8 (sqrt(0.0008) = 0.0283); rounds 7.5 -> "8".
+  assert "| InclusiveFL | 82.0 ± 2.8 | 8 (5-10) | 94.17 | 83.15 | 520 |" in text
+  verdicts = {c["claim"]: c["verdict"] for c in results["claims"]}
+  assert verdicts["InclusiveFL > AllSmall"] == "supported"
+  assert verdicts["InclusiveFL > HeteroFL"] == "within noise"
+  assert verdicts["AllLarge (upper bound) > InclusiveFL"] == "not supported"
+  # Figure 6: the best of the smaller models too.
+  beta = results["beta"]["InclusiveFL beta=0.5"]
+  assert beta["best"] == 0.5 and beta["local"] == {"L4": 0.4}
+  # Table 5: the 1:1:1 column is the table's first seed.
+  assert results["proportions"]["InclusiveFL"][0] == 0.80
+  assert math.isnan(results["proportions"]["AllLarge"][1])
+
+
+def test_tiny_table_run(tmp_path):
+  _cli.run_in_process(
+    reproduce.main,
+    [
+      "reproduce",
+      "--parts=table",
+      "--dataset=synthetic",
+      "--model=depth_cnn",
+      "--inclusivefl_depths=1:2:3",
+      "--num_clients=6",
+      "--clients_per_round=3",
+      "--rounds=2",
+      "--eval_every=1",
+      "--seeds=1",
+      f"--root_output_dir={tmp_path}",
+    ],
+  )
+  out_dir = tmp_path / "inclusivefl_reproduction"
+  results = json.loads((out_dir / "results.json").read_text())
+  assert list(results["table"]) == list(reproduce.TABLE_ROWS)
+  for row in results["table"].values():
+    assert len(row["best"]) == 1 and 0.0 <= row["best"][0] <= 1.0
+    assert row["rounds_to_best"][0] in (1, 2)
+  runs = {r["name"]: r for r in results["runs"]}
+  assert len(runs) == 6
+  record = runs["inclusivefl_seed1"]
+  assert record["settings"]["inclusivefl_depths"] == "1:2:3"
+  assert len(record["code"][0]["commit"]) == 40
+  assert "## Claims" in (out_dir / "tables.md").read_text()
+  assert (out_dir / "accuracy_vs_round.png").exists()
+  report = json.loads(
+    (out_dir / "runs" / "exclusivefl_seed1" / "report.json").read_text()
+  )
+  # ExclusiveFL trains the strong tier's 3-block model only.
+  assert report["algorithm"]["tier_depths"] == {
+    "weak": None,
+    "medium": None,
+    "strong": 3,
+  }
