@@ -129,7 +129,7 @@ def test_tiny_table_run(tmp_path):
       "--inclusivefl_depths=1:2:3",
       "--num_clients=6",
       "--clients_per_round=3",
-      "--rounds=2",
+      "--rounds=1",
       "--eval_every=1",
       "--seeds=1",
       f"--root_output_dir={tmp_path}",

@@ -220,7 +220,7 @@ def test_an_algorithms_own_defaults_apply_unless_a_value_is_given():
   assert (config.model, config.tier_proportions, config.server_lr) == (
     "transformer",
     "1:1:1",
-    0.01,
+    0.003,
   )
   assert configs.make_config(algorithm="fedavg").model == "mnist_cnn"
   assert (

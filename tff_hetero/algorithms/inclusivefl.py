@@ -104,7 +104,7 @@ __all__ = [
 # (`registry.AlgorithmEntry.defaults`): the depth-scalable transformer, the
 # paper's equal tier shares, and a server learning rate for Adam.
 DEFAULTS = types.MappingProxyType(
-  {"model": "transformer", "tier_proportions": "1:1:1", "server_lr": 0.01}
+  {"model": "transformer", "tier_proportions": "1:1:1", "server_lr": 0.003}
 )
 
 
