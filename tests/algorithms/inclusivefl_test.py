@@ -171,13 +171,15 @@ def test_one_group_without_distillation_equals_tff_fedavg_with_fedadam():
       np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
-def test_three_groups_two_rounds_equal_algorithm_1_by_hand():
-  beta = 0.5
-  tiers = {"weak": 1, "medium": 2, "strong": 3}
-  algorithm = build(tiers, beta=beta)
+@pytest.mark.parametrize("beta, share", [(0.5, True), (1.0, False)])
+def test_three_groups_two_rounds_equal_algorithm_1_by_hand(beta, share):
+  # Depths 2 / 3 / 5: line 26 averages block 1 over all three groups, line
+  # 27 block 2 over the two deeper ones.
+  depths = [2, 3, 5]
+  tiers = {"weak": 2, "medium": 3, "strong": 5}
+  algorithm = build(tiers, beta=beta, share=share, task=toy_task(depths))
   state = algorithm.initialize()
-  depths = [1, 2, 3]
-  deepest = [w.numpy() for w in toy_model(3).trainable_weights]
+  deepest = [w.numpy() for w in toy_model(5).trainable_weights]
   models = []
   for d in depths:  # Line 2: shared layers from the deepest model.
     own = [w.numpy() for w in toy_model(d).trainable_weights]
@@ -225,10 +227,18 @@ def test_three_groups_two_rounds_equal_algorithm_1_by_hand():
           for pos in range(2)
         ]
     momenta = new_momenta
-    # Lines 25-29: the embedding over all groups, block 1 over medium and
-    # strong, block 2 strong only; weights = clients per group this round.
+    # Lines 25-29: layers 1 .. L_a - 1 over all groups (line 26), L_a ..
+    # L_b - 1 over the two deeper ones (line 27), and the embedding over
+    # all (our reading: it is part of the shared module); weights =
+    # clients per group this round.
     n = [len(cohort.get(j, ())) for j in range(3)]
-    for indices, holders in (([0, 1], [0, 1, 2]), (block(1), [1, 2])):
+    la, lb = depths[0], depths[1]
+    shared = (
+      [([0, 1], [0, 1, 2])]
+      + [(block(layer), [0, 1, 2]) for layer in range(1, la)]
+      + [(block(layer), [1, 2]) for layer in range(la, lb)]
+    )
+    for indices, holders in shared if share else ():
       total = sum(n[j] for j in holders)
       for index in indices:
         mean = sum(n[j] * models[j][index] for j in holders) / total
@@ -240,8 +250,8 @@ def test_three_groups_two_rounds_equal_algorithm_1_by_hand():
     for j in (1, 2):
       for ours, expected in zip(state["momenta"][j - 1], momenta[j]):
         np.testing.assert_allclose(ours, expected, atol=1e-6)
-    assert out.metrics["clients_L1"] == n[0]
-    assert out.metrics["momentum_norm_L3"] == pytest.approx(
+    assert out.metrics["clients_L2"] == n[0]
+    assert out.metrics["momentum_norm_L5"] == pytest.approx(
       np.sqrt(sum(np.sum(m**2) for m in momenta[2])), rel=1e-5
     )
 
@@ -340,3 +350,23 @@ def test_init_weights_load_every_group_from_one_file(tmp_path):
       server_optimizer=adam(),
       init_weights=str(tmp_path / "missing.npz"),
     )
+
+
+def test_baseline_variants_assign_depths_and_keep_dropped_tiers_dropped():
+  depths = {"weak": 4, "medium": None, "strong": 12}
+  variants = inclusivefl.VARIANTS
+  assert variants["inclusivefl_all_large"].assign(depths) == {
+    "weak": 12,
+    "medium": None,
+    "strong": 12,
+  }
+  assert variants["inclusivefl_all_small"].assign(depths) == {
+    "weak": 4,
+    "medium": None,
+    "strong": 4,
+  }
+  assert variants["exclusivefl"].assign(depths) == {
+    "weak": None,
+    "medium": None,
+    "strong": 12,
+  }

@@ -21,8 +21,8 @@ def _base(**changes):
 def test_plan_covers_every_part_once_seed_by_seed():
   runs = reproduce.plan_runs(_base(), list(reproduce.PARTS), seeds=(0, 5))
   names = [r.name for r in runs]
-  # Table: 6 rows x 2 seeds; proportions: 4 + 5; drop: 3; beta: 3.
-  assert len(names) == len(set(names)) == 12 + 9 + 3 + 3
+  # Table: 6 rows x 2 seeds; proportions: 4 + 5; drop: 3; beta: 5.
+  assert len(names) == len(set(names)) == 12 + 9 + 3 + 5
   assert names[:6] == [
     f"{n}_seed0"
     for n in (
@@ -51,7 +51,9 @@ def test_plan_covers_every_part_once_seed_by_seed():
   assert by_name[
     "inclusivefl_w_o_strong_seed0"
   ].settings.inclusivefl_depths == ("4:8:0")
-  assert by_name["inclusivefl_beta0_8_seed0"].settings.inclusivefl_beta == 0.8
+  beta = by_name["inclusivefl_md_only_beta0_8_seed0"].settings
+  assert (beta.inclusivefl_beta, beta.inclusivefl_share_layers) == (0.8, False)
+  assert heterofl.settings.heterofl_width_units == "hidden"
 
 
 @pytest.mark.parametrize(
@@ -111,7 +113,7 @@ def test_tables_take_the_best_round_average_seeds_and_judge_claims():
   assert verdicts["InclusiveFL > HeteroFL"] == "within noise"
   assert verdicts["AllLarge (upper bound) > InclusiveFL"] == "not supported"
   # Figure 6: the best of the smaller models too.
-  beta = results["beta"]["InclusiveFL beta=0.5"]
+  beta = results["beta"]["InclusiveFL MD only, beta=0.5"]
   assert beta["best"] == 0.5 and beta["local"] == {"L4": 0.4}
   # Table 5: the 1:1:1 column is the table's first seed.
   assert results["proportions"]["InclusiveFL"][0] == 0.80

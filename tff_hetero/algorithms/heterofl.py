@@ -21,6 +21,10 @@ HeteroFL baseline of AdaptiveFL's reference code (mastlab-T3S/AdaptiveFL,
 * Not implemented: the Scaler module (activations divided by the rate in
   training), the masking of logits of classes a client does not hold, and
   the "dynamic" mode that re-draws rates each round.
+* The rate narrows every width unit by default (HeteroFL's cropping of
+  each parameter matrix); `--heterofl_width_units` narrows only the named
+  ones (InclusiveFL's baseline narrows the transformer's hidden size and
+  keeps its MLP width, as that paper's 456 / 624 of 768 do).
 * One fixed rate per device tier, from the device population's capacities
   (`--tier_capacities`, the same for every algorithm): by default a tier's
   rate is the largest rate in steps of 0.01 whose sub-model fits the tier's
@@ -71,7 +75,6 @@ from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms import width_process
 from tff_hetero.algorithms import width_rounds
 from tff_hetero.errors import UsageError
-from tff_hetero.models import width as width_lib
 from tff_hetero.parsing import parse_number_list
 from tff_hetero.settings import AlgorithmSettings
 from tff_hetero.settings import setting
@@ -88,6 +91,7 @@ class HeteroFL(api.FederatedAlgorithm):
     task: api.Task,
     tier_rates: Mapping[str, Optional[float]],
     *,
+    scaled_units: Optional[frozenset] = None,
     client_lr: float,
     client_momentum: float = 0.0,
     server_lr: float = 1.0,
@@ -105,7 +109,7 @@ class HeteroFL(api.FederatedAlgorithm):
       if round(k * FALLBACK_STEP, 2) < rates[0]
     ]
     self.pool = pools_lib.uniform_pool(
-      task.width_units, fallback + rates, "ceil"
+      task.width_units, fallback + rates, "ceil", scaled_units
     )
     # One level per distinct sub-model (the largest rate giving it).
     members = {}
@@ -202,11 +206,21 @@ class HeteroFLSettings(AlgorithmSettings):
     " against the tier's capacity (default: per tier, the largest rate in"
     " steps of 0.01 whose sub-model fits the tier's capacity).",
   )
+  heterofl_width_units: str = setting(
+    "",
+    "Width units the HeteroFL rate narrows, comma-separated (default: every"
+    " unit); the others keep their full width. E.g. hidden for the"
+    " transformer: InclusiveFL's HeteroFL baseline narrows the hidden size"
+    " only.",
+  )
 
 
-def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
-  """Trainable parameters of HeteroFL's sub-model at `rate`."""
-  widths = width_lib.widths_for(task.width_units, rate, 0, "ceil")
+def sub_model_params(
+  task: api.Task, rate: float, cache=None, scaled_units=None
+) -> int:
+  """Trainable parameters of HeteroFL's sub-model at `rate` (narrowing
+  `scaled_units`, None: every unit)."""
+  widths = pools_lib.scaled_widths(task.width_units, rate, "ceil", scaled_units)
   cache = {} if cache is None else cache
   if widths not in cache:
     cache[widths] = models_lib.count_params(
@@ -216,7 +230,7 @@ def sub_model_params(task: api.Task, rate: float, cache=None) -> int:
 
 
 def largest_fitting_rate(
-  task: api.Task, capacity_params: Optional[int], cache=None
+  task: api.Task, capacity_params: Optional[int], cache=None, scaled_units=None
 ) -> Optional[float]:
   """The largest rate k x 0.01 whose sub-model fits; None if none does.
 
@@ -225,14 +239,18 @@ def largest_fitting_rate(
   if capacity_params is None:
     return 1.0
   cache = {} if cache is None else cache
-  if sub_model_params(task, 1.0, cache) <= capacity_params:
+
+  def params(rate):
+    return sub_model_params(task, rate, cache, scaled_units)
+
+  if params(1.0) <= capacity_params:
     return 1.0
-  if sub_model_params(task, RATE_STEP, cache) > capacity_params:
+  if params(RATE_STEP) > capacity_params:
     return None
   lo, hi = 1, int(round(1 / RATE_STEP))  # k = lo fits, k = hi does not.
   while hi - lo > 1:
     mid = (lo + hi) // 2
-    if sub_model_params(task, mid * RATE_STEP, cache) <= capacity_params:
+    if params(mid * RATE_STEP) <= capacity_params:
       lo = mid
     else:
       hi = mid
@@ -245,9 +263,10 @@ def tier_rates_from_config(
   """HeteroFL's rate per tier of `--tiers` (module docstring)."""
   tiers = task_devices.resolve_tiers(config, task)
   cache = {}
+  scaled = scaled_units_from_config(config, task)
   if not config.settings.heterofl_rates:
     return {
-      t.name: largest_fitting_rate(task, t.capacity_params, cache)
+      t.name: largest_fitting_rate(task, t.capacity_params, cache, scaled)
       for t in tiers
     }
   rates = parse_number_list("--heterofl_rates", config.settings.heterofl_rates)
@@ -264,16 +283,33 @@ def tier_rates_from_config(
   for tier, rate in zip(tiers, rates):
     if tier.capacity_params is None:
       continue
-    params = sub_model_params(task, rate, cache)
+    params = sub_model_params(task, rate, cache, scaled)
     if params > tier.capacity_params:
       raise UsageError(
         "--heterofl_rates",
         f"rate {rate:g} of tier {tier.name} needs {params:,} parameters,"
         f" above its capacity {tier.capacity_params:,} (--tier_capacities);"
         f" the largest that fits is"
-        f" {largest_fitting_rate(task, tier.capacity_params, cache)}",
+        f" {largest_fitting_rate(task, tier.capacity_params, cache, scaled)}",
       )
   return {t.name: r for t, r in zip(tiers, rates)}
+
+
+def scaled_units_from_config(config, task: api.Task) -> Optional[frozenset]:
+  """The unit names of `--heterofl_width_units` (None: every unit)."""
+  text = config.settings.heterofl_width_units
+  if not text:
+    return None
+  names = [n.strip() for n in text.split(",")]
+  known = [u.name for u in task.width_units]
+  unknown = [n for n in names if n not in known]
+  if unknown or not names:
+    raise UsageError(
+      "--heterofl_width_units",
+      f"{task.model_name} has no width unit {', '.join(unknown) or '(none)'};"
+      f" its units: {', '.join(known)}",
+    )
+  return frozenset(names)
 
 
 def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
@@ -283,6 +319,7 @@ def build_heterofl(config, task: api.Task, client_ids=()) -> HeteroFL:
   return HeteroFL(
     task,
     tier_rates_from_config(config, task),
+    scaled_units=scaled_units_from_config(config, task),
     client_lr=config.client_lr,
     client_momentum=config.client_momentum,
     server_lr=config.server_lr,

@@ -23,14 +23,17 @@ whether layers are shared (`VARIANTS`):
 * `inclusivefl_all_small`: every client trains the shallowest model;
 * `exclusivefl`: only the tiers of the deepest model train; the others are
   sampled as usual and dropped (they receive nothing);
+* a tier with depth 0 in `--inclusivefl_depths` is dropped likewise (the
+  paper's Figure 5); the global model is then the deepest that trains;
 * `inclusivefl_local`: each tier trains its depth alone, nothing shared,
   no distillation (the paper's "Local", cross-silo);
 * InclusiveFL without momentum distillation: `--inclusivefl_beta=0`;
 * HeteroFL with width-matched tiers is `--algorithm=heterofl` on the same
-  depth-scalable model: its default tier capacities are the depth tiers'
-  parameter counts (`task_devices.py`), so its rates match the parameter
-  counts of the 4 / 8 / 12-block models, as the paper narrows the hidden
-  size to match them.
+  depth-scalable model with `--heterofl_width_units=hidden`: its default
+  tier capacities are the depth tiers' parameter counts
+  (`task_devices.py`), so its rates narrow the hidden size to the
+  parameter counts of the 4 / 8 / 12-block models, as the paper narrows
+  768 to 456 / 624.
 
 Each device tier's depth is `--inclusivefl_depths` (one per tier of
 `--tiers`, default the model's registered depths, e.g. 4:8:12), checked
@@ -56,9 +59,14 @@ each with its reason:
 * Initial models: every group's embedding and blocks 1 .. L_j are the
   deepest model's (line 2); heads are built from the same seed. With
   `--init_weights` every group's model is loaded from the one file.
-* Local training is plain SGD with the client learning rate over the
-  client's local epochs (the paper fine-tunes RoBERTa with its own
-  optimizer; not stated).
+* FedAdam is TFF's Adam (`tff.learning.optimizers.build_adam`), which
+  corrects the moments' bias (the step size times sqrt(1 - beta_2^t) /
+  (1 - beta_1^t)); Reddi et al.'s FedAdam has no bias correction. TFF's
+  optimizer is what a TFF user composes; its first step equals FedAdam's.
+* `inclusivefl_local` is the paper's "Local" in its cross-device form: each
+  tier federated on its own (FedAdam within the tier), nothing shared.
+* A client whose update TFF zeroed as non-finite still counts in its
+  group's weight n_j (the round's loss is then NaN and the run stops).
 """
 
 from __future__ import annotations
@@ -178,10 +186,14 @@ def _deepest_only(depths):
 
 
 def _everyone(pick):
-  """Every tier trains `pick` of the depths of the tiers that train."""
-  return lambda depths: dict.fromkeys(
-    depths, pick(d for d in depths.values() if d)
-  )
+  """Every tier that trains trains `pick` of their depths (a dropped tier
+  stays dropped)."""
+
+  def assign(depths):
+    chosen = pick(d for d in depths.values() if d)
+    return {t: (chosen if d else None) for t, d in depths.items()}
+
+  return assign
 
 
 VARIANTS: Mapping[str, Variant] = collections.OrderedDict(

@@ -32,7 +32,9 @@ the members' parameter counts are known.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from collections.abc import Sequence
+from typing import Optional
 
 import attrs
 
@@ -190,12 +192,32 @@ def check_increasing_sizes(pool: SubModelPool, sizes: Sequence[int]) -> None:
     )
 
 
+def scaled_widths(
+  units: Sequence[width_lib.WidthUnit],
+  rate: float,
+  rounding: str = "ceil",
+  scaled_units: Optional[Collection[str]] = None,
+) -> tuple[int, ...]:
+  """`widths_for(units, rate)` on the units named in `scaled_units` (None:
+  every unit), full width on the others."""
+  widths = width_lib.widths_for(units, rate, 0, rounding)
+  if scaled_units is None:
+    return widths
+  return tuple(
+    w if u.name in scaled_units else u.full_width for u, w in zip(units, widths)
+  )
+
+
 def uniform_pool(
   units: Sequence[width_lib.WidthUnit],
   rates: Sequence[float],
   rounding: str = "ceil",
+  scaled_units: Optional[Collection[str]] = None,
 ) -> SubModelPool:
-  """HeteroFL's pool: one uniform width rate per member, smallest first."""
+  """HeteroFL's pool: one uniform width rate per member, smallest first.
+
+  The rate narrows the units named in `scaled_units` (None: every unit);
+  the others keep their full width."""
   units = tuple(units)
   rates = sorted({float(r) for r in rates})
   if not rates or rates[-1] != 1.0 or rates[0] <= 0:
@@ -204,7 +226,7 @@ def uniform_pool(
     )
   members = []
   for i, rate in enumerate(rates):
-    widths = width_lib.widths_for(units, rate, 0, rounding)
+    widths = scaled_widths(units, rate, rounding, scaled_units)
     size_class = "L" if rate == 1.0 else ("M" if i == len(rates) - 2 else "S")
     members.append(PoolMember(i, f"x{rate:g}", size_class, rate, 0, widths))
   return SubModelPool(units, tuple(members))
