@@ -8,7 +8,10 @@ Nothing is trained and no data are loaded: the input shape and the number of
 classes come from `--dataset` (default cifar10, 32x32x3 and 10 classes, for
 the models the registry marks as meant for CIFAR images: the ResNets, VGGs,
 `cifar_cnn` and FedGKT's; mnist, 28x28x1 and 10 classes, otherwise) or from
-`--input_shape` / `--num_classes`.
+`--input_shape` / `--num_classes`. Models on token ids (`text_transformer`)
+default to glue_sst2: 64 tokens, 2 classes, and the registry's default
+vocabulary of 20,000 ids (the GLUE loader's cap; its embedding dominates
+the parameters).
 
 `--pool=none` prints the model's parameters (trainable: batch-norm gamma/beta
 counted, running statistics not), non-trainable weights and forward MACs per
@@ -73,6 +76,12 @@ DATASET_SHAPES = {
   "cifar10": ((32, 32, 3), 10),
   "cifar100": ((32, 32, 3), 100),
   "cinic10": ((32, 32, 3), 10),
+  # GLUE: 64 token ids per example (the loader's default seq_len); the
+  # vocabulary (rows of the token embedding) is the registry's default.
+  **{
+    f"glue_{task}": ((64,), 3 if task == "mnli" else 2)
+    for task in ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2")
+  },
 }
 POOLS = ("none", "adaptivefl", "heterofl")
 FORMATS = ("table", "json")
@@ -157,7 +166,11 @@ def _numbers(flag: str, text: str, kind: type, what: str) -> tuple:
 
 # The data set whose shape describes a model by default, by the kind of
 # images its registry entry says it is meant for.
-_DEFAULT_DATASET_FOR_IMAGES = {"cifar": "cifar10", "mnist": "mnist"}
+_DEFAULT_DATASET_FOR_IMAGES = {
+  "cifar": "cifar10",
+  "mnist": "mnist",
+  "text": "glue_sst2",
+}
 
 
 def _default_dataset(model: str) -> str:

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 
 from tff_hetero.data import DATASETS
+from tff_hetero.data import GLUE_DATASETS
+from tff_hetero.data import UNSUPPORTED_DATASETS
 from tff_hetero.data import ArrayDataset
 from tff_hetero.data import DataError
 from tff_hetero.data import DatasetSplits
+from tff_hetero.data import is_text_dataset
 from tff_hetero.data import load_dataset
 
 
@@ -42,7 +45,44 @@ def test_registry_names():
     "cifar10",
     "cifar100",
     "cinic10",
+    *("glue_cola", "glue_mnli", "glue_mrpc", "glue_qnli", "glue_qqp"),
+    *("glue_rte", "glue_sst2"),
   }
+
+
+def test_glue_classification_tasks_are_registered_as_text():
+  from tff_hetero.data import glue  # pylint: disable=g-import-not-at-top
+
+  classification = {t for t, s in glue.GLUE_TASKS.items() if s.num_classes > 1}
+  assert set(GLUE_DATASETS) == {f"glue_{t}" for t in classification}
+  assert "stsb" not in classification
+  for name in GLUE_DATASETS:
+    assert DATASETS[name] is glue.GLUE_LOADERS[name]
+    assert is_text_dataset(name)
+  assert is_text_dataset("glue_stsb")
+  assert not any(is_text_dataset(n) for n in DATASETS if n not in GLUE_DATASETS)
+
+
+def test_glue_stsb_is_a_one_line_unsupported_error():
+  message = assert_one_line_error(
+    DataError,
+    lambda: load_dataset("glue_stsb", data_dir="/nonexistent"),
+    "--dataset: glue_stsb",
+    "regression",
+    "does not support",
+    "glue_sst2",
+  )
+  assert "glue_stsb" not in DATASETS
+  assert message == f"--dataset: {UNSUPPORTED_DATASETS['glue_stsb']}"
+
+
+def test_glue_without_prepared_data_names_the_tfds_build_command(tmp_path):
+  assert_one_line_error(
+    DataError,
+    lambda: load_dataset("glue_mrpc", data_dir=str(tmp_path)),
+    str(tmp_path / "glue" / "mrpc"),
+    "tfds build glue/mrpc --data_dir=DIR",
+  )
 
 
 def test_mnist5k_sizes_and_stratification(mnist5k):

@@ -1,13 +1,9 @@
 """Tests of `tff_hetero.data.glue` on real TFDS-prepared GLUE files.
 
-The fixture writes a few sentences in the layout of GLUE's original source
-files (SST-2's, STS-B's and MNLI's TSVs, MRPC's Microsoft release files) and
-runs TFDS's own ``glue`` builder over them: a subclass of
-`tensorflow_datasets.text.glue.Glue` whose only change is that its splits
-come from those local files instead of downloads. So the features, configs
-(``glue/sst2``, ``glue/mrpc``, ``glue/stsb``, ``glue/mnli``), version and
-file format are exactly those ``tfds build`` produces, and `load_glue` reads
-them with the real TFDS reading code: nothing is mocked.
+The fixture (`glue_fixture.prepare_glue`) runs TFDS's own ``glue`` builder
+over a few sentences written in the layout of GLUE's source files, so
+`load_glue` reads what ``tfds build`` produces with the real TFDS reading
+code: nothing is mocked.
 
 TFDS stores examples in an order of its own (hashed keys), so the tests
 compare splits as multisets of (decoded text, label).
@@ -24,163 +20,18 @@ import numpy as np
 import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
-from tensorflow_datasets.core.utils import gcs_utils  # noqa: E402
-from tensorflow_datasets.text import glue as tfds_glue  # noqa: E402
-
+from data import glue_fixture  # noqa: E402
 from tff_hetero.data import DataError  # noqa: E402
 from tff_hetero.data import glue  # noqa: E402
 from tff_hetero.data import partition  # noqa: E402
 from tff_hetero.data import text_metrics  # noqa: E402
 
-# SST-2: (sentence, label); "zebra" occurs only in validation.
-_SST2_TRAIN = [
-  ("A gripping, funny film.", 1),
-  ("Dull and far too long.", 0),
-  ("The film is funny and warm!", 1),
-  ("A dull, dull mess.", 0),
-]
-_SST2_VALIDATION = [("A funny zebra.", 1), ("Dull film.", 0)]
-_SST2_TEST = ["An unlabelled test sentence."]  # GLUE hides test labels.
-
-# MRPC: (quality, id1, id2, sentence1, sentence2); the Microsoft release has
-# train and dev in one file, dev picked by its id pairs.
-_MRPC_ROWS = [
-  (1, 101, 102, "The cat sat on the mat.", "A cat was sitting on the mat."),
-  (0, 103, 104, "Stocks fell sharply today.", "The weather was sunny."),
-  (1, 105, 106, "He bought a car.", "He purchased a car."),
-  (0, 107, 108, "Quokka stocks rose.", "The cat slept."),
-  (1, 109, 110, "He bought stocks.", "He purchased stocks."),
-]
-_MRPC_DEV_IDS = [(107, 108), (109, 110)]
-
-# STS-B: (sentence1, sentence2, score).
-_STSB_TRAIN = [
-  ("A man is playing a guitar.", "A man plays the guitar.", 4.8),
-  ("A woman is slicing onions.", "A dog runs.", 0.4),
-  ("Kids play soccer.", "Children are playing football.", 3.6),
-]
-_STSB_VALIDATION = [("A man is playing a flute.", "A man plays music.", 2.5)]
-
-# MNLI: (premise, hypothesis, gold label); test uses validation_matched.
-_MNLI_TRAIN = [
-  ("The dog barked loudly.", "A dog made noise.", "entailment"),
-  ("The dog slept.", "The dog barked.", "contradiction"),
-  ("A man walked home.", "The man was tired.", "neutral"),
-]
-_MNLI_MATCHED = [
-  ("The dog walked home.", "A dog moved.", "entailment"),
-  ("A man slept.", "The man ran.", "contradiction"),
-]
-_MNLI_MISMATCHED = [("A cat sat.", "A cat stood.", "contradiction")]
-_MNLI_LABELS = ["entailment", "neutral", "contradiction"]
-
-
-def _write_tsv(path: pathlib.Path, header, rows, bom: bool = False) -> None:
-  lines = ["\t".join(header)] + ["\t".join(str(v) for v in r) for r in rows]
-  text = "\n".join(lines) + "\n"
-  path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode())
-
-
-def _write_sources(root: pathlib.Path) -> None:
-  """GLUE's source files, as their download archives hold them."""
-  sst2 = root / "sst2"
-  sst2.mkdir(parents=True)
-  _write_tsv(sst2 / "train.tsv", ["sentence", "label"], _SST2_TRAIN)
-  _write_tsv(sst2 / "dev.tsv", ["sentence", "label"], _SST2_VALIDATION)
-  _write_tsv(sst2 / "test.tsv", ["index", "sentence"], enumerate(_SST2_TEST))
-
-  mrpc = root / "mrpc"
-  mrpc.mkdir()
-  header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
-  # The release's train file starts with a UTF-8 byte order mark.
-  _write_tsv(mrpc / "msr_paraphrase_train.txt", header, _MRPC_ROWS, bom=True)
-  _write_tsv(mrpc / "msr_paraphrase_test.txt", header, _MRPC_ROWS[:1])
-  (mrpc / "mrpc_dev_ids.tsv").write_text(
-    "".join(f"{a}\t{b}\n" for a, b in _MRPC_DEV_IDS)
-  )
-
-  stsb = root / "stsb"
-  stsb.mkdir()
-  header = ["index", "genre", "sentence1", "sentence2", "score"]
-  for name, rows in (("train", _STSB_TRAIN), ("dev", _STSB_VALIDATION)):
-    rows = [(i, "main-captions", *row) for i, row in enumerate(rows)]
-    _write_tsv(stsb / f"{name}.tsv", header, rows)
-
-  mnli = root / "mnli"
-  mnli.mkdir()
-  header = ["index", "genre", "sentence1", "sentence2", "gold_label"]
-  for name, rows in (
-    ("train", _MNLI_TRAIN),
-    ("dev_matched", _MNLI_MATCHED),
-    ("dev_mismatched", _MNLI_MISMATCHED),
-  ):
-    rows = [(i, "fiction", *row) for i, row in enumerate(rows)]
-    _write_tsv(mnli / f"{name}.tsv", header, rows)
-
-
-class _LocalGlue(tfds_glue.Glue, skip_registration=True):
-  """TFDS's GLUE builder with its sources read from `SOURCE_DIR`."""
-
-  name = "glue"
-  SOURCE_DIR = ""
-
-  def _split_generators(self, dl_manager):
-    del dl_manager  # Nothing to download.
-    config = self.builder_config.name
-    source = os.path.join(self.SOURCE_DIR, config)
-
-    def split(tsv: str, name: str, mrpc_files=None):
-      return self._generate_examples(
-        data_file=os.path.join(source, tsv), split=name, mrpc_files=mrpc_files
-      )
-
-    if config == "mrpc":
-      files = {
-        "dev_ids": os.path.join(source, "mrpc_dev_ids.tsv"),
-        "train": os.path.join(source, "msr_paraphrase_train.txt"),
-        "test": os.path.join(source, "msr_paraphrase_test.txt"),
-      }
-      return {
-        name: split("", role, files)
-        for name, role in (
-          ("train", "train"),
-          ("validation", "dev"),
-          ("test", "test"),
-        )
-      }
-    if config == "mnli":
-      return {
-        "train": split("train.tsv", "train"),
-        "validation_matched": split("dev_matched.tsv", "dev"),
-        "validation_mismatched": split("dev_mismatched.tsv", "dev"),
-      }
-    generators = {
-      "train": split("train.tsv", "train"),
-      "validation": split("dev.tsv", "dev"),
-    }
-    if os.path.exists(os.path.join(source, "test.tsv")):
-      generators["test"] = split("test.tsv", "test")
-    return generators
-
 
 @pytest.fixture(scope="module")
 def prepared_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-  sources = tmp_path_factory.mktemp("glue_sources")
-  root = tmp_path_factory.mktemp("tfds")
-  _write_sources(sources)
-  with pytest.MonkeyPatch.context() as patch:
-    # Without data on disk, TFDS builders probe Google Cloud Storage for
-    # metadata when constructed; that only costs time offline, so skip it.
-    patch.setattr(gcs_utils, "_is_gcs_disabled", True)
-    patch.setattr(_LocalGlue, "SOURCE_DIR", os.fspath(sources))
-    for config in ("sst2", "mrpc", "stsb", "mnli"):
-      builder = _LocalGlue(data_dir=os.fspath(root), config=config)
-      builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(
-          compute_stats=tfds.download.ComputeStatsMode.SKIP
-        )
-      )
-      assert builder.data_dir == os.fspath(root / "glue" / config / "2.0.0")
+  root = glue_fixture.prepare_glue(
+    tmp_path_factory.mktemp("tfds"), tmp_path_factory.mktemp("glue_sources")
+  )
   # Leftovers that are not prepared versions must be ignored.
   (root / "glue" / "sst2" / "9.9.9.incompleteABC123").mkdir()
   (root / "glue" / "sst2" / "3.0.0").mkdir()  # No dataset_info.json.
@@ -239,7 +90,7 @@ def test_vocabulary_is_fitted_on_train_only(prepared_dir):
   assert (ids["a"], ids["funny"], glue.OOV_ID, 0, 0, 0, 0, 0) in rows
   assert (ids["dull"], ids["film"], 0, 0, 0, 0, 0, 0) in rows
   assert _decoded(splits, splits.train) == collections.Counter(
-    (_standardised(text), label) for text, label in _SST2_TRAIN
+    (_standardised(text), label) for text, label in glue_fixture.SST2_TRAIN
   )
 
 
@@ -259,9 +110,11 @@ def test_mrpc_pairs_are_joined_around_sep(prepared_dir):
   assert glue.SEP_TOKEN in splits.vocabulary
   sep = splits.vocabulary.index(glue.SEP_TOKEN)
   assert ((splits.train.x == sep).sum(axis=1) == 1).all()
-  dev = {(r[1], r[2]) for r in _MRPC_ROWS} & set(_MRPC_DEV_IDS)
+  dev = {(r[1], r[2]) for r in glue_fixture.MRPC_ROWS} & set(
+    glue_fixture.MRPC_DEV_IDS
+  )
   assert len(dev) == 2
-  train_rows = [r for r in _MRPC_ROWS if (r[1], r[2]) not in dev]
+  train_rows = [r for r in glue_fixture.MRPC_ROWS if (r[1], r[2]) not in dev]
   assert _decoded(splits, splits.train) == collections.Counter(
     (_pair(s1, s2), quality) for quality, _, _, s1, s2 in train_rows
   )
@@ -298,7 +151,8 @@ def test_stsb_is_a_regression_with_float_scores(prepared_dir):
     [("a man is playing a [UNK] [SEP] a man plays [UNK]", 2.5)]
   )
   assert _decoded(splits, splits.train) == collections.Counter(
-    (_pair(s1, s2), np.float32(score).item()) for s1, s2, score in _STSB_TRAIN
+    (_pair(s1, s2), np.float32(score).item())
+    for s1, s2, score in glue_fixture.STSB_TRAIN
   )
 
 
@@ -314,8 +168,8 @@ def test_mnli_is_evaluated_on_validation_matched(prepared_dir):
     ]
   )
   assert _decoded(splits, splits.train) == collections.Counter(
-    (_pair(premise, hypothesis), _MNLI_LABELS.index(label))
-    for premise, hypothesis, label in _MNLI_TRAIN
+    (_pair(premise, hypothesis), glue_fixture.MNLI_LABELS.index(label))
+    for premise, hypothesis, label in glue_fixture.MNLI_TRAIN
   )
 
 

@@ -366,17 +366,18 @@ def test_depth_tiers_and_the_depth_argument():
   assert models.depth_tiers("depth_cnn") == (4, 8, 12)
   assert {n for n, s in models.MODELS.items() if s.depths} == {
     "transformer",
+    "text_transformer",
     "depth_cnn",
   }
   _one_line_model_error(
     lambda: models.depth_tiers("resnet20"),
     "'resnet20' has no depth knob",
-    "depth_cnn, transformer",
+    "depth_cnn, text_transformer, transformer",
   )
   _one_line_model_error(
     lambda: models.build_model("mlp", (8, 8, 1), 10, 0, depth=4),
     "'mlp' has no depth knob (got depth=4)",
-    "depth_cnn, transformer",
+    "depth_cnn, text_transformer, transformer",
   )
   for bad in (0, -1, 2.0, "4", True):
     _one_line_model_error(

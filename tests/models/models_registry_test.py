@@ -42,6 +42,7 @@ TYPICAL_SHAPES = {
   "resnet56_bottleneck": (32, 32, 3),
   "resnet110_bottleneck": (32, 32, 3),
   "transformer": (28, 28, 1),
+  "text_transformer": (16,),  # 16 token ids.
   "depth_cnn": (28, 28, 1),
 }
 
@@ -74,11 +75,12 @@ def test_models_output_logits_of_num_classes(name):
   model = models.build_model(name, shape, num_classes=7, seed=3)
   assert isinstance(model, tf.keras.Model)
   assert model.name == name
-  x = (
-    np.random.default_rng(0)
-    .normal(size=(5,) + tuple(model.input.shape[1:]))
-    .astype(np.float32)
-  )
+  rng = np.random.default_rng(0)
+  size = (5,) + tuple(model.input.shape[1:])
+  if models.MODELS[name].takes_tokens:
+    x = rng.integers(0, 100, size=size).astype(np.int32)
+  else:
+    x = rng.normal(size=size).astype(np.float32)
   y = model(x).numpy()
   assert y.shape == (5, 7)
   # Logits, not probabilities: the last layer is linear and the rows do not
@@ -233,3 +235,104 @@ def test_input_shape_may_be_a_list_numpy_shape_or_tensor_shape():
   ):
     model = models.build_model("small_cnn", shape, 10, 0)
     assert model.input_shape == (None, 8, 8, 1)
+
+
+# --------------------------------------------------------------------------
+# Models on token ids
+
+
+def test_only_text_transformer_takes_tokens():
+  assert {n for n, s in models.MODELS.items() if s.takes_tokens} == {
+    "text_transformer"
+  }
+  spec = models.MODELS["text_transformer"]
+  assert spec.images == "text"
+  assert spec.depths == models.MODELS["transformer"].depths == (4, 8, 12)
+  assert spec.default_start_indices == (1,)
+
+
+def test_text_transformer_is_built_with_the_vocabulary_size():
+  model = models.build_model(
+    "text_transformer", (12,), 3, seed=0, depth=2, vocab_size=57
+  )
+  assert model.input.dtype == tf.int32 and model.input_shape == (None, 12)
+  assert model.get_layer("token_embed").get_weights()[0].shape == (57, 64)
+  assert models.depth_of(model) == 2
+  logits = model(np.array([[0, 56] + [1] * 10], np.int32))
+  assert logits.shape == (1, 3)
+  # No vocab_size: the default (the GLUE loader's cap).
+  default = models.build_model("text_transformer", (12,), 3, seed=0, depth=1)
+  assert default.get_layer("token_embed").input_dim == 20000
+  # The registry's description counts: 64 tokens, 20,000 ids, 2 classes.
+  for depth, count in zip((4, 8, 12), (1_422_402, 1_556_290, 1_690_178)):
+    assert f"{count:,}" in models.MODELS["text_transformer"].description
+    built = models.build_model("text_transformer", (64,), 2, 0, depth=depth)
+    assert models.count_params(built).trainable == count
+
+
+def test_text_transformer_has_the_image_transformers_blocks_and_units():
+  text = models.build_model(
+    "text_transformer", (16,), 10, seed=4, depth=3, vocab_size=30
+  )
+  image = models.build_model("transformer", (8, 8, 1), 10, seed=4, depth=3)
+  for name in ("block_1", "block_2", "block_3", "final_norm", "pooler"):
+    shapes = [w.shape for w in text.get_layer(name).get_weights()]
+    assert shapes == [w.shape for w in image.get_layer(name).get_weights()]
+  text_units = models.width_units("text_transformer", (16,), 10, depth=3)
+  image_units = models.width_units("transformer", (8, 8, 1), 10, depth=3)
+  assert [(u.name, u.full_width) for u in text_units] == [
+    (u.name, u.full_width) for u in image_units
+  ]
+  assert text_units[0].layers[0] == "token_embed"
+  narrow = models.build_model(
+    "text_transformer", (16,), 10, seed=4, widths=(32, 64), vocab_size=30
+  )
+  assert narrow.get_layer("token_embed").get_weights()[0].shape == (30, 32)
+
+
+def test_token_and_image_models_reject_each_others_inputs():
+  _one_line_model_error(
+    lambda: models.build_model("text_transformer", (28, 28, 1), 10, 0),
+    "'text_transformer' takes token ids shaped (seq_len,)",
+    "(28, 28, 1)",
+  )
+  _one_line_model_error(
+    lambda: models.width_units("text_transformer", (8, 8, 1), 10),
+    "takes token ids",
+  )
+  _one_line_model_error(
+    lambda: models.build_model("transformer", (64,), 2, 0),
+    "(height, width, channels)",
+  )
+  _one_line_model_error(
+    lambda: models.build_model("mlp", (64,), 2, 0, vocab_size=100),
+    "'mlp' takes images, not token ids",
+    "vocab_size=100",
+    "text_transformer",
+  )
+  for bad in (0, -3, 2.5, True, "100"):
+    _one_line_model_error(
+      lambda: models.build_model(
+        "text_transformer", (8,), 2, 0, vocab_size=bad
+      ),
+      "vocab_size must be an integer >= 1",
+    )
+
+
+def test_depth_matched_widths_of_the_text_transformer():
+  # Hidden width of the 12-block model with about the 4-block's parameters;
+  # with a tiny vocabulary the blocks dominate.
+  widths = models.depth_matched_widths(
+    "text_transformer", (16,), 2, 4, vocab_size=10
+  )
+  deep = models.build_model(
+    "text_transformer", (16,), 2, 0, widths=widths, vocab_size=10
+  )
+  shallow = models.build_model(
+    "text_transformer", (16,), 2, 0, depth=4, vocab_size=10
+  )
+  assert widths[1] == 128 and widths[0] < 64
+  ratio = (
+    models.count_params(deep).trainable / models.count_params(shallow).trainable
+  )
+  assert 0.9 < ratio < 1.1

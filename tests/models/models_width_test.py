@@ -52,6 +52,7 @@ SMALL_SHAPES = {
   "resnet56_bottleneck": (8, 8, 3),
   "resnet110_bottleneck": (8, 8, 3),
   "transformer": (8, 8, 1),
+  "text_transformer": (8,),  # 8 token ids.
   "depth_cnn": (8, 8, 1),
 }
 CLASSES = 5
@@ -102,6 +103,7 @@ UNIT_NAMES = {
     for d in (56, 110)
   },
   "transformer": ("hidden", "mlp"),
+  "text_transformer": ("hidden", "mlp"),
   "depth_cnn": ("channels",),
 }
 
@@ -127,6 +129,7 @@ DEFAULT_START_INDICES = {
   **{f"fedgkt_server_resnet{d}_bottleneck": (4, 2, 1) for d in (55, 109)},
   **{f"resnet{d}_bottleneck": (5, 3, 1) for d in (56, 110)},
   "transformer": (1,),
+  "text_transformer": (1,),
   "depth_cnn": (),
 }
 
@@ -417,7 +420,7 @@ def test_narrowed_variables_keep_order_and_shrink(name, zoo):
 # average over and its attention scale (transformer.py): its variables are
 # prefix slices (test_narrowed_variables_keep_order_and_shrink,
 # transformer_test.py), its function is not the zeroed full model's.
-_NOT_A_FUNCTIONAL_PREFIX = ("transformer",)
+_NOT_A_FUNCTIONAL_PREFIX = ("transformer", "text_transformer")
 
 
 @pytest.mark.parametrize(

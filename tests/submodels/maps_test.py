@@ -51,6 +51,7 @@ _SHAPES = {
   "fedgkt_server_resnet55": (8, 8, 3),
   "fedgkt_edge_resnet8_bottleneck": (8, 8, 3),
   "transformer": (8, 8, 1),
+  "text_transformer": (8,),
   "depth_cnn": (8, 8, 1),
   "fedgkt_server_resnet55_bottleneck": (8, 8, 3),
   "resnet56_bottleneck": (8, 8, 3),

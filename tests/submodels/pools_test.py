@@ -81,7 +81,8 @@ def test_sizes_must_increase_in_pool_order():
   )
 
 
-_IMAGES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3)}
+# The inputs of each kind of model: images, or for "text" 64 token ids.
+_IMAGES = {"mnist": (28, 28, 1), "cifar": (32, 32, 3), "text": (64,)}
 
 
 @pytest.mark.parametrize("name", once_per_structure(models.MODELS))

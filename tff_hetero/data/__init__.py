@@ -1,7 +1,10 @@
 """Data sets and federated partitions for tff-hetero.
 
 * `load_dataset` / `DATASETS` (`datasets`): centralised train / test splits as
-  in-memory arrays; ``mnist5k`` works offline and is the default.
+  in-memory arrays; ``mnist5k`` works offline and is the default. The GLUE
+  classification tasks ``glue_<task>`` (`GLUE_DATASETS`, `is_text_dataset`)
+  are tokenised text (`glue`: `GlueSplits`, `TextArrayDataset`) with the
+  paper's metric per task (`text_metrics`).
 * `build_federated_data` / `partition_indices` / `PARTITIONERS`
   (`partition`): iid, Dirichlet and FedAvg-shards client partitions,
   per-client local validation, label histograms and a TFF `ClientData` view.
@@ -18,13 +21,18 @@ TensorFlow, TensorFlow Datasets and TensorFlow Federated are imported lazily.
 
 from tff_hetero.data.augment import AUGMENTATIONS
 from tff_hetero.data.datasets import DATASETS
+from tff_hetero.data.datasets import GLUE_DATASETS
+from tff_hetero.data.datasets import UNSUPPORTED_DATASETS
 from tff_hetero.data.datasets import ArrayDataset
 from tff_hetero.data.datasets import DatasetLoader
 from tff_hetero.data.datasets import DatasetSplits
 from tff_hetero.data.datasets import ImageFolderLoader
 from tff_hetero.data.datasets import TfdsLoader
 from tff_hetero.data.datasets import default_tfds_data_dir
+from tff_hetero.data.datasets import is_text_dataset
 from tff_hetero.data.datasets import load_dataset
+from tff_hetero.data.glue import GlueSplits
+from tff_hetero.data.glue import TextArrayDataset
 from tff_hetero.data.partition import DIRICHLET_MAX_ATTEMPTS
 from tff_hetero.data.partition import PARTITIONERS
 from tff_hetero.data.partition import ClientSplit
@@ -49,22 +57,27 @@ __all__ = [
   "DATASETS",
   "DEFAULT_DATASET",
   "DIRICHLET_MAX_ATTEMPTS",
+  "GLUE_DATASETS",
   "PARTITIONERS",
+  "UNSUPPORTED_DATASETS",
   "ArrayDataset",
   "ClientSplit",
   "DataError",
   "DatasetLoader",
   "DatasetSplits",
   "FederatedData",
+  "GlueSplits",
   "ImageFolderLoader",
   "PartitionConfig",
   "PartitionOptions",
   "Partitioner",
+  "TextArrayDataset",
   "TfdsLoader",
   "build_federated_data",
   "client_id_for",
   "default_tfds_data_dir",
   "epoch_order",
+  "is_text_dataset",
   "load_dataset",
   "make_client_dataset",
   "make_indexed_client_dataset",

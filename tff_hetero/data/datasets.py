@@ -1,9 +1,11 @@
-"""Centralised image-classification data sets as in-memory NumPy arrays.
+"""Centralised classification data sets as in-memory NumPy arrays.
 
 `load_dataset(name, data_dir, seed)` returns a `DatasetSplits`: a train and a
 test `ArrayDataset` (images float32 NHWC scaled to [0, 1], labels int32), the
-number of classes and the per-example input shape. Federated partitioning of
-the train split lives in `tff_hetero.data.partition`.
+number of classes and the per-example input shape; for the GLUE text tasks a
+`tff_hetero.data.glue.GlueSplits` of the same shape whose examples are int32
+token ids (`is_text_dataset`). Federated partitioning of the train split
+lives in `tff_hetero.data.partition`.
 
 Registered data sets (`DATASETS`):
 
@@ -40,6 +42,20 @@ Registered data sets (`DATASETS`):
   CIFAR-10 order, airplane .. truck); train and test must have the same ones.
   Grey images are read as RGB. The official splits are used (the seed is not).
 
+* ``glue_cola``, ``glue_mnli``, ``glue_mrpc``, ``glue_qnli``, ``glue_qqp``,
+  ``glue_rte``, ``glue_sst2`` -- the GLUE classification tasks of InclusiveFL
+  (`GLUE_DATASETS`), read from TFDS ``glue/<task>`` prepared under
+  `data_dir` and tokenised by `tff_hetero.data.glue.load_glue` with its
+  defaults (64 tokens per example, a vocabulary of at most 20,000 ids fitted
+  on the train split): train is TFDS's ``train``, test its labelled
+  ``validation`` (``validation_matched`` for MNLI), since GLUE's test labels
+  are hidden. Their examples are token ids, not images: they take no
+  augmentation and need a model for tokens (``text_transformer``). STS-B
+  (``glue_stsb``) is a regression task, which the training program does not
+  support: `load_dataset` rejects it with a one-line `DataError` saying so
+  (`UNSUPPORTED_DATASETS`); `tff_hetero.data.glue.load_glue("stsb", ...)`
+  still loads it.
+
 TFDS data are opened with `tfds.builder_from_directory` on the newest
 prepared version found in ``<data_dir>/<tfds name>/<version>/`` (a version
 directory counts as prepared when it holds ``dataset_info.json``, which TFDS
@@ -63,6 +79,10 @@ import attrs
 import numpy as np
 
 from tff_hetero.data import _checks
+
+# `glue` reads TFDS files with this module's helpers (bound as a module, used
+# when called), and its loaders are registered here.
+from tff_hetero.data import glue as glue_lib
 from tff_hetero.errors import DataError
 
 if TYPE_CHECKING:
@@ -70,12 +90,15 @@ if TYPE_CHECKING:
 
 __all__ = [
   "DATASETS",
+  "GLUE_DATASETS",
+  "UNSUPPORTED_DATASETS",
   "ArrayDataset",
   "DatasetLoader",
   "DatasetSplits",
   "ImageFolderLoader",
   "TfdsLoader",
   "default_tfds_data_dir",
+  "is_text_dataset",
   "load_dataset",
 ]
 
@@ -491,6 +514,25 @@ class ImageFolderLoader:
     return ArrayDataset(x=_scale(x, 255.0), y=labels)
 
 
+GLUE_DATASETS: tuple[str, ...] = tuple(
+  f"glue_{name}"
+  for name, task in sorted(glue_lib.GLUE_TASKS.items())
+  if not task.is_regression
+)
+"""The registered GLUE classification tasks (``glue_<task>``), whose examples
+are token ids: cola, mnli, mrpc, qnli, qqp, rte, sst2."""
+
+UNSUPPORTED_DATASETS: Mapping[str, str] = MappingProxyType(
+  {
+    "glue_stsb": (
+      "glue_stsb (GLUE STS-B) is a regression task (similarity scores), which"
+      " the training program does not support (it trains classifiers); use"
+      " a GLUE classification task: " + ", ".join(GLUE_DATASETS)
+    ),
+  }
+)
+"""Names that are known but cannot be trained on -> why (one line)."""
+
 DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
   {
     "mnist5k": _load_mnist5k,
@@ -501,9 +543,15 @@ DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
     "cifar10": TfdsLoader("cifar10", "cifar10"),
     "cifar100": TfdsLoader("cifar100", "cifar100"),
     "cinic10": ImageFolderLoader("cinic10", (32, 32, 3)),
+    **{name: glue_lib.GLUE_LOADERS[name] for name in GLUE_DATASETS},
   }
 )
 """Registered data sets: name -> loader. See the module docstring."""
+
+
+def is_text_dataset(name: str) -> bool:
+  """Whether data set `name` holds token ids (GLUE) rather than images."""
+  return name in GLUE_DATASETS or name in UNSUPPORTED_DATASETS
 
 
 def load_dataset(
@@ -513,9 +561,9 @@ def load_dataset(
 
   Args:
     name: a key of `DATASETS`.
-    data_dir: root of prepared TFDS data for the TFDS-backed sets; ``None``
-      means TFDS's default (``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``).
-      Ignored by the bundled and generated sets.
+    data_dir: root of prepared TFDS data for the TFDS-backed sets (GLUE
+      included); ``None`` means TFDS's default (``$TFDS_DATA_DIR`` or
+      ``~/tensorflow_datasets``). Ignored by the bundled and generated sets.
     seed: seeds the train / test split of ``mnist5k`` and ``digits`` and the
       generation of ``synthetic``; TFDS sets use their official splits.
 
@@ -523,8 +571,11 @@ def load_dataset(
     The `DatasetSplits`.
 
   Raises:
-    DataError: unknown `name`, bad `seed`, or TFDS data not prepared.
+    DataError: unknown or unsupported (``glue_stsb``) `name`, bad `seed`, or
+      TFDS data not prepared.
   """
+  if isinstance(name, str) and name in UNSUPPORTED_DATASETS:
+    raise DataError(f"--dataset: {UNSUPPORTED_DATASETS[name]}")
   _checks.check_choice("--dataset", name, DATASETS)
   seed = _checks.check_seed(seed)
   return DATASETS[name](data_dir, seed)

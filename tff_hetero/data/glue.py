@@ -67,7 +67,9 @@ splits are used as they are and the vocabulary is deterministic.
 
 `GlueLoader` / `GLUE_LOADERS` wrap `load_glue` in the ``(data_dir, seed)``
 shape of `tff_hetero.data.datasets.DatasetLoader`, under the names
-``glue_<task>``.
+``glue_<task>``; those of the classification tasks are registered data sets
+(`tff_hetero.data.datasets.GLUE_DATASETS`: ``--dataset=glue_sst2`` etc.),
+STS-B is not (the training program trains classifiers).
 """
 
 from __future__ import annotations
@@ -81,10 +83,11 @@ import attrs
 import numpy as np
 
 from tff_hetero.data import _checks
+
+# `datasets` registers this module's loaders, so each imports the other: only
+# the module object is bound here, and its names are looked up when called.
+from tff_hetero.data import datasets as datasets_lib
 from tff_hetero.data import text_metrics
-from tff_hetero.data.datasets import _first_line
-from tff_hetero.data.datasets import _prepared_version_dir
-from tff_hetero.data.datasets import default_tfds_data_dir
 from tff_hetero.errors import DataError
 
 if TYPE_CHECKING:
@@ -428,9 +431,13 @@ def load_glue(
   seq_len = _checks.check_int("--seq_len", seq_len, minimum=1)
   vocab_size = _checks.check_int("--vocab_size", vocab_size, minimum=3)
   _checks.check_seed(seed)
-  root = os.path.expanduser(data_dir) if data_dir else default_tfds_data_dir()
+  root = (
+    os.path.expanduser(data_dir)
+    if data_dir
+    else datasets_lib.default_tfds_data_dir()
+  )
   builder_dir = os.path.join(root, "glue", spec.name)
-  version_dir = _prepared_version_dir(builder_dir)
+  version_dir = datasets_lib._prepared_version_dir(builder_dir)
   if version_dir is None:
     raise DataError(
       f"GLUE task {spec.name!r} (TFDS {spec.tfds_name}) is not prepared "
@@ -451,7 +458,7 @@ def load_glue(
   except (tf.errors.OpError, ValueError, KeyError, TypeError) as e:
     raise DataError(
       f"could not read GLUE task {spec.name!r} from {version_dir}: "
-      f"{_first_line(e)}"
+      f"{datasets_lib._first_line(e)}"
     ) from e
   if not len(train_y):
     raise DataError(

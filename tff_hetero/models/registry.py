@@ -34,6 +34,19 @@ increasing in pool order (tested for every model); a model with one width
 unit has none. For `transformer` (units hidden, mlp) that is I = 1: the
 hidden size whole, the MLP narrowed.
 
+Models take images (float32 (H, W, C)) or token ids (int32 (seq_len,)):
+`ModelSpec.images` says which (``"text"`` for token models, whose
+`takes_tokens` is true). `text_transformer` is `transformer`'s encoder on
+token ids (`transformer.text_transformer`: a token embedding in place of
+the patches, the same blocks `block_1..block_L`, head, depth tiers (4, 8,
+12) and width units hidden, mlp); its input shape is ``(seq_len,)`` and its
+embedding has `vocab_size` rows, which `build_model(..., vocab_size=...)`
+passes (the training program passes the loaded vocabulary's size; None
+means `transformer.DEFAULT_VOCAB_SIZE`, 20,000, the GLUE loader's cap, for
+sizes without data such as `pipelines.describe`). An image model given a
+token shape or a `vocab_size`, or a token model given an image shape, is a
+one-line `ModelError`.
+
 A new model is added by appending its `ModelSpec` to `_SPECS`.
 """
 
@@ -80,8 +93,11 @@ class ModelSpec:
     default_start_indices: AdaptiveFL's start indices I for this model's pool,
       decreasing, each in 1..(number of units - 1), such that the pool's
       sizes increase in pool order; empty when no such pool exists.
-    images: The kind of images the model is meant for ("cifar": 32x32x3,
-      "mnist": 28x28x1), e.g. for `pipelines.describe`'s default shape.
+    images: The kind of input the model is meant for ("cifar": 32x32x3
+      images, "mnist": 28x28x1 images, "text": int32 token ids of shape
+      (seq_len,), GLUE's), e.g. for `pipelines.describe`'s default shape.
+      A "text" model's factory and width units take (seq_len,) shapes and
+      its factory a `vocab_size` keyword too.
     split_layer: For a model that is cut between a device and a server
       (FedGKT's edge models; split learning), the layer whose output the
       device sends: the extractor is the model up to it. None otherwise.
@@ -99,6 +115,54 @@ class ModelSpec:
   images: str = "mnist"
   split_layer: str | None = None
   depths: tuple[int, ...] = ()
+
+  @property
+  def takes_tokens(self) -> bool:
+    """Whether the model reads int32 token ids rather than images."""
+    return self.images == TEXT
+
+
+TEXT = "text"
+"""`ModelSpec.images` of the models that read token ids."""
+
+
+def _token_shape(name: str, input_shape: tuple[int, ...]) -> int:
+  """seq_len of a token model's (seq_len,) input; `ModelError` otherwise."""
+  if len(input_shape) != 1:
+    raise ModelError(
+      f"model {name!r} takes token ids shaped (seq_len,), got input_shape"
+      f" {tuple(input_shape)} (an image shape: use an image model)"
+    )
+  return input_shape[0]
+
+
+def _text_transformer(
+  input_shape: tuple[int, ...],
+  num_classes: int,
+  seed: int,
+  widths: Sequence[int] | None = None,
+  depth: int | None = None,
+  vocab_size: int | None = None,
+) -> tf.keras.Model:
+  """`transformer.text_transformer` in the registry's factory shape."""
+  seq_len = _token_shape("text_transformer", input_shape)
+  return transformer.text_transformer(
+    seq_len,
+    transformer.DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size,
+    num_classes,
+    seed,
+    widths,
+    depth,
+  )
+
+
+def _text_transformer_units(
+  input_shape: tuple[int, ...], num_classes: int, depth: int | None = None
+) -> tuple[width_lib.WidthUnit, ...]:
+  """`transformer.text_transformer_units` after checking the shape."""
+  del num_classes
+  _token_shape("text_transformer", input_shape)
+  return transformer.text_transformer_units(depth)
 
 
 _SPECS = (
@@ -378,6 +442,26 @@ _SPECS = (
     depths=transformer.DEFAULT_TIERS,
   ),
   ModelSpec(
+    name="text_transformer",
+    factory=_text_transformer,
+    description=(
+      "transformer on token ids: token embedding (vocab_size x 64) +"
+      " position embedding, block_1..block_L pre-LN (4 heads x 16, MLP 128,"
+      " GELU), LN-mean pool-fc64 tanh-fc; depth 4/8/12:"
+      " 1,422,402/1,556,290/1,690,178 params on 64 tokens, a 20,000-id"
+      " vocabulary and 2 classes (the embedding: 1,280,000)"
+    ),
+    paper=(
+      "Liu et al. 2022 (InclusiveFL): 4/8/12-layer transformer tiers on"
+      " GLUE; this project's small text variant (RoBERTa-shaped, not"
+      " pretrained)"
+    ),
+    width_units=_text_transformer_units,
+    default_start_indices=(1,),
+    images=TEXT,
+    depths=transformer.DEFAULT_TIERS,
+  ),
+  ModelSpec(
     name="depth_cnn",
     factory=depth_cnn.depth_cnn,
     description=(
@@ -520,6 +604,28 @@ def width_units(
   return spec.width_units(shape, classes, **_check_depth(spec, depth))
 
 
+def _check_vocab_size(spec: ModelSpec, vocab_size: object) -> dict:
+  """The factory's vocab_size keyword arguments (none for image models)."""
+  if not spec.takes_tokens:
+    if vocab_size is not None:
+      raise ModelError(
+        f"model {spec.name!r} takes images, not token ids (got"
+        f" vocab_size={vocab_size!r}); models for token ids:"
+        f" {', '.join(_token_models())}"
+      )
+    return {}
+  if vocab_size is not None and (not _is_int(vocab_size) or vocab_size < 1):
+    raise ModelError(
+      f"model {spec.name!r}: vocab_size must be an integer >= 1, got"
+      f" {vocab_size!r}"
+    )
+  return {"vocab_size": None if vocab_size is None else int(vocab_size)}
+
+
+def _token_models() -> list[str]:
+  return sorted(n for n, s in MODELS.items() if s.takes_tokens)
+
+
 def build_model(
   name: str,
   input_shape: Sequence[int],
@@ -527,6 +633,7 @@ def build_model(
   seed: int,
   widths: Sequence[int] | None = None,
   depth: int | None = None,
+  vocab_size: int | None = None,
 ) -> tf.keras.Model:
   """Builds registered model `name` (logits out, seeded initial weights).
 
@@ -541,16 +648,23 @@ def build_model(
     depth: For a model with a depth knob (`ModelSpec.depths`), the number of
       blocks, an integer >= 1; None builds the deepest tier. Must be None
       for other models.
+    vocab_size: For a model on token ids (`ModelSpec.takes_tokens`), the
+      rows of its token embedding: the ids run over 0..vocab_size - 1
+      (None: `transformer.DEFAULT_VOCAB_SIZE`). Must be None for image
+      models.
 
   Raises:
     ModelError: unknown name, malformed arguments, widths that do not fit the
-      model's units, a depth for a model without a depth knob, or an input
-      shape the model cannot take (e.g. `mnist_cnn` on 8x8 images).
+      model's units, a depth for a model without a depth knob, a vocab_size
+      for an image model, or an input shape the model cannot take (e.g.
+      `mnist_cnn` on 8x8 images, an image model on token ids or the other
+      way round).
   """
   spec = get_spec(name)
   shape, classes = _check_shape_and_classes(input_shape, num_classes)
   if not _is_int(seed) or seed < 0:
     raise ModelError(f"seed must be a non-negative integer, got {seed!r}")
+  vocab_kwargs = _check_vocab_size(spec, vocab_size)
   depth_kwargs = _check_depth(spec, depth)
   units = spec.width_units(shape, classes, **depth_kwargs)
   if widths is not None:
@@ -563,7 +677,9 @@ def build_model(
         f"widths must be a sequence of integers, got {widths!r}"
       ) from None
   checked = width_lib.check_widths(name, units, widths)
-  return spec.factory(shape, classes, int(seed), checked, **depth_kwargs)
+  return spec.factory(
+    shape, classes, int(seed), checked, **depth_kwargs, **vocab_kwargs
+  )
 
 
 def _depth_params(
@@ -572,10 +688,11 @@ def _depth_params(
   classes: int,
   widths: tuple[int, ...],
   depth: int,
+  vocab_kwargs: dict,
 ) -> int:
   """Trainable parameters at `depth`, from a build of depth 1 (every block
   has the same shapes, so each adds block_1's count)."""
-  model = spec.factory(shape, classes, 0, widths, depth=1)
+  model = spec.factory(shape, classes, 0, widths, depth=1, **vocab_kwargs)
   block = model.get_layer("block_1").count_params()
   return model.count_params() + (depth - 1) * block
 
@@ -586,6 +703,7 @@ def depth_matched_widths(
   num_classes: int,
   depth: int,
   full_depth: int | None = None,
+  vocab_size: int | None = None,
 ) -> tuple[int, ...]:
   """Widths at which the `full_depth` model has about the parameters of the
   `depth` one: InclusiveFL's HeteroFL baseline (Section 4: "reducing the
@@ -601,6 +719,7 @@ def depth_matched_widths(
     input_shape, num_classes: As `build_model`.
     depth: The tier whose parameter count to match.
     full_depth: The depth of the narrowed model (None: the deepest tier).
+    vocab_size: As `build_model` (token models only).
 
   Raises:
     ModelError: as `build_model`, or `depth` deeper than `full_depth`.
@@ -608,6 +727,7 @@ def depth_matched_widths(
   tiers = depth_tiers(name)
   spec = get_spec(name)
   shape, classes = _check_shape_and_classes(input_shape, num_classes)
+  vocab_kwargs = _check_vocab_size(spec, vocab_size)
   if depth is None:
     raise ModelError(f"model {name!r}: depth must be an integer >= 1, got None")
   depth = _check_depth(spec, depth)["depth"]
@@ -620,10 +740,12 @@ def depth_matched_widths(
   full = width_lib.full_widths(spec.width_units(shape, classes, depth=depth))
   if depth == full_depth:
     return full
-  target = _depth_params(spec, shape, classes, full, depth)
+  target = _depth_params(spec, shape, classes, full, depth, vocab_kwargs)
 
   def params(first: int) -> int:
-    return _depth_params(spec, shape, classes, (first, *full[1:]), full_depth)
+    return _depth_params(
+      spec, shape, classes, (first, *full[1:]), full_depth, vocab_kwargs
+    )
 
   low, high = 1, full[0]  # the largest width whose count is <= target
   if params(low) > target:

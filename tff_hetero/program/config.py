@@ -62,7 +62,8 @@ class ExperimentConfig:
   dataset: str = setting(
     "mnist5k",
     "Data set: mnist5k (offline default), digits, synthetic, TFDS mnist,"
-    " emnist, cifar10, cifar100, or cinic10 (its release layout) (need"
+    " emnist, cifar10, cifar100, glue_cola, glue_mnli, glue_mrpc, glue_qnli,"
+    " glue_qqp, glue_rte, glue_sst2, or cinic10 (its release layout) (need"
     " --data_dir).",
   )
   data_dir: str | None = setting(

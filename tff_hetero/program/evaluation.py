@@ -1,13 +1,31 @@
-"""Central evaluation of model weights on held-out test data (Keras, in the driver)."""
+"""Central evaluation of model weights on held-out test data (Keras, in the driver).
+
+`CentralEvaluator` reports each model's `accuracy` and `loss` on the whole
+test split and, given a task metric (`TaskMetric`, e.g. a GLUE task's F1 or
+Matthews correlation, `tff_hetero.data.text_metrics.glue_metric`), that
+metric of the model's outputs on the whole test split too, under its name.
+"""
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from typing import NamedTuple
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+
+
+class TaskMetric(NamedTuple):
+  """A metric of a whole test split: its name and fn(outputs, labels).
+
+  `fn` gets the model's outputs (logits, [n, num_classes]) on every test
+  example and the [n] labels, and returns a float (higher is better).
+  """
+
+  name: str
+  fn: Callable[[np.ndarray, np.ndarray], float]
 
 
 def _swapped_to_v1(model: tf.keras.Model) -> bool:
@@ -28,6 +46,13 @@ class CentralEvaluator:
   Each Keras model is built once (the default one and one per other
   `model_fn` it is given, e.g. each sub-model level); each call assigns the
   weights and runs `evaluate`, returning `OrderedDict(accuracy=, loss=)`.
+
+  With a `metric`, each call instead computes the model's logits on the
+  whole test split once (`predict`, in batches) and returns
+  `OrderedDict(accuracy=, loss=, <metric.name>=)`: accuracy the fraction of
+  examples whose argmax is the label, loss the mean sparse cross-entropy of
+  the logits, and the metric `metric.fn(logits, y)`. (A metric named
+  ``accuracy`` is computed and its value kept under that name.)
   """
 
   def __init__(
@@ -36,12 +61,14 @@ class CentralEvaluator:
     x: np.ndarray,
     y: np.ndarray,
     batch_size: int = 500,
+    metric: Optional[TaskMetric] = None,
   ):
     self._default_fn = model_fn
     self._models = {}
     self._x = x
     self._y = y
     self._batch_size = batch_size
+    self.metric = metric
 
   def _model(self, model_fn) -> tf.keras.Model:
     model_fn = model_fn or self._default_fn
@@ -59,7 +86,25 @@ class CentralEvaluator:
   ) -> collections.OrderedDict:
     model = self._model(model_fn)
     model_weights.assign_weights_to(model)
+    if self.metric is not None:
+      return self._with_metric(model)
     loss, accuracy = model.evaluate(
       self._x, self._y, batch_size=self._batch_size, verbose=0
     )
     return collections.OrderedDict(accuracy=float(accuracy), loss=float(loss))
+
+  def _with_metric(self, model: tf.keras.Model) -> collections.OrderedDict:
+    """Accuracy, loss and the task metric from one pass of `predict`."""
+    logits = np.asarray(
+      model.predict(self._x, batch_size=self._batch_size, verbose=0)
+    )
+    labels = np.asarray(self._y)
+    losses = tf.keras.losses.sparse_categorical_crossentropy(
+      labels, logits, from_logits=True
+    )
+    result = collections.OrderedDict(
+      accuracy=float(np.mean(np.argmax(logits, axis=-1) == labels)),
+      loss=float(np.mean(np.asarray(losses, np.float64))),
+    )
+    result[self.metric.name] = float(self.metric.fn(logits, labels))
+    return result

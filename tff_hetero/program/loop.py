@@ -9,12 +9,30 @@ loss or weights, evaluates every `--eval_every` rounds, releases the metrics,
 checkpoints every `--checkpoint_every` rounds, and at the end writes the
 report and plots. With `--resume` it continues from the newest checkpoint and
 ends with the same weights and metrics as an uninterrupted run.
+
+Text data (the GLUE tasks ``--dataset=glue_<task>``, int32 token ids) need a
+model for token ids (`resolve_model`): ``--model=text_transformer``, or
+``transformer`` (InclusiveFL's default), which on text data is built as its
+token counterpart ``text_transformer`` (`TOKEN_COUNTERPARTS`; the config
+keeps the name given, the report's ``glue.model`` says what was built). Any
+other image model on text, a token model on images, ``--augment`` other than
+none on text, and ``--dataset=glue_stsb`` (a regression) are one-line
+`UsageError`s. On a GLUE task every evaluation also reports the task's
+metric (`tff_hetero.data.text_metrics.GLUE_METRICS`: ``f1`` for MRPC,
+``matthews_corrcoef`` for CoLA, ``matched_accuracy`` for MNLI) of every
+evaluated model on the whole test split, named like its accuracy
+(``f1``, ``L4_f1``, ``avg_f1``, ...); for the tasks whose metric is accuracy
+that is the ``accuracy`` column itself. `report.json` holds the metric's
+name and the final values (``glue``, ``final_metrics``); "best" figures
+stay the best accuracy, and each round's metric is in ``history`` and
+metrics.csv.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+import functools
 import math
 import os
 import time
@@ -34,6 +52,7 @@ from tff_hetero.aggregators import model_aggregators
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import task_devices
 from tff_hetero.algorithms.registry import ALGORITHMS
+from tff_hetero.data import text_metrics
 from tff_hetero.errors import DivergenceError
 from tff_hetero.errors import UsageError
 from tff_hetero.program import atomic_files
@@ -42,6 +61,7 @@ from tff_hetero.program import outputs
 from tff_hetero.program import profiling
 from tff_hetero.program.config import ExperimentConfig
 from tff_hetero.program.evaluation import CentralEvaluator
+from tff_hetero.program.evaluation import TaskMetric
 from tff_hetero.program.progress import ProgressBar
 from tff_hetero.program.sampling import CohortSampler
 
@@ -58,7 +78,49 @@ USER_ERRORS = (
 )
 
 
+# Image models built as their counterpart on token ids when the data are
+# text: InclusiveFL's registry default `transformer` works on GLUE as is.
+TOKEN_COUNTERPARTS = {"transformer": "text_transformer"}
+
+
+def resolve_model(model: str, dataset: str, tokens: bool) -> str:
+  """The registered model a run builds: `model`, or on token data
+  (`tokens`) its `TOKEN_COUNTERPARTS` entry.
+
+  Raises:
+    UsageError: (--model) an image model without a counterpart on token
+      data, or a token model on images; the message names --dataset.
+  """
+  spec = models_lib.MODELS.get(model)
+  if spec is None:
+    raise UsageError(
+      "--model",
+      f"unknown value {model!r}; accepted: {', '.join(models_lib.MODELS)}",
+    )
+  if spec.takes_tokens == tokens:
+    return model
+  if tokens and model in TOKEN_COUNTERPARTS:
+    return TOKEN_COUNTERPARTS[model]
+  token_models = sorted(
+    n for n, s in models_lib.MODELS.items() if s.takes_tokens
+  )
+  if tokens:
+    raise UsageError(
+      "--model",
+      f"{model} takes images, but --dataset={dataset} holds token ids"
+      f" (text); use a model for token ids: --model="
+      + ", --model=".join(token_models),
+    )
+  raise UsageError(
+    "--model",
+    f"{model} takes token ids (text), but --dataset={dataset} holds images;"
+    " use an image model, e.g. --model=transformer",
+  )
+
+
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
+  if config.dataset in data_lib.UNSUPPORTED_DATASETS:
+    raise UsageError("--dataset", data_lib.UNSUPPORTED_DATASETS[config.dataset])
   config.validate(
     algorithms=ALGORITHMS.keys(),
     datasets=data_lib.DATASETS.keys(),
@@ -67,6 +129,14 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     executors=runtime.available_executors(),
     augmentations=data_lib.AUGMENTATIONS.keys(),
   )
+  text = data_lib.is_text_dataset(config.dataset)
+  if text and config.augment != "none":
+    raise UsageError(
+      "--augment",
+      f"--dataset={config.dataset} holds token ids (text), which take no"
+      f" augmentation; got --augment={config.augment}, use --augment=none",
+    )
+  resolve_model(config.model, config.dataset, text)
   settings_cls = ALGORITHMS[config.algorithm].settings
   if type(config.settings) is not settings_cls:
     raise UsageError(
@@ -115,41 +185,60 @@ class Experiment:
   algorithm: api.FederatedAlgorithm
 
 
+def _vocab_size(splits) -> int:
+  """The token ids' range of text splits: their vocabulary's size, or
+  (splits without one) the largest id + 1."""
+  vocab_size = getattr(splits, "vocab_size", None)
+  if vocab_size is not None:
+    return int(vocab_size)
+  return 1 + max(
+    int(np.max(s.x, initial=0)) for s in (splits.train, splits.test)
+  )
+
+
 def build_task(config: ExperimentConfig, splits) -> api.Task:
+  """The `api.Task` of `config` on `splits`: the model (`resolve_model`)
+  built for the data's input shape, classes and (token ids) vocabulary, and
+  the batch spec with the data's dtypes (float32 images or int32 token ids,
+  int32 labels)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  def model_fn():
+  x_dtype = np.asarray(splits.train.x).dtype
+  y_dtype = np.asarray(splits.train.y).dtype
+  tokens = bool(np.issubdtype(x_dtype, np.integer))
+  model = resolve_model(
+    config.model, getattr(splits, "name", config.dataset), tokens
+  )
+  inputs = {"vocab_size": _vocab_size(splits)} if tokens else {}
+
+  def build(**kwargs):
     return models_lib.build_model(
-      config.model, splits.input_shape, splits.num_classes, seed=config.seed
+      model,
+      splits.input_shape,
+      splits.num_classes,
+      seed=config.seed,
+      **inputs,
+      **kwargs,
     )
+
+  def model_fn():
+    return build()
 
   def width_model_fn(widths):
-    return models_lib.build_model(
-      config.model,
-      splits.input_shape,
-      splits.num_classes,
-      seed=config.seed,
-      widths=tuple(widths),
-    )
+    return build(widths=tuple(widths))
 
-  depths = tuple(models_lib.MODELS[config.model].depths)
+  depths = tuple(models_lib.MODELS[model].depths)
 
   def depth_model_fn(depth):
-    return models_lib.build_model(
-      config.model,
-      splits.input_shape,
-      splits.num_classes,
-      seed=config.seed,
-      depth=int(depth),
-    )
+    return build(depth=int(depth))
 
   probe = model_fn()
   element_spec = collections.OrderedDict(
-    x=tf.TensorSpec([None, *splits.input_shape], tf.float32),
-    y=tf.TensorSpec([None], tf.int32),
+    x=tf.TensorSpec([None, *splits.input_shape], tf.as_dtype(x_dtype)),
+    y=tf.TensorSpec([None], tf.as_dtype(y_dtype)),
   )
   return api.Task(
-    model_name=config.model,
+    model_name=model,
     model_fn=model_fn,
     input_shape=tuple(splits.input_shape),
     num_classes=splits.num_classes,
@@ -157,11 +246,29 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
     training_flops_per_example=models_lib.training_flops_per_example(probe),
     width_model_fn=width_model_fn,
     width_units=models_lib.width_units(
-      config.model, splits.input_shape, splits.num_classes
+      model, splits.input_shape, splits.num_classes
     ),
     depth_model_fn=depth_model_fn if depths else None,
     depths=depths,
   )
+
+
+def task_metric(splits) -> Optional[TaskMetric]:
+  """The metric evaluation reports beside accuracy: a GLUE task's
+  (`text_metrics.glue_metric`), None for other data."""
+  if not isinstance(splits, data_lib.GlueSplits):
+    return None
+  return TaskMetric(
+    splits.metric, functools.partial(text_metrics.glue_metric, splits.task)
+  )
+
+
+def _extra_metric(evaluator: CentralEvaluator) -> Optional[str]:
+  """The name of the evaluator's metric column(s) beside accuracy, if any."""
+  metric = evaluator.metric
+  if metric is None or metric.name == "accuracy":
+    return None
+  return metric.name
 
 
 def build_experiment(config: ExperimentConfig) -> Experiment:
@@ -236,9 +343,17 @@ def _evaluate(
   evaluator: CentralEvaluator,
   evaluated: "collections.OrderedDict[str, api.EvaluationModel]",
 ) -> collections.OrderedDict:
-  """Test metrics of `evaluated` (`FederatedAlgorithm.evaluation_models`)."""
+  """Test metrics of `evaluated` (`FederatedAlgorithm.evaluation_models`):
+  per model (the first unprefixed, the others `<name>_`) or group of models
+  (`<group>_`, means over the group) its accuracy, test loss and the
+  evaluator's task metric if it has one besides accuracy (`task_metric`),
+  and over several models their mean (`avg_`)."""
+  extra = _extra_metric(evaluator)
+  keys = [("accuracy", "accuracy"), ("test_loss", "loss")]
+  if extra is not None:
+    keys.append((extra, extra))
   row = collections.OrderedDict()
-  accuracies = []
+  values = collections.defaultdict(list)
   groups = collections.OrderedDict()
   for index, (name, model) in enumerate(evaluated.items()):
     result = evaluator(model.weights, model.model_fn)
@@ -246,22 +361,21 @@ def _evaluate(
       groups.setdefault(model.group, []).append(result)
       continue
     prefix = "" if index == 0 else f"{name}_"
-    row[f"{prefix}accuracy"] = result["accuracy"]
-    row[f"{prefix}test_loss"] = result["loss"]
-    accuracies.append(result["accuracy"])
+    for column, key in keys:
+      row[f"{prefix}{column}"] = result[key]
+      values[column].append(result[key])
   for group, results in groups.items():
-    accuracy = float(np.mean([r["accuracy"] for r in results]))
-    loss = float(np.mean([r["loss"] for r in results]))
-    row[f"{group}_accuracy"] = accuracy
-    row[f"{group}_test_loss"] = loss
+    for column, key in keys:
+      row[f"{group}_{column}"] = float(np.mean([r[key] for r in results]))
   first = next(iter(evaluated.values()))
   if first.group is not None:
-    row["accuracy"] = row[f"{first.group}_accuracy"]
-    row["test_loss"] = row[f"{first.group}_test_loss"]
-    row.move_to_end("test_loss", last=False)
-    row.move_to_end("accuracy", last=False)
-  elif len(accuracies) > 1:
-    row["avg_accuracy"] = float(np.mean(accuracies))
+    for column, _ in reversed(keys):
+      row[column] = row[f"{first.group}_{column}"]
+      row.move_to_end(column, last=False)
+  elif len(values["accuracy"]) > 1:
+    row["avg_accuracy"] = float(np.mean(values["accuracy"]))
+    if extra is not None:
+      row[f"avg_{extra}"] = float(np.mean(values[extra]))
   return row
 
 
@@ -308,7 +422,9 @@ def run_experiment(
       experiment.task.model_fn,
       experiment.splits.test.x,
       experiment.splits.test.y,
+      metric=task_metric(experiment.splits),
     )
+    extra_metric = _extra_metric(evaluator)
     evaluation_data = ClientTrainingData(
       fed, config.batch_size, lambda: client_states
     )
@@ -356,6 +472,8 @@ def run_experiment(
         else:
           row["accuracy"] = float("nan")
           row["test_loss"] = float("nan")
+          if extra_metric is not None:
+            row[extra_metric] = float("nan")
         this_round = ledger.round_totals(round_num)
         cumulative = ledger.totals()
         elapsed_s += time.monotonic() - round_start
@@ -602,17 +720,36 @@ def _build_report(
   totals = ledger.totals()
   evaluated = [r for r in history if math.isfinite(r.get("accuracy", math.nan))]
   final = dict(evaluated[-1]) if evaluated else {}
+  metric = task_metric(experiment.splits)
+
+  def is_task_metric(key: str) -> bool:
+    return metric is not None and (
+      key == metric.name or key.endswith(f"_{metric.name}")
+    )
+
   final_metrics = collections.OrderedDict(
     (k, v)
     for k, v in final.items()
-    if (k.endswith("accuracy") or k.endswith("test_loss"))
+    if (k.endswith("accuracy") or k.endswith("test_loss") or is_task_metric(k))
     and k != "train_accuracy"
   )
   if history:
     final_metrics["train_loss"] = history[-1].get("loss")
     final_metrics["train_accuracy"] = history[-1].get("train_accuracy")
+  glue = {}
+  if metric is not None:
+    splits = experiment.splits
+    glue["glue"] = collections.OrderedDict(
+      task=splits.task,
+      metric=metric.name,
+      test_split=splits.test_split,
+      seq_len=splits.seq_len,
+      vocab_size=splits.vocab_size,
+      model=experiment.task.model_name,
+    )
   return collections.OrderedDict(
     config=config.to_json_dict(),
+    **glue,
     algorithm=collections.OrderedDict(
       name=config.algorithm, **experiment.algorithm.report_extras()
     ),

@@ -1,0 +1,55 @@
+"""HeteroFL narrowing only the width units `--heterofl_width_units` names."""
+
+import pytest
+
+from tff_hetero import data as data_lib
+from tff_hetero import models as models_lib
+from tff_hetero.algorithms import heterofl
+from tff_hetero.errors import UsageError
+from tff_hetero.program import loop
+from tff_hetero.program import make_config
+
+
+def _task_and_config(**changes):
+  config = make_config(
+    algorithm="heterofl",
+    dataset="synthetic",
+    model="transformer",
+    tier_proportions="1:1:1",
+    **changes,
+  )
+  splits = data_lib.load_dataset("synthetic", None, seed=0)
+  return loop.build_task(config, splits), config
+
+
+def test_hidden_only_rates_keep_the_mlp_width_and_fit_the_depth_tiers():
+  task, config = _task_and_config(heterofl_width_units="hidden")
+  rates = heterofl.tier_rates_from_config(config, task)
+  algorithm = heterofl.build_heterofl(config, task)
+  # The transformer on 8x8 images: 64 hidden, MLP 128; unit order (hidden,
+  # mlp). Every level keeps the MLP at 128.
+  assert [u.name for u in task.width_units] == ["hidden", "mlp"]
+  for member in algorithm.pool.members:
+    assert member.widths[1] == 128
+    assert member.widths[0] == max(1, -(-64 * member.ratio // 1))
+  # Each tier's sub-model fits its depth tier's parameter count (the
+  # population's default capacities on a depth-scalable model), and the
+  # next rate step (0.01 more) would not.
+  for tier, depth in zip(("weak", "medium"), (4, 8)):
+    capacity = models_lib.count_params(task.depth_model_fn(depth)).trainable
+    fits = heterofl.sub_model_params(
+      task, rates[tier], scaled_units=frozenset({"hidden"})
+    )
+    over = heterofl.sub_model_params(
+      task, round(rates[tier] + 0.01, 2), scaled_units=frozenset({"hidden"})
+    )
+    assert fits <= capacity < over
+  assert rates["strong"] == 1.0
+
+
+def test_an_unknown_width_unit_is_a_one_line_error():
+  task, config = _task_and_config(heterofl_width_units="hidden,heads")
+  with pytest.raises(
+    UsageError, match="--heterofl_width_units: transformer has no width unit"
+  ):
+    heterofl.build_heterofl(config, task)
