@@ -159,3 +159,23 @@ def test_tiny_table_run(tmp_path):
     "medium": None,
     "strong": 3,
   }
+
+
+def test_on_glue_the_tables_take_the_tasks_metric_and_paper_column():
+  base = _base(dataset="glue_cola")
+  assert reproduce.metric_of(base) == "matthews_corrcoef"
+  assert reproduce.metric_of(_base()) == "accuracy"
+  reports = {}
+  for run in reproduce.plan_runs(base, ["table"], seeds=(0,)):
+    reports[run.name] = {
+      "history": [
+        {"round": 5, "accuracy": 0.9, "matthews_corrcoef": 0.3},
+        {"round": 10, "accuracy": 0.8, "matthews_corrcoef": 0.4},
+      ]
+    }
+  text, results = reproduce.build_tables(base, reports, ["table"], seeds=(0,))
+  assert results["table"]["InclusiveFL"] == dict(
+    best=[0.4], rounds_to_best=[10]
+  )
+  # The paper's CoLA column and its CoLA rounds (Table 4: 580).
+  assert "| InclusiveFL | 40.0 | 10 (10-10) | 54.85 | 83.15 | 580 |" in text
