@@ -147,7 +147,10 @@ def block(layer):  # Indices of block `layer` (1-based) in a toy model.
   return [2 * layer, 2 * layer + 1]
 
 
-def test_one_group_without_distillation_equals_tff_fedavg_with_fedadam():
+def test_one_group_without_distillation_equals_tff_fedavg_with_fedadam(
+  tff_context,
+):
+  del tff_context  # Runs on the session's TFF worker.
   task = toy_task(depths=(2,))
   algorithm = build({"strong": 2}, beta=0.0, task=task)
   state = algorithm.initialize()
@@ -172,7 +175,10 @@ def test_one_group_without_distillation_equals_tff_fedavg_with_fedadam():
 
 
 @pytest.mark.parametrize("beta, share", [(0.5, True), (1.0, False)])
-def test_three_groups_two_rounds_equal_algorithm_1_by_hand(beta, share):
+def test_three_groups_two_rounds_equal_algorithm_1_by_hand(
+  beta, share, tff_context
+):
+  del tff_context  # Runs on the session's TFF worker.
   # Depths 2 / 3 / 5: line 26 averages block 1 over all three groups, line
   # 27 block 2 over the two deeper ones.
   depths = [2, 3, 5]
@@ -256,7 +262,8 @@ def test_three_groups_two_rounds_equal_algorithm_1_by_hand(beta, share):
     )
 
 
-def test_each_client_receives_and_returns_only_its_groups_model():
+def test_each_client_receives_and_returns_only_its_groups_model(tff_context):
+  del tff_context  # Runs on the session's TFF worker.
   algorithm = build({"weak": 1, "strong": 3})
   state = algorithm.initialize()
   out = algorithm.next(
@@ -272,7 +279,8 @@ def test_each_client_receives_and_returns_only_its_groups_model():
   assert traffic["b"].bytes_up - traffic["a"].bytes_up == 4 * 2 * 20
 
 
-def test_local_variant_shares_nothing_and_exclusive_drops_tiers():
+def test_local_variant_shares_nothing_and_exclusive_drops_tiers(tff_context):
+  del tff_context  # Runs on the session's TFF worker.
   local = build({"weak": 1, "strong": 3}, beta=0.0, share=False)
   state = local.initialize()
   out = local.next(state, 0, [client("a", "weak", 1), client("b", "strong", 2)])
