@@ -53,9 +53,10 @@ one computation per depth group and the server step), of its AllLarge
 baseline (`all_large_round_s`: every client the deepest model, one group)
 and of TFF's `build_weighted_fed_avg` of the deepest model with a FedAdam
 server, uniform weighting and our client loop (`tff_fedavg_large_round_s`),
-medians of `--rounds` after one warm-up; `server_step_s`: InclusiveFL's
-server step alone (every group present); and the ratios of the first two
-to the third.
+medians of `--rounds` rounds of each, interleaved (one of each in turn),
+after one warm-up; `server_step_s`: InclusiveFL's server step alone (every
+group present); and the ratios of the first two to the third (median of
+the per-cycle ratios, with their min and max).
 Suite `coldstart` starts, for each registered algorithm (or
 `--coldstart_algorithms`), one at a time, a fresh
 `python -m pipelines.train --rounds=1` on `--dataset` (mnist_cnn;
@@ -143,6 +144,7 @@ The last line printed is one JSON object with these figures.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import signal
@@ -1344,29 +1346,47 @@ def bench_depth() -> collections.OrderedDict:
     evolve_config(config, algorithm="inclusivefl_all_large"), task
   )
   deepest = all_large.groups[-1]
-  with runtime.local_execution():
-    results["inclusivefl_round_s"], _, _ = _median_next_s(
-      ours, lambda s, r, _: clients, 1, timed
-    )
-    results["all_large_round_s"], _, _ = _median_next_s(
-      all_large, lambda s, r, _: clients, 1, timed
-    )
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.tff_model_fn(deepest.keras_fn),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
-      server_optimizer_fn=tff.learning.optimizers.build_adam(config.server_lr),
-      client_weighting=tff.learning.ClientWeighting.UNIFORM,
-      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
-    )
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    task.tff_model_fn(deepest.keras_fn),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+    server_optimizer_fn=tff.learning.optimizers.build_adam(config.server_lr),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+  )
+  data = [datasets[c] for c in cohort]
+
+  def algorithm_rounds(algorithm):
+    state = algorithm.initialize()
+    for round_num in itertools.count(1):
+      start = time.perf_counter()
+      state = algorithm.next(state, round_num, clients).state
+      yield time.perf_counter() - start
+
+  def tff_rounds():
     state = process.initialize()
-    data = [datasets[c] for c in cohort]
-    state = process.next(state, data).state  # Warm-up.
-    times = []
-    for _ in range(timed):
+    while True:
       start = time.perf_counter()
       state = process.next(state, data).state
-      times.append(time.perf_counter() - start)
-    results["tff_fedavg_large_round_s"] = float(statistics.median(times))
+      yield time.perf_counter() - start
+
+  with runtime.local_execution():
+    rounds = collections.OrderedDict(
+      inclusivefl_round_s=algorithm_rounds(ours),
+      all_large_round_s=algorithm_rounds(all_large),
+      tff_fedavg_large_round_s=tff_rounds(),
+    )
+    for generator in rounds.values():
+      next(generator)  # Warm-up: builds and runs the computations once.
+    # Interleaved, each taking each place in turn, so that a change in the
+    # machine's load reaches all three alike.
+    times = {key: [] for key in rounds}
+    keys = list(rounds)
+    for cycle in range(timed):
+      shift = cycle % len(keys)
+      for key in keys[shift:] + keys[:shift]:
+        times[key].append(next(rounds[key]))
+    for key, seconds in times.items():
+      results[key] = float(statistics.median(seconds))
     # The server step alone, every group present.
     server_state = ours.initialize()
     updates = [
@@ -1374,26 +1394,33 @@ def bench_depth() -> collections.OrderedDict:
     ]
     counts = np.ones([len(ours.groups)], np.float32)
     ours.computations.server_step(server_state, updates, counts)  # Warm-up.
-    times = []
+    step_times = []
     for _ in range(timed):
       start = time.perf_counter()
       ours.computations.server_step(server_state, updates, counts)
-      times.append(time.perf_counter() - start)
-    results["server_step_s"] = float(statistics.median(times))
+      step_times.append(time.perf_counter() - start)
+    results["server_step_s"] = float(statistics.median(step_times))
+  for key in ("inclusivefl", "all_large"):
+    ratios = [
+      a / b
+      for a, b in zip(
+        times[f"{key}_round_s"], times["tff_fedavg_large_round_s"]
+      )
+    ]
+    results[f"{key}_over_tff_fedavg_large"] = round(
+      float(statistics.median(ratios)), 3
+    )
+    results[f"{key}_over_tff_fedavg_large_min"] = round(min(ratios), 3)
+    results[f"{key}_over_tff_fedavg_large_max"] = round(max(ratios), 3)
   tiers = collections.Counter(c.tier for c in clients)
-  results["inclusivefl_over_tff_fedavg_large"] = round(
-    results["inclusivefl_round_s"] / results["tff_fedavg_large_round_s"], 3
-  )
-  results["all_large_over_tff_fedavg_large"] = round(
-    results["all_large_round_s"] / results["tff_fedavg_large_round_s"], 3
-  )
   results["setup"] = (
     f"{_DATASET.value}/{config.model} depths"
     f" {':'.join(str(g.depth) for g in ours.groups)}, {_CLIENTS.value} iid"
     f" clients, cohort {_COHORT.value} ("
     + ", ".join(f"{t} {n}" for t, n in sorted(tiers.items()))
-    + f"), batch 20, 1 epoch, SGD {CLIENT_LR}, FedAdam, median of {timed}"
-    " rounds after 1 warm-up"
+    + f"), batch 20, 1 epoch, SGD {CLIENT_LR}, FedAdam, medians of {timed}"
+    " interleaved rounds after 1 warm-up; ratios: median of the per-cycle"
+    " ratios"
   )
   return results
 

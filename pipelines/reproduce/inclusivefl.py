@@ -105,9 +105,10 @@ OFFLINE_DEFAULTS = collections.OrderedDict(
   experiment_name="inclusivefl_reproduction",
   progress=False,
 )
-HETEROFL = dict(
-  algorithm="heterofl", server_lr=1.0, heterofl_width_units="hidden"
-)
+HETEROFL = dict(algorithm="heterofl", server_lr=1.0)
+# The paper's HeteroFL narrows the hidden size only: on a model with a
+# `hidden` width unit (the transformers), only that one (`_with_model`).
+HIDDEN_UNIT = "hidden"
 TABLE_ROWS = collections.OrderedDict(
   [
     ("AllLarge", dict(algorithm="inclusivefl_all_large")),
@@ -253,16 +254,45 @@ def _sweep_runs(part):
   ]
 
 
+def _with_model(base, changes):
+  """A row's changes on the base's model: HeteroFL narrows only the hidden
+  size when the model has a `hidden` width unit (its units read off the
+  registry at the data set's shape, nothing loaded)."""
+  if changes.get("algorithm") != "heterofl":
+    return changes
+  from pipelines import describe  # pylint: disable=g-import-not-at-top
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import models as models_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  shape, classes = describe.DATASET_SHAPES[base.dataset]
+  model = loop.resolve_model(
+    base.model, base.dataset, data_lib.is_text_dataset(base.dataset)
+  )
+  units = [u.name for u in models_lib.width_units(model, shape, classes)]
+  if HIDDEN_UNIT in units:
+    return dict(changes, heterofl_width_units=HIDDEN_UNIT)
+  return changes
+
+
 def plan_runs(base, parts, seeds=DEFAULT_SEEDS):
   """Seed by seed (a first complete table comes first), then the sweeps."""
   plan = _common.RunPlan(base)
   if "table" in parts:
     for seed in seeds:
       for label, changes in TABLE_ROWS.items():
-        plan.add(_common.seed_name(_slug(label), seed), seed=seed, **changes)
+        plan.add(
+          _common.seed_name(_slug(label), seed),
+          seed=seed,
+          **_with_model(base, changes),
+        )
   if "proportions" in parts:
     for name, _, _, changes in _proportion_runs():
-      plan.add(_common.seed_name(name, seeds[0]), seed=seeds[0], **changes)
+      plan.add(
+        _common.seed_name(name, seeds[0]),
+        seed=seeds[0],
+        **_with_model(base, changes),
+      )
   for part in ("drop", "beta"):
     if part in parts:
       for name, _, changes in _sweep_runs(part):

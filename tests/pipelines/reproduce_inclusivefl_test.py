@@ -153,6 +153,8 @@ def test_tiny_table_run(tmp_path):
   report = json.loads(
     (out_dir / "runs" / "exclusivefl_seed1" / "report.json").read_text()
   )
+  # depth_cnn has no hidden size: HeteroFL narrows its every unit.
+  assert runs["heterofl_seed1"]["settings"]["heterofl_width_units"] == ""
   # ExclusiveFL trains the strong tier's 3-block model only.
   assert report["algorithm"]["tier_depths"] == {
     "weak": None,
@@ -164,6 +166,10 @@ def test_tiny_table_run(tmp_path):
 def test_on_glue_the_tables_take_the_tasks_metric_and_paper_column():
   base = _base(dataset="glue_cola")
   assert reproduce.metric_of(base) == "matthews_corrcoef"
+  heterofl = {
+    r.name: r.config for r in reproduce.plan_runs(base, ["table"], seeds=(0,))
+  }["heterofl_seed0"]
+  assert heterofl.settings.heterofl_width_units == "hidden"
   assert reproduce.metric_of(_base()) == "accuracy"
   reports = {}
   for run in reproduce.plan_runs(base, ["table"], seeds=(0,)):
