@@ -1,5 +1,7 @@
 """HeteroFL narrowing only the width units `--heterofl_width_units` names."""
 
+import math
+
 import pytest
 
 from tff_hetero import data as data_lib
@@ -8,6 +10,7 @@ from tff_hetero.algorithms import heterofl
 from tff_hetero.errors import UsageError
 from tff_hetero.program import loop
 from tff_hetero.program import make_config
+from tff_hetero.submodels import pools as pools_lib
 
 
 def _task_and_config(**changes):
@@ -25,13 +28,14 @@ def _task_and_config(**changes):
 def test_hidden_only_rates_keep_the_mlp_width_and_fit_the_depth_tiers():
   task, config = _task_and_config(heterofl_width_units="hidden")
   rates = heterofl.tier_rates_from_config(config, task)
-  algorithm = heterofl.build_heterofl(config, task)
+  pool = pools_lib.uniform_pool(
+    task.width_units, sorted(set(rates.values())), "ceil", {"hidden"}
+  )
   # The transformer on 8x8 images: 64 hidden, MLP 128; unit order (hidden,
-  # mlp). Every level keeps the MLP at 128.
+  # mlp). Every member keeps the MLP at 128, the hidden size ceil(64 r).
   assert [u.name for u in task.width_units] == ["hidden", "mlp"]
-  for member in algorithm.pool.members:
-    assert member.widths[1] == 128
-    assert member.widths[0] == max(1, -(-64 * member.ratio // 1))
+  for member in pool.members:
+    assert member.widths == (math.ceil(64 * member.ratio - 1e-9), 128)
   # Each tier's sub-model fits its depth tier's parameter count (the
   # population's default capacities on a depth-scalable model), and the
   # next rate step (0.01 more) would not.
