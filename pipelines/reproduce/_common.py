@@ -275,18 +275,25 @@ def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
 
 
 def _saved_report(run: Run) -> dict | None:
-  """The run's report if it is complete with these settings, else None."""
+  """The run's report if it is complete with these settings, else None
+  (also for a run that ended with these settings at fewer rounds and kept
+  its checkpoints: it continues to the new `--rounds`)."""
   config = run.config
   report_path = os.path.join(config.experiment_dir, REPORT_JSON)
   if not os.path.exists(report_path):
     return None
   with open(report_path) as f:
     report = json.load(f)
-  if (
-    config.same_results_as(report.get("config") or {})
-    and report.get("rounds_completed") == config.rounds
-  ):
-    return report
+  if config.same_results_as(report.get("config") or {}):
+    done = report.get("rounds_completed")
+    if done == config.rounds:
+      return report
+    if (
+      isinstance(done, int)
+      and done < config.rounds
+      and _has_checkpoint(config.experiment_dir)
+    ):
+      return None  # Extended: resumes from its last checkpoint.
   raise SystemExit(
     f"error: {config.experiment_dir} holds a run made with other settings;"
     " choose another --experiment_name or remove it"

@@ -138,3 +138,30 @@ def test_settings_only_other_algorithms_read_do_not_count():
   feddst = evolve_config(fedsgc, algorithm="feddst")
   assert feddst.settings.sparsity == 0.6
   assert "congruity_lambda" not in feddst.to_json_dict()
+
+
+def test_a_finished_run_is_extended_to_more_rounds_from_its_checkpoint(
+  tmp_path,
+):
+  config = make_config(
+    algorithm="fedavg", root_output_dir=str(tmp_path), experiment_name="r"
+  )
+  run_dir = tmp_path / "r"
+  run_dir.mkdir()
+  report = dict(config=config.to_json_dict(), rounds_completed=config.rounds)
+  (run_dir / _common.REPORT_JSON).write_text(json.dumps(report))
+  assert _common._saved_report(_common.Run("r", config)) == report
+  longer = evolve_config(config, rounds=config.rounds + 5)
+  # Without a checkpoint it cannot continue: another run's directory.
+  with pytest.raises(SystemExit, match="holds a run made with other settings"):
+    _common._saved_report(_common.Run("r", longer))
+  (run_dir / "checkpoints").mkdir()
+  (run_dir / "checkpoints" / "program_state_10.json").write_text("{}")
+  assert _common._saved_report(_common.Run("r", longer)) is None
+  # Fewer rounds, or other settings, are still refused.
+  for other in (
+    evolve_config(config, rounds=config.rounds - 1),
+    evolve_config(longer, seed=7),
+  ):
+    with pytest.raises(SystemExit, match="other settings"):
+      _common._saved_report(_common.Run("r", other))
