@@ -378,3 +378,23 @@ def test_baseline_variants_assign_depths_and_keep_dropped_tiers_dropped():
     "medium": None,
     "strong": 12,
   }
+
+
+def test_a_model_without_depth_knob_is_a_one_line_error():
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
+
+  task = api.Task(
+    model_name="mnist_cnn",
+    model_fn=lambda: toy_model(1),
+    input_shape=(3,),
+    num_classes=2,
+    element_spec=ELEMENT_SPEC,
+    training_flops_per_example=1,
+  )
+  config = make_config(algorithm="inclusivefl", model="mnist_cnn")
+  with pytest.raises(
+    UsageError,
+    match="--model: mnist_cnn has no depth knob; inclusivefl needs a"
+    " depth-scalable model: .*transformer",
+  ):
+    inclusivefl.build_inclusivefl(config, task)

@@ -460,6 +460,13 @@ def tier_depths_from_config(config, task: api.Task, check_capacity=True):
 def build_inclusivefl(config, task: api.Task, client_ids=()) -> InclusiveFL:
   """The registry's builder of every entry of `VARIANTS`."""
   del client_ids  # Groups follow the device tiers.
+  if task.depth_model_fn is None:
+    raise UsageError(
+      "--model",
+      f"{task.model_name} has no depth knob; {config.algorithm} needs a"
+      " depth-scalable model: "
+      + ", ".join(n for n, m in models_lib.MODELS.items() if m.depths),
+    )
   variant = VARIANTS[config.algorithm]
   settings = config.settings
   depths = tier_depths_from_config(config, task, variant.capacity_checked)
