@@ -749,6 +749,25 @@ def bench_hetero() -> collections.OrderedDict:
   return results
 
 
+def _interleaved_seconds(rounds, timed: int, after_warmup=None) -> dict:
+  """Seconds of `timed` rounds of each generator in `rounds` (key ->
+  generator yielding one round's seconds per `next`), after one warm-up
+  round of each (which builds and runs the computations once), interleaved:
+  one round of each in turn, each taking each place in the order in turn,
+  so that a change in the machine's load reaches all alike."""
+  for generator in rounds.values():
+    next(generator)
+  if after_warmup is not None:
+    after_warmup()
+  times = {key: [] for key in rounds}
+  keys = list(rounds)
+  for cycle in range(timed):
+    shift = cycle % len(keys)
+    for key in keys[shift:] + keys[:shift]:
+      times[key].append(next(rounds[key]))
+  return times
+
+
 def bench_sparse() -> collections.OrderedDict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -844,16 +863,7 @@ def bench_sparse() -> collections.OrderedDict:
     rounds = {
       key: rounds_of(a, latest[key], key, handle) for key, a in runs.items()
     }
-    for generator in rounds.values():
-      next(generator)  # Warm-up: builds and runs the computations once.
-    rpc.clear()
-    times = {key: [] for key in runs}
-    keys = list(rounds)
-    for cycle in range(timed):
-      # Each run takes each place in the order in turn.
-      shift = cycle % len(keys)
-      for key in keys[shift:] + keys[:shift]:
-        times[key].append(next(rounds[key]))
+    times = _interleaved_seconds(rounds, timed, after_warmup=rpc.clear)
     for key, seconds in times.items():
       _spread(results, key, seconds)
       run = key[: -len("_round_s")]
@@ -1375,16 +1385,7 @@ def bench_depth() -> collections.OrderedDict:
       all_large_round_s=algorithm_rounds(all_large),
       tff_fedavg_large_round_s=tff_rounds(),
     )
-    for generator in rounds.values():
-      next(generator)  # Warm-up: builds and runs the computations once.
-    # Interleaved, each taking each place in turn, so that a change in the
-    # machine's load reaches all three alike.
-    times = {key: [] for key in rounds}
-    keys = list(rounds)
-    for cycle in range(timed):
-      shift = cycle % len(keys)
-      for key in keys[shift:] + keys[:shift]:
-        times[key].append(next(rounds[key]))
+    times = _interleaved_seconds(rounds, timed)
     for key, seconds in times.items():
       results[key] = float(statistics.median(seconds))
     # The server step alone, every group present.

@@ -62,7 +62,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hetero.accounting import payload
 from tff_hetero.accounting import tff_measure
 from tff_hetero.algorithms import fedprox
 from tff_hetero.algorithms import learning_process
@@ -80,6 +79,8 @@ class DepthGroup:
     partition: Its `depth_lib.DepthPartition` (indices of the embedding,
       block and head variables in the model's trainable weights).
     training_flops_per_example: Forward+backward MACs per example.
+    initial_weights: The seeded model's trainable weights (NumPy), in
+      order: their shapes are the group's model type.
   """
 
   name: str
@@ -87,6 +88,7 @@ class DepthGroup:
   keras_fn: Any
   partition: depth_lib.DepthPartition
   training_flops_per_example: int
+  initial_weights: tuple = attrs.field(default=(), repr=False)
 
 
 # -- pure TensorFlow: Algorithm 1, lines 15-29 --------------------------------
@@ -169,9 +171,9 @@ def share_layers(groups: Sequence[DepthGroup], models, counts):
 # -- typed computations ------------------------------------------------------
 
 
-def _trainable_type(model: tf.keras.Model):
+def _trainable_type(weights):
   return tff.types.tensorflow_to_type(
-    [tf.TensorSpec(w.shape, tf.float32) for w in model.trainable_weights]
+    [tf.TensorSpec(np.shape(w), tf.float32) for w in weights]
   )
 
 
@@ -209,10 +211,9 @@ class DepthComputations:
     self._beta = float(beta)
     self._share = bool(share)
     self._rounds: dict[int, tff.Computation] = {}
-    probes = [g.keras_fn() for g in groups]
-    self.model_types = [_trainable_type(m) for m in probes]
+    self.model_types = [_trainable_type(g.initial_weights) for g in groups]
     block = [
-      probes[-1].trainable_weights[i] for i in groups[-1].partition.blocks[0]
+      groups[-1].initial_weights[i] for i in groups[-1].partition.blocks[0]
     ]
     self.block_type = tff.types.tensorflow_to_type(
       [tf.TensorSpec(w.shape, tf.float32) for w in block]
@@ -277,7 +278,6 @@ class DepthComputations:
       return self._rounds[j]
     group = self.groups[j]
     model_type = self.model_types[j]
-    distributor = tff_measure.build_measured_broadcast_process(model_type)
     client_work = fedprox.build_proximal_client_work(
       self._tff_model_fn(group.keras_fn),
       self._client_optimizer,
@@ -295,38 +295,13 @@ class DepthComputations:
         trainable=trainable, non_trainable=[]
       )
 
-    @tff.tensorflow.computation(model_type)
-    def update_nbytes(update):
-      return payload.tf_dense_nbytes(update)
-
-    @tff.federated_computation(
-      tff.FederatedType(model_type, tff.SERVER),
-      tff.FederatedType(
-        tff.SequenceType(tff.types.tensorflow_to_type(self._element_spec)),
-        tff.CLIENTS,
-      ),
+    group_round = learning_process.compose_cohort_round(
+      model_type,
+      tff.SequenceType(tff.types.tensorflow_to_type(self._element_spec)),
+      tff_measure.build_measured_broadcast_process(model_type),
+      start,
+      client_work,
+      aggregator,
     )
-    def group_round(weights, client_data):
-      delivered = distributor.next(distributor.initialize(), weights)
-      work = client_work.next(
-        client_work.initialize(),
-        tff.federated_map(start, delivered.result),
-        client_data,
-      )
-      uploaded = aggregator.next(
-        aggregator.initialize(), work.result.update, work.result.update_weight
-      )
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          distributor=delivered.measurements,
-          train=work.measurements.train,
-          aggregator=uploaded.measurements,
-          returned_model_bytes=tff.federated_sum(
-            tff.federated_map(update_nbytes, work.result.update)
-          ),
-        )
-      )
-      return uploaded.result, measurements
-
     self._rounds[j] = group_round
     return group_round

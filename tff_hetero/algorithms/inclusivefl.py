@@ -245,13 +245,13 @@ class InclusiveFL(api.FederatedAlgorithm):
     depths = sorted({d for d in self.tier_depths.values() if d is not None})
     if not depths:
       raise UsageError("--inclusivefl_depths", "no tier trains any model")
-    self.groups = tuple(self._group(d) for d in depths)
+    self.groups = tuple(self._group(d, init_weights) for d in depths)
     self._group_of_tier = {
       tier: depths.index(d)
       for tier, d in self.tier_depths.items()
       if d is not None
     }
-    self._initial_models = self._initial_models_from(init_weights)
+    self._initial_models = self._initial_models_from()
     self.computations = depth_computations.DepthComputations(
       self.groups,
       task.element_spec,
@@ -262,19 +262,29 @@ class InclusiveFL(api.FederatedAlgorithm):
       share=share,
     )
 
-  def _group(self, depth: int) -> DepthGroup:
+  def _group(self, depth: int, init_weights: Optional[str]) -> DepthGroup:
+    """The group of `depth`, its model built once: seeded, or loaded from
+    `init_weights`."""
     task = self.task
 
     def keras_fn():
       return task.depth_model_fn(depth)
 
-    probe = keras_fn()
+    model = keras_fn()
+    if init_weights:
+      try:
+        depth_lib.load_depth_weights(model, init_weights)
+      except ModelError as e:
+        raise UsageError("--init_weights", str(e)) from None
     return DepthGroup(
       name=f"L{depth}",
       depth=depth,
       keras_fn=keras_fn,
-      partition=depth_lib.depth_partition(probe),
-      training_flops_per_example=models_lib.training_flops_per_example(probe),
+      partition=depth_lib.depth_partition(model),
+      training_flops_per_example=models_lib.training_flops_per_example(model),
+      initial_weights=tuple(
+        np.asarray(w, np.float32) for w in model.trainable_weights
+      ),
     )
 
   # -- state ---------------------------------------------------------------
@@ -282,31 +292,22 @@ class InclusiveFL(api.FederatedAlgorithm):
   def initialize(self):
     return self.computations.initial_state(self._initial_models)
 
-  def _initial_models_from(self, init_weights: Optional[str]):
-    """Every group's initial trainable weights (Algorithm 1, lines 1-3)."""
-    deepest_group = self.groups[-1]
+  def _initial_models_from(self):
+    """Every group's initial trainable weights (Algorithm 1, lines 1-3):
+    its own, with the shared layers the deepest group's (line 2)."""
+    source = self.groups[-1].partition
+    deepest = self.groups[-1].initial_weights
     models = []
-    deepest = None
-    for group in reversed(self.groups):
-      model = group.keras_fn()
-      if init_weights:
-        try:
-          depth_lib.load_depth_weights(model, init_weights)
-        except ModelError as e:
-          raise UsageError("--init_weights", str(e)) from None
-      weights = [np.asarray(w, np.float32) for w in model.trainable_weights]
-      if deepest is None:
-        deepest = weights
-      else:  # Line 2: the shared layers come from the deepest model.
-        source = deepest_group.partition
-        target = group.partition
-        for a, b in zip(target.embedding, source.embedding):
+    for group in self.groups:
+      weights = list(group.initial_weights)
+      target = group.partition
+      for a, b in zip(target.embedding, source.embedding):
+        weights[a] = deepest[b]
+      for layer in range(group.depth):
+        for a, b in zip(target.blocks[layer], source.blocks[layer]):
           weights[a] = deepest[b]
-        for layer in range(group.depth):
-          for a, b in zip(target.blocks[layer], source.blocks[layer]):
-            weights[a] = deepest[b]
       models.append(weights)
-    return list(reversed(models))
+    return models
 
   def model_weights(self, state):
     return self._weights(state, len(self.groups) - 1)
@@ -367,7 +368,9 @@ class InclusiveFL(api.FederatedAlgorithm):
       processed += examples
       expected += sum(c.num_examples for c in cohort)
       loss_sum += float(train["loss"]) * examples
-      accuracy_sum += float(train["sparse_categorical_accuracy"]) * examples
+      # Absent when the task's metrics hold no accuracy.
+      accuracy = train.get("sparse_categorical_accuracy", math.nan)
+      accuracy_sum += float(accuracy) * examples
     new_state = tf.nest.map_structure(
       np.asarray, self.computations.server_step(state, updates, counts)
     )
@@ -404,8 +407,7 @@ class InclusiveFL(api.FederatedAlgorithm):
     return collections.OrderedDict(
       tier_depths=self.tier_depths,
       group_params={
-        g.name: models_lib.count_params(g.keras_fn()).trainable
-        for g in self.groups
+        g.name: int(sum(w.size for w in g.initial_weights)) for g in self.groups
       },
     )
 

@@ -294,6 +294,57 @@ def process_options(config) -> dict[str, Any]:
   )
 
 
+def compose_cohort_round(
+  sent_type, data_type, distributor, start, client_work, aggregator
+) -> tff.Computation:
+  """One measured round of a cohort whose clients all receive and train one
+  model type (a width level, a depth group):
+
+      (<S@SERVER, {D*}@CLIENTS> -> <aggregate@SERVER, M@SERVER>)
+
+  `distributor` (a `tff_measure` broadcast of S) sends S, `start` (S -> the
+  client work's `ModelWeights`) turns what each client received into its
+  starting model, `client_work` trains, `aggregator` (a
+  `tff_measure.MeasuredUploadFactory` process) aggregates the weighted
+  updates. M = <distributor, train, aggregator, returned_model_bytes> (the
+  updates' dense bytes summed over clients), what `dense_cohort_traffic`
+  reads.
+  """
+  update_type = aggregator.next.type_signature.parameter[1].member
+
+  @tff.tensorflow.computation(update_type)
+  def update_nbytes(update):
+    return tff_measure.dense_nbytes(update)
+
+  @tff.federated_computation(
+    tff.FederatedType(sent_type, tff.SERVER),
+    tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def cohort_round(sent, client_data):
+    delivered = distributor.next(distributor.initialize(), sent)
+    work = client_work.next(
+      client_work.initialize(),
+      tff.federated_map(start, delivered.result),
+      client_data,
+    )
+    uploaded = aggregator.next(
+      aggregator.initialize(), work.result.update, work.result.update_weight
+    )
+    measurements = tff.federated_zip(
+      collections.OrderedDict(
+        distributor=delivered.measurements,
+        train=work.measurements.train,
+        aggregator=uploaded.measurements,
+        returned_model_bytes=tff.federated_sum(
+          tff.federated_map(update_nbytes, work.result.update)
+        ),
+      )
+    )
+    return uploaded.result, measurements
+
+  return cohort_round
+
+
 def dense_cohort_traffic(
   what: str,
   clients: Sequence[api.ClientRound],

@@ -64,7 +64,6 @@ the examples it processed times the trained level's training MACs per example.
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 from typing import Optional
 
@@ -72,7 +71,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hetero.accounting import payload
 from tff_hetero.accounting import tff_measure
 from tff_hetero.aggregators import MaskedSums
 from tff_hetero.aggregators import masked_dp
@@ -211,12 +209,7 @@ class WidthComputations:
         self.aggregation.sum_factory()
       ).create(trained_type, tff.TensorType(np.float32))
       masked_dp.check_masked_sums(aggregator)
-
-      @tff.tensorflow.computation(trained_type)
-      def update_nbytes(update):
-        return payload.tf_dense_nbytes(update)
-
-      return client_work, aggregator, update_nbytes
+      return client_work, aggregator
 
     return self._cached("trainer", trained, build)
 
@@ -229,8 +222,7 @@ class WidthComputations:
     key = (sent.index, trained.index)
     if key in self._groups:
       return self._groups[key]
-    distributor = self._sender(sent)
-    client_work, aggregator, update_nbytes = self._trainer(trained)
+    client_work, aggregator = self._trainer(trained)
     prune_map = self.catalog.map(sent, trained)
     trained_non_trainable = self.catalog.initial_weights(trained).non_trainable
 
@@ -241,30 +233,14 @@ class WidthComputations:
         non_trainable=[tf.constant(v) for v in trained_non_trainable],
       )
 
-    @tff.federated_computation(
-      tff.FederatedType(self.trainable_type(sent), tff.SERVER),
-      tff.FederatedType(self._data_type(), tff.CLIENTS),
+    group_round = learning_process.compose_cohort_round(
+      self.trainable_type(sent),
+      self._data_type(),
+      self._sender(sent),
+      prune,
+      client_work,
+      aggregator,
     )
-    def group_round(sent_weights, client_data):
-      delivered = distributor.next(distributor.initialize(), sent_weights)
-      start = tff.federated_map(prune, delivered.result)
-      work = client_work.next(client_work.initialize(), start, client_data)
-      returned = tff.federated_sum(
-        tff.federated_map(update_nbytes, work.result.update)
-      )
-      uploaded = aggregator.next(
-        aggregator.initialize(), work.result.update, work.result.update_weight
-      )
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          distributor=delivered.measurements,
-          train=work.measurements.train,
-          aggregator=uploaded.measurements,
-          returned_model_bytes=returned,
-        )
-      )
-      return uploaded.result, measurements
-
     self._groups[key] = group_round
     return group_round
 
