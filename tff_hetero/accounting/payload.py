@@ -1,11 +1,15 @@
 """Sizes of what crosses the network, measured on the values actually sent.
 
-Two encodings cover every payload in this project:
+Three encodings cover every payload in this project:
 
 * dense: every element is sent; its size is `num_elements * itemsize`.
 * masked (sparse with a bit mask): only the elements whose mask bit is set are
   sent, plus the mask itself packed at one bit per element:
   `count_nonzero(mask) * itemsize + ceil(num_elements / 8)`.
+* channel-indexed (SPATL's salient channels): a per-channel mask over a
+  tensor's last axis selects whole output channels; the selected slices are
+  sent with one int32 index each:
+  `kept * (num_elements / channels) * itemsize + kept * 4`.
 
 Each function exists twice: a NumPy version for values held by the Python
 orchestration, and a TensorFlow version (`tf_*`) for use inside
@@ -59,6 +63,28 @@ def masked_nbytes(values: Any, masks: Any) -> int:
   return total
 
 
+def channel_indexed_nbytes(values: Any, channel_masks: Any) -> int:
+  """Bytes of `values` sent as their selected last-axis channels plus one
+  int32 index per channel; a channel mask leaf of None sends that tensor
+  densely. Each mask has the shape `[value.shape[-1]]`."""
+  total = 0
+  for value, mask in zip(tree.flatten(values), tree.flatten(channel_masks)):
+    array = np.asarray(value)
+    if mask is None:
+      total += int(array.size) * int(array.dtype.itemsize)
+      continue
+    mask_array = np.asarray(mask)
+    if array.ndim == 0 or mask_array.shape != array.shape[-1:]:
+      raise ValueError(
+        f"channel mask shape {mask_array.shape} does not match the last"
+        f" axis of value shape {array.shape}"
+      )
+    kept = int(np.count_nonzero(mask_array))
+    per_channel = int(array.size) // max(int(array.shape[-1]), 1)
+    total += kept * per_channel * int(array.dtype.itemsize) + kept * 4
+  return total
+
+
 def tf_dense_nbytes(structure: Any) -> tf.Tensor:
   """`dense_nbytes` as a TF op: int64 scalar computed on the tensors' sizes."""
   total = tf.constant(0, tf.int64)
@@ -76,4 +102,21 @@ def tf_masked_nbytes(values: Any, masks: Any) -> tf.Tensor:
     size = tf.size(value, out_type=tf.int64)
     kept = tf.math.count_nonzero(mask, dtype=tf.int64)
     total += kept * value.dtype.size + (size + 7) // 8
+  return total
+
+
+def tf_channel_indexed_nbytes(values: Any, channel_masks: Any) -> tf.Tensor:
+  """`channel_indexed_nbytes` as a TF op (int64 scalar), measured on the
+  encoded payload itself: the selected channels gathered from each value
+  and their int32 indices."""
+  total = tf.constant(0, tf.int64)
+  for value, mask in zip(values, channel_masks):
+    value = tf.convert_to_tensor(value)
+    if mask is None:
+      total += tf.size(value, out_type=tf.int64) * value.dtype.size
+      continue
+    indices = tf.cast(tf.reshape(tf.where(mask > 0), [-1]), tf.int32)
+    sent = tf.gather(value, indices, axis=value.shape.rank - 1)
+    total += tf.size(sent, out_type=tf.int64) * value.dtype.size
+    total += tf.size(indices, out_type=tf.int64) * indices.dtype.size
   return total

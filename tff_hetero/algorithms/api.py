@@ -152,6 +152,9 @@ class ClientRound:
       server knows each device's class (HeteroFL, Decoupled) may read it.
     assignment: What the algorithm's `plan_round` decided for this client
       (e.g. the sub-model it is sent), or None.
+    validation: Its local validation split (`--val_fraction`), batched, one
+      unshuffled epoch, for algorithms whose clients evaluate locally
+      (SPATL's selection reward); None when the client has none.
   """
 
   client_id: str
@@ -161,6 +164,7 @@ class ClientRound:
   state: Any = None
   tier: Optional[str] = None
   assignment: Any = None
+  validation: Optional[tf.data.Dataset] = None
 
 
 @attrs.frozen
@@ -181,11 +185,14 @@ class EvaluationModel:
       the task's model.
     group: Models of one group (e.g. each client's own model) are reported
       together, by their mean accuracy and loss, not one by one.
+    data: `(x, y)` arrays to evaluate on instead of the test split (e.g. a
+      client's local validation split); None means the test split.
   """
 
   weights: Any
   model_fn: Optional[Callable[[], tf.keras.Model]] = None
   group: Optional[str] = None
+  data: Any = None
 
 
 class EvaluationData(abc.ABC):
@@ -198,6 +205,16 @@ class EvaluationData(abc.ABC):
   def client_states(self) -> Mapping[str, Any]:
     """The client-state store: persistent state of every client seen."""
     return {}
+
+  def client_ids(self) -> tuple[str, ...]:
+    """Every client id, in the order of `client_datasets`."""
+    return ()
+
+  def client_validation(self, client_id: str) -> Any:
+    """`client_id`'s local validation split as `(x, y)` arrays (possibly
+    empty); None when the data have no per-client validation."""
+    del client_id
+    return None
 
 
 class ClientDatasets(EvaluationData):

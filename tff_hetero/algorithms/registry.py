@@ -35,6 +35,7 @@ from tff_hetero.algorithms.sparse import grasp
 from tff_hetero.algorithms.sparse import prunefl
 from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
 from tff_hetero.algorithms.sparse.settings import SparseSettings
+from tff_hetero.algorithms.spatl import spatl
 from tff_hetero.settings import AlgorithmSettings
 
 
@@ -199,6 +200,16 @@ register(
   split_learning.build_split_learning,
   "Gupta & Raskar 2018, FedGKT's communication baseline",
   settings=split_learning.SplitLearningSettings,
+)
+
+# Eq. 10 divides by the clients' learning rate: plain SGD only.
+register(
+  "spatl",
+  spatl.build_spatl,
+  "Yu et al. 2022 (SPATL)",
+  settings=spatl.SpatlSettings,
+  client_momentum=False,
+  defaults=spatl.DEFAULTS,
 )
 
 # InclusiveFL and the baselines of its Table 2 (one builder, `VARIANTS`), on

@@ -41,6 +41,7 @@ from tff_hetero.models.registry import ModelSpec
 from tff_hetero.models.registry import build_model
 from tff_hetero.models.registry import depth_matched_widths
 from tff_hetero.models.registry import depth_tiers
+from tff_hetero.models.registry import encoder_predictor_split
 from tff_hetero.models.registry import model_names
 from tff_hetero.models.registry import split_layer
 from tff_hetero.models.registry import width_units
@@ -69,6 +70,7 @@ __all__ = [
   "depth_of",
   "depth_partition",
   "depth_tiers",
+  "encoder_predictor_split",
   "full_widths",
   "layer_costs",
   "load_depth_weights",

@@ -104,6 +104,10 @@ class ModelSpec:
     depths: For a depth-scalable model (`depth.py`), its default tier
       depths, increasing (InclusiveFL's 4, 8, 12); the factory's default
       depth is the last. Empty for models without a depth knob.
+    predictor_layers: The layers of the model's predictor head, SPATL's
+      private P(w_p, e): every other layer is the shared encoder E(w_e, x).
+      The classifier (`logits`) for every registered model: the paper's
+      encoder takes the input x, so the stem belongs to it.
   """
 
   name: str
@@ -115,6 +119,7 @@ class ModelSpec:
   images: str = "mnist"
   split_layer: str | None = None
   depths: tuple[int, ...] = ()
+  predictor_layers: tuple[str, ...] = ("logits",)
 
   @property
   def takes_tokens(self) -> bool:
@@ -535,6 +540,26 @@ def split_layer(name: str) -> str:
       f" {', '.join(splittable)}"
     )
   return spec.split_layer
+
+
+def encoder_predictor_split(
+  name: str, model: tf.keras.Model
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """(encoder layer names, predictor layer names) of `model`, a build of
+  registered model `name`, in layer order (`ModelSpec.predictor_layers`).
+
+  Raises:
+    ModelError: unknown name, or a predictor layer `model` does not have.
+  """
+  predictor = get_spec(name).predictor_layers
+  names = tuple(layer.name for layer in model.layers)
+  missing = [p for p in predictor if p not in names]
+  if missing:
+    raise ModelError(
+      f"model {name!r} has no predictor layer(s) {', '.join(missing)}"
+    )
+  encoder = tuple(n for n in names if n not in predictor)
+  return encoder, tuple(n for n in names if n in predictor)
 
 
 def depth_tiers(name: str) -> tuple[int, ...]:

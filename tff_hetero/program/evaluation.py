@@ -82,23 +82,31 @@ class CentralEvaluator:
     return self._models[model_fn]
 
   def __call__(
-    self, model_weights, model_fn: Optional[Callable[[], tf.keras.Model]] = None
+    self,
+    model_weights,
+    model_fn: Optional[Callable[[], tf.keras.Model]] = None,
+    data=None,
   ) -> collections.OrderedDict:
+    """Metrics of `model_weights` on the test split, or on `data` (`(x, y)`
+    arrays, e.g. a client's validation split) when given."""
     model = self._model(model_fn)
     model_weights.assign_weights_to(model)
+    x, y = (self._x, self._y) if data is None else data
     if self.metric is not None:
-      return self._with_metric(model)
+      return self._with_metric(model, x, y)
     loss, accuracy = model.evaluate(
-      self._x, self._y, batch_size=self._batch_size, verbose=0
+      x, y, batch_size=self._batch_size, verbose=0
     )
     return collections.OrderedDict(accuracy=float(accuracy), loss=float(loss))
 
-  def _with_metric(self, model: tf.keras.Model) -> collections.OrderedDict:
+  def _with_metric(
+    self, model: tf.keras.Model, x, y
+  ) -> collections.OrderedDict:
     """Accuracy, loss and the task metric from one pass of `predict`."""
     logits = np.asarray(
-      model.predict(self._x, batch_size=self._batch_size, verbose=0)
+      model.predict(x, batch_size=self._batch_size, verbose=0)
     )
-    labels = np.asarray(self._y)
+    labels = np.asarray(y)
     losses = tf.keras.losses.sparse_categorical_crossentropy(
       labels, logits, from_logits=True
     )

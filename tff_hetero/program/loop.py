@@ -327,6 +327,13 @@ class ClientTrainingData(api.EvaluationData):
   def client_states(self):
     return self._client_states()
 
+  def client_ids(self):
+    return tuple(self._fed.client_ids)
+
+  def client_validation(self, client_id):
+    arrays = self._fed.client_validation(client_id)
+    return arrays.x, arrays.y
+
   def client_datasets(self):
     return [
       data_lib.make_client_dataset(
@@ -356,7 +363,7 @@ def _evaluate(
   values = collections.defaultdict(list)
   groups = collections.OrderedDict()
   for index, (name, model) in enumerate(evaluated.items()):
-    result = evaluator(model.weights, model.model_fn)
+    result = evaluator(model.weights, model.model_fn, data=model.data)
     if model.group is not None:
       groups.setdefault(model.group, []).append(result)
       continue
@@ -601,9 +608,21 @@ def _round_clients(
         state=state,
         tier=population.tier_of(client_id),
         assignment=assignment.payload,
+        validation=_validation_dataset(fed, client_id, config.batch_size),
       )
     )
   return clients
+
+
+def _validation_dataset(fed, client_id: str, batch_size: int):
+  """`client_id`'s validation split, batched, one unshuffled epoch; None
+  when it has none."""
+  arrays = fed.client_validation(client_id)
+  if len(arrays) == 0:
+    return None
+  return data_lib.make_client_dataset(
+    arrays, batch_size=batch_size, local_epochs=1, shuffle_seed=None
+  )
 
 
 def _check_not_diverged(
