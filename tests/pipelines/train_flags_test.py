@@ -84,6 +84,18 @@ CASES = [
     ["--algorithm=scaffold", "--aggregator=clip", "--clip_norm=1"],
     "--aggregator",
   ),
+  (["--algorithm=spatl", "--val_fraction=0"], "--val_fraction"),
+  (["--algorithm=spatl", "--spatl_budget=0"], "--spatl_budget"),
+  (["--algorithm=spatl", "--spatl_episodes=0"], "--spatl_episodes"),
+  (["--algorithm=spatl", "--spatl_salient_mean=all"], "--spatl_salient_mean"),
+  (
+    ["--algorithm=spatl", "--spatl_agent=/no/such/agent.npz"],
+    "--spatl_agent",
+  ),
+  (
+    ["--algorithm=spatl", "--client_momentum=0.9"],
+    "--client_momentum: spatl trains with plain SGD",
+  ),
   (["--executor=gpu"], "--executor"),
   (["--executor=remote"], "--workers"),
   (["--workers=127.0.0.1:5000"], "--workers"),

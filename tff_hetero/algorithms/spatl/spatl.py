@@ -564,11 +564,8 @@ _MACS_COLUMN = len(agent_lib.OP_KINDS) + 6
 
 
 def check_flags(config) -> None:
-  if config.client_optimizer != "sgd" or config.client_momentum:
-    raise UsageError(
-      "--client_optimizer",
-      "SPATL needs plain SGD (Eq. 10 divides by the learning rate)",
-    )
+  """SPATL's own flag checks (the registry refuses other optimizers and
+  momentum: Eq. 10 divides by the plain SGD learning rate)."""
   if config.val_fraction <= 0:
     raise UsageError(
       "--val_fraction",
