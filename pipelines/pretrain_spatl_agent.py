@@ -259,7 +259,11 @@ def _command_line() -> str:
   if _AS_CLI:
     args = sys.argv[1:]
   else:
-    args = [holder.serialize() for holder in _FLAGS.values() if holder.present]
+    args = [
+      flags.FLAGS[name].serialize()
+      for name, holder in _FLAGS.items()
+      if holder.present
+    ]
   return shlex.join(["python", "-m", _PROGRAM, *args])
 
 
@@ -370,6 +374,43 @@ def _accuracy_percent(model, dataset):
   return 100.0 * tf.math.divide_no_nan(correct, count)
 
 
+def build_reward_fn(model, layout, validation):
+  """(reward_fn, restore) for the trained `model` split by `layout`
+  (`computations.build_layout` with the agent's graph).
+
+  `reward_fn(ratios)` (TF ops; float32 [P] keep ratios, one per prunable
+  layer): sets the encoder's variables to their current (trained) values
+  times `computations.element_masks` of `agent.channel_masks(kernels,
+  ratios)`, so that the dropped output channels' kernel, bias and
+  follower batch-norm gamma and beta are zero, and returns 100 x the
+  inference-mode accuracy on the `validation` batches. `restore()` sets the
+  trained values back.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.algorithms.spatl import agent as agent_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms.spatl import computations  # pylint: disable=g-import-not-at-top
+
+  trainable = model.trainable_weights
+  encoder_vars = [trainable[i] for i in layout.encoder]
+  trained = [tf.constant(v.numpy()) for v in encoder_vars]
+  kernels = [trained[p] for p in layout.kernel_positions]
+
+  def restore():
+    for variable, value in zip(encoder_vars, trained):
+      variable.assign(value)
+
+  def reward_fn(ratios):
+    masks = computations.element_masks(
+      layout, trained, agent_lib.channel_masks(kernels, ratios)
+    )
+    for variable, value, mask in zip(encoder_vars, trained, masks):
+      variable.assign(value * mask)
+    return _accuracy_percent(model, validation)
+
+  return reward_fn, restore
+
+
 def pretrain(s: dict) -> dict:
   """Steps 1-4 of the module docstring; returns the provenance written."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -413,23 +454,7 @@ def pretrain(s: dict) -> dict:
   val_data = tf.data.Dataset.from_tensor_slices(
     (validation.x, validation.y)
   ).batch(_EVAL_BATCH)
-  trainable = model.trainable_weights
-  encoder_vars = [trainable[i] for i in layout.encoder]
-  trained = [tf.constant(v.numpy()) for v in encoder_vars]
-  kernels = [trained[p] for p in layout.kernel_positions]
-
-  def restore():
-    for variable, value in zip(encoder_vars, trained):
-      variable.assign(value)
-
-  def reward_fn(ratios):
-    masks = computations.element_masks(
-      layout, trained, agent_lib.channel_masks(kernels, ratios)
-    )
-    for variable, value, mask in zip(encoder_vars, trained, masks):
-      variable.assign(value * mask)
-    return _accuracy_percent(model, val_data)
-
+  reward_fn, restore = build_reward_fn(model, layout, val_data)
   unpruned = float(tf.function(_accuracy_percent)(model, val_data)) / 100.0
   print(
     f"{s['model']}: validation accuracy unpruned {unpruned:.4f};"

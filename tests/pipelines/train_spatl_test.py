@@ -71,6 +71,12 @@ def test_spatl_run_resume_and_outputs(tmp_path):
       < clients * (2 * encoder_bytes + 4)
     )
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
+  # Every client's own model was evaluated (two never trained: Eq. 4).
+  clients = json.loads((whole / outputs.CLIENT_ACCURACY_JSON).read_text())
+  assert clients["round"] == 2
+  local = clients["groups"]["local"]
+  assert len(local) == 4
+  assert np.mean(list(local.values())) == float(rows[-1]["accuracy"])
 
   base = _FLAGS + [f"--root_output_dir={tmp_path}", "--experiment_name=parts"]
   _cli.run_in_process(train.main, ["train", *base, "--rounds=1"])
@@ -83,3 +89,32 @@ def test_spatl_run_resume_and_outputs(tmp_path):
   for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
     for key in ("bytes_up", "bytes_down", "accuracy", "keep_conv1"):
       np.testing.assert_allclose(float(x[key]), float(y[key]), atol=1e-5)
+
+
+def test_local_evaluation_of_a_global_model(tmp_path):
+  _cli.run_in_process(
+    train.main,
+    [
+      "train",
+      "--algorithm=fedavg",
+      "--dataset=synthetic",
+      "--model=mlp",
+      "--num_clients=4",
+      "--clients_per_round=2",
+      "--rounds=1",
+      "--val_fraction=0.25",
+      "--local_evaluation",
+      "--noprogress",
+      f"--root_output_dir={tmp_path}",
+      "--experiment_name=fedavg",
+    ],
+  )
+  run = tmp_path / "fedavg"
+  row = outputs.read_metrics(run)[-1]
+  local = json.loads((run / outputs.CLIENT_ACCURACY_JSON).read_text())
+  values = list(local["groups"]["local"].values())
+  assert len(values) == 4 and all(0.0 <= v <= 1.0 for v in values)
+  np.testing.assert_allclose(float(row["local_accuracy"]), np.mean(values))
+  # The global model's test accuracy is a different number from its
+  # clients' validation accuracies.
+  assert row["accuracy"] != row["local_accuracy"]

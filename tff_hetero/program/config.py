@@ -133,6 +133,13 @@ class ExperimentConfig:
     0, "Seed of model init, partition, tiers, sampling and shuffles."
   )
   eval_every: int = setting(1, "Evaluate every N rounds.")
+  local_evaluation: bool = setting(
+    False,
+    "Also evaluate the first evaluated model on every client's validation"
+    " split (--val_fraction) and report the mean as local_accuracy (SPATL's"
+    " metric, which SPATL always reports); the per-client values go to"
+    " client_accuracy.json.",
+  )
   checkpoint_every: int = setting(
     5, "Checkpoint every N rounds (and the last)."
   )
@@ -289,6 +296,11 @@ class ExperimentConfig:
     if not 0 <= self.val_fraction < 1:
       raise UsageError(
         "--val_fraction", f"must be in [0, 1), got {self.val_fraction}"
+      )
+    if self.local_evaluation and self.val_fraction <= 0:
+      raise UsageError(
+        "--local_evaluation",
+        "needs client validation splits: give --val_fraction in (0, 1)",
       )
     if self.seed < 0:
       raise UsageError("--seed", f"must be >= 0, got {self.seed}")

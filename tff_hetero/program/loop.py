@@ -349,12 +349,14 @@ class ClientTrainingData(api.EvaluationData):
 def _evaluate(
   evaluator: CentralEvaluator,
   evaluated: "collections.OrderedDict[str, api.EvaluationModel]",
+  members: Optional[dict] = None,
 ) -> collections.OrderedDict:
   """Test metrics of `evaluated` (`FederatedAlgorithm.evaluation_models`):
   per model (the first unprefixed, the others `<name>_`) or group of models
   (`<group>_`, means over the group) its accuracy, test loss and the
   evaluator's task metric if it has one besides accuracy (`task_metric`),
-  and over several models their mean (`avg_`)."""
+  and over several models their mean (`avg_`). `members`, if given, gets
+  each group's accuracy per model name."""
   extra = _extra_metric(evaluator)
   keys = [("accuracy", "accuracy"), ("test_loss", "loss")]
   if extra is not None:
@@ -372,6 +374,11 @@ def _evaluate(
       row[f"{prefix}{column}"] = result[key]
       values[column].append(result[key])
   for group, results in groups.items():
+    if members is not None:
+      names = [n for n, m in evaluated.items() if m.group == group]
+      members[group] = collections.OrderedDict(
+        (n, r["accuracy"]) for n, r in zip(names, results)
+      )
     for column, key in keys:
       row[f"{group}_{column}"] = float(np.mean([r[key] for r in results]))
   first = next(iter(evaluated.values()))
@@ -384,6 +391,21 @@ def _evaluate(
     if extra is not None:
       row[f"avg_{extra}"] = float(np.mean(values[extra]))
   return row
+
+
+def _local_accuracy(evaluator, evaluated, data, members) -> float:
+  """The first evaluated model's mean accuracy over the clients' own
+  validation splits (`--local_evaluation`); each client's goes to
+  `members["local"]`."""
+  first = next(iter(evaluated.values()))
+  accuracies = collections.OrderedDict()
+  for client_id in data.client_ids():
+    validation = data.client_validation(client_id)
+    if validation is not None and len(validation[1]):
+      result = evaluator(first.weights, first.model_fn, data=validation)
+      accuracies[client_id] = result["accuracy"]
+  members["local"] = accuracies
+  return float(np.mean(list(accuracies.values())))
 
 
 @attrs.frozen
@@ -474,7 +496,14 @@ def run_experiment(
         row.update(output.metrics)
         if round_num % config.eval_every == 0 or round_num == config.rounds:
           evaluated = algorithm.evaluation_models(server_state, evaluation_data)
-          row.update(_evaluate(evaluator, evaluated))
+          members = collections.OrderedDict()
+          row.update(_evaluate(evaluator, evaluated, members))
+          if config.local_evaluation and "local" not in members:
+            row["local_accuracy"] = _local_accuracy(
+              evaluator, evaluated, evaluation_data, members
+            )
+          if members:
+            outputs.write_client_accuracy(experiment_dir, round_num, members)
           evaluated_first = (round_num, next(iter(evaluated.values())).weights)
         else:
           row["accuracy"] = float("nan")

@@ -7,7 +7,10 @@
 * `report.json`: configuration, partition (per-client label counts), device
   tiers, final metrics and measured totals;
 * `accuracy_vs_round.png`, `accuracy_vs_upload_mib.png`;
-* `final_model_weights.npz`: the global model's weights after the last round.
+* `final_model_weights.npz`: the global model's weights after the last round;
+* `client_accuracy.json`: when the evaluation has per-client models or
+  `--local_evaluation` is on, the latest evaluation's accuracy of each
+  client (by group, e.g. `local`), with its round.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tensorflow_federated as tff
 from tff_hetero.program import atomic_files
 from tff_hetero.runtime.signals import run_to_completion
 
+CLIENT_ACCURACY_JSON = "client_accuracy.json"
 METRICS_CSV = "metrics.csv"
 REPORT_JSON = "report.json"
 FINAL_WEIGHTS = "final_model_weights.npz"
@@ -73,6 +77,16 @@ def _missing(value) -> bool:
 
 def write_report(path: str, report: Mapping[str, Any]) -> None:
   atomic_files.write_json(path, report)
+
+
+def write_client_accuracy(
+  experiment_dir: str, round_num: int, groups: Mapping[str, Any]
+) -> None:
+  """Writes the latest per-client accuracies (`CLIENT_ACCURACY_JSON`)."""
+  atomic_files.write_json(
+    os.path.join(experiment_dir, CLIENT_ACCURACY_JSON),
+    collections.OrderedDict(round=int(round_num), groups=groups),
+  )
 
 
 def read_metrics(experiment_dir: str) -> list[dict[str, str]]:
