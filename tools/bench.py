@@ -170,7 +170,7 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 _SUITE = flags.DEFINE_enum(
   "suite",
   "base",
-  ["base", "depth", "hetero", "sparse", "scale", "gkt", "coldstart"],
+  ["base", "depth", "hetero", "sparse", "scale", "gkt", "coldstart", "spatl"],
   "Benchmark suite.",
 )
 _GKT_ROUNDS = flags.DEFINE_integer(
@@ -1426,7 +1426,106 @@ def bench_depth() -> collections.OrderedDict:
   return results
 
 
+def bench_spatl() -> collections.OrderedDict:
+  """SPATL's round (training, the agent's search and the salient upload)
+  against TFF's FedAvg round of the whole model on the same cohort; the
+  agent's share of a round from SPATL without selection on the same cohort,
+  in a fine-tuning round (PPO updates) and after (search only)."""
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms.spatl import spatl  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config = _config(
+    algorithm="spatl", model=_MODEL.value or "mnist_cnn", rounds=1
+  )
+  experiment = loop.build_experiment(config)
+  fed, task = experiment.federated_data, experiment.task
+  cohort = list(fed.client_ids)[: _COHORT.value]
+
+  def batches(arrays, seed):
+    return data_lib.make_client_dataset(
+      arrays, batch_size=20, local_epochs=1, shuffle_seed=seed
+    )
+
+  clients = [
+    api.ClientRound(
+      client_id=cid,
+      dataset=batches(fed.client_train(cid), i),
+      num_examples=len(fed.client_train(cid)),
+      validation=batches(fed.client_validation(cid), None),
+    )
+    for i, cid in enumerate(cohort)
+  ]
+  ours = experiment.algorithm
+  no_selection = spatl.build_spatl(
+    evolve_config(config, spatl_selection=False), task, fed.client_ids
+  )
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    task.tff_model_fn(),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+  )
+  data = [c.dataset for c in clients]
+  after = config.settings.spatl_finetune_rounds + 1
+
+  def algorithm_rounds(algorithm, round_num):
+    state = algorithm.initialize()
+    while True:
+      start = time.perf_counter()
+      state = algorithm.next(state, round_num, clients).state
+      yield time.perf_counter() - start
+
+  def tff_rounds():
+    state = process.initialize()
+    while True:
+      start = time.perf_counter()
+      state = process.next(state, data).state
+      yield time.perf_counter() - start
+
+  results = collections.OrderedDict()
+  with runtime.local_execution():
+    rounds = collections.OrderedDict(
+      spatl_finetune_round_s=algorithm_rounds(ours, 1),
+      spatl_round_s=algorithm_rounds(ours, after),
+      spatl_no_selection_round_s=algorithm_rounds(no_selection, after),
+      tff_fedavg_round_s=tff_rounds(),
+    )
+    times = _interleaved_seconds(rounds, timed)
+  for key, seconds in times.items():
+    results[key] = float(statistics.median(seconds))
+  for key in ("spatl_finetune_round_s", "spatl_round_s"):
+    ratios = [a / b for a, b in zip(times[key], times["tff_fedavg_round_s"])]
+    name = key[: -len("_round_s")]
+    results[f"{name}_over_tff_fedavg"] = round(statistics.median(ratios), 3)
+    results[f"{name}_over_tff_fedavg_min"] = round(min(ratios), 3)
+    results[f"{name}_over_tff_fedavg_max"] = round(max(ratios), 3)
+    shares = [
+      1.0 - b / a
+      for a, b in zip(times[key], times["spatl_no_selection_round_s"])
+    ]
+    results[f"{name}_agent_share"] = round(statistics.median(shares), 3)
+  s = config.settings
+  results["setup"] = (
+    f"{_DATASET.value}/{config.model}, {_CLIENTS.value} clients"
+    f" ({config.partition}), cohort {_COHORT.value}, batch 20, 1 epoch, SGD"
+    f" {CLIENT_LR}, validation fraction {config.val_fraction}; agent"
+    f" {s.spatl_episodes} episodes, {s.spatl_ppo_epochs} PPO epochs when"
+    f" fine-tuning (round 1; round {after} does not); medians of {timed}"
+    " interleaved rounds after 1 warm-up; agent share: 1 - (SPATL without"
+    " selection) / SPATL, per cycle"
+  )
+  return results
+
+
 SUITES = collections.OrderedDict(
+  spatl=bench_spatl,
   base=bench_base,
   depth=bench_depth,
   hetero=bench_hetero,
