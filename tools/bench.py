@@ -1431,10 +1431,10 @@ def bench_spatl() -> collections.OrderedDict:
   against TFF's FedAvg round of the whole model on the same cohort; the
   agent's share of a round from SPATL without selection on the same cohort,
   in a fine-tuning round (PPO updates) and after (search only)."""
-  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
+  from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms.spatl import spatl  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
