@@ -36,6 +36,12 @@ TensorFlow and TFF, on first use; `import tff_hetero` alone loads neither):
   server model; clients keep state by id (`ClientStateProcess`:
   `initialize` / `next(state, {client_id: (images, labels)})` in Python
   over typed `tff.Computation`s, `tff_hetero.algorithms.client_state_process`).
+* `build_spatl_process`: SPATL, a shared encoder with private predictors,
+  an RL agent choosing the salient channels each client uploads, and
+  gradient control; `initialize` / `next(state, datasets, validations,
+  client_states, round_infos)` in Python over typed `tff.Computation`s
+  (`SpatlProcess`, switches in `SpatlOptions`), the caller keeping each
+  client's state.
 * `build_model_aggregator`: the `--aggregator` choices (mean, clip, dp) as TFF
   factories with their client weighting.
 * Execution: `local_execution`, `remote_execution` (context managers on TFF
@@ -75,6 +81,9 @@ _EXPORTS = {
   "build_fedgkt_process": "tff_hetero.algorithms.fedgkt",
   "build_split_learning_process": "tff_hetero.algorithms.split_learning",
   "ClientStateProcess": "tff_hetero.algorithms.client_state_process",
+  "build_spatl_process": "tff_hetero.algorithms.spatl.spatl",
+  "SpatlProcess": "tff_hetero.algorithms.spatl.spatl",
+  "SpatlOptions": "tff_hetero.algorithms.spatl.computations",
   "build_adaptivefl_process": "tff_hetero.algorithms.adaptivefl",
   "AvailableClient": "tff_hetero.algorithms.adaptivefl",
   "MaskedAggregation": "tff_hetero.aggregators.masked_dp",
