@@ -59,8 +59,14 @@ def test_spatl_run_resume_and_outputs(tmp_path):
   )
   for row in rows:
     assert row["accuracy"] == row["local_accuracy"]
-    for layer in ("conv1", "conv2"):
-      assert 0.25 <= float(row[f"keep_{layer}"]) <= 1.0
+    keep = [float(row[f"keep_{layer}"]) for layer in ("conv1", "conv2")]
+    assert all(0.25 <= k <= 1.0 for k in keep)
+    # MACs by hand: conv1 3x3x1x16 at 8x8 outputs, conv2 3x3x16x32 at 4x4.
+    macs = [9 * 16 * 64, 9 * 16 * 32 * 16]
+    saved = sum(m * (1 - k) for m, k in zip(macs, keep)) / sum(macs)
+    np.testing.assert_allclose(
+      float(row["encoder_flops_saved"]), saved, rtol=1e-4
+    )
     clients = int(row["clients"])
     # Down: the encoder and c_g; up: the selected channels, their indices,
     # Delta c and the weight, less than sending the encoder densely.

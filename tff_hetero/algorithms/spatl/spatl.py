@@ -434,8 +434,13 @@ class Spatl(api.FederatedAlgorithm):
     ).batch(batch_size)
     graph = process.layout.graph
     self._layers = graph.prunable_names if graph is not None else ()
+    # MACs per example of each prunable layer (the graph keeps log1p).
     self._macs = (
-      np.asarray(graph.features[np.asarray(graph.prunable)][:, _MACS_COLUMN])
+      np.expm1(
+        np.asarray(graph.features, np.float64)[np.asarray(graph.prunable)][
+          :, _MACS_COLUMN
+        ]
+      )
       if graph is not None
       else np.zeros([0])
     )
@@ -496,6 +501,10 @@ class Spatl(api.FederatedAlgorithm):
       metrics["agent_mean_reward"] = float(
         np.mean([float(r.mean_reward) for r in output.reports])
       )
+      # The share of the prunable layers' MACs in output channels a client
+      # did not select (mean over the cohort's kept fractions); a lower
+      # bound on the selected sub-network's saving, which also drops the
+      # next layer's inputs from those channels.
       total = float(np.sum(self._macs))
       metrics["encoder_flops_saved"] = (
         float(np.sum(self._macs * (1.0 - keep)) / total) if total else 0.0
@@ -559,7 +568,9 @@ class Spatl(api.FederatedAlgorithm):
     }
 
 
-_MACS_COLUMN = len(agent_lib.OP_KINDS) + 6
+_MACS_COLUMN = len(agent_lib.OP_KINDS) + agent_lib.NUMERIC_FEATURES.index(
+  "log1p_macs"
+)
 """The column of `LayerGraph.features` holding log1p(MACs per example)."""
 
 
