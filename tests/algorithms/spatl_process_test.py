@@ -234,7 +234,7 @@ def test_selected_upload_by_hand(tff_context):
   initial = [np.asarray(v) for v in _keras_model().get_weights()]
   client = process.initial_client_state()
   comps = process.computations
-  update, weight, control_delta, new_state, report, _ = comps.client_work(
+  update, weight, control_delta, _, new_state, report, _ = comps.client_work(
     [state.encoder, state.non_trainable, state.control],
     client,
     _dataset(_CLIENTS[1]),
@@ -252,17 +252,18 @@ def test_selected_upload_by_hand(tff_context):
       weight.mask[p], np.broadcast_to(masks[p], initial[p].shape)
     )
   assert float(weight.weight) == 12.0
-  # Eq. 10 with zero controls: Delta c = (w_g - w_e) / (K eta), K = 3.
+  # Eq. 10 with zero controls: Delta c = (w_g - w_e) / (K eta), K = 3; the
+  # client keeps all of it and sends its selected channels.
   for p in range(4):
-    np.testing.assert_allclose(
-      control_delta[p], (initial[p] - trained[p]) / (3 * _LR), atol=1e-4
-    )
+    delta = (initial[p] - trained[p]) / (3 * _LR)
+    np.testing.assert_allclose(new_state.control[p], delta, atol=1e-4)
+    np.testing.assert_allclose(control_delta[p], delta * masks[p], atol=1e-4)
   np.testing.assert_allclose(new_state.predictor[0], trained[4], atol=1e-5)
   # Bytes: conv kernel 2 of 4 channels x 9 values, conv bias 2 values,
   # hidden kernel 3 of 6 channels x 64 values, hidden bias 3, each float32,
-  # plus an int32 index per sent channel (2 + 2 + 3 + 3), the dense
-  # Delta c (36 + 4 + 384 + 6 floats) and the float32 weight.
-  expected = (2 * 9 + 2 + 3 * 64 + 3) * 4 + (2 + 2 + 3 + 3) * 4 + (430) * 4 + 4
+  # for the encoder and for Delta c; one int32 index per selected channel
+  # of each layer (2 + 3); the float32 weight.
+  expected = 2 * (2 * 9 + 2 + 3 * 64 + 3) * 4 + (2 + 3) * 4 + 4
   assert int(report.bytes_up) == expected
   np.testing.assert_allclose(report.keep_fractions, [0.5, 0.5])
   assert int(report.steps) == 3
@@ -284,9 +285,10 @@ def test_server_update_by_hand(tff_context):
     )
     control = [np.ones(s, np.float32) for s in shapes]
     control_sum = [np.full(s, 2.0, np.float32) for s in shapes]
-    encoder, new_control = process.computations.server_update(
-      state.encoder, sums, np.float32(12.0), control, control_sum, 0.5
+    encoder, new_control, statistics = process.computations.server_update(
+      state.encoder, sums, np.float32(12.0), control, control_sum, [], [], 0.5
     )
+    assert statistics == []
     # Cohort: 6 / 12 (the total weight); selected: 6 / 3 (the count).
     step = 0.5 * (6.0 / 12.0 if cohort_mean else 6.0 / 3.0)
     for got, w in zip(encoder, state.encoder):
@@ -334,3 +336,61 @@ def test_predictor_with_non_trainable_variables_is_refused():
 
   with pytest.raises(Exception, match="non-trainable variables"):
     computations.build_layout(model_fn(), ("input_1", "hidden"), ("logits",))
+
+
+def _bn_model():
+  init = tf.keras.initializers.GlorotUniform
+  inputs = tf.keras.Input((6, 6, 1), name="features")
+  x = tf.keras.layers.Conv2D(
+    4, 3, name="conv", kernel_initializer=init(seed=1)
+  )(inputs)
+  x = tf.keras.layers.BatchNormalization(name="bn")(x)
+  x = tf.keras.layers.ReLU(name="relu")(x)
+  x = tf.keras.layers.Flatten(name="flatten")(x)
+  outputs = tf.keras.layers.Dense(
+    3, name="logits", kernel_initializer=init(seed=3)
+  )(x)
+  return tf.keras.Model(inputs, outputs)
+
+
+def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
+  tff_context,
+):
+  del tff_context
+  process = spatl.build_spatl_process(
+    _bn_model,
+    input_spec=_SPEC,
+    encoder_layers=("features", "conv", "bn", "relu", "flatten"),
+    predictor_layers=("logits",),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+    total_clients=2,
+    options=_KEEP_ALL,
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
+  # conv kernel, conv bias, bn gamma, bn beta: all follow conv's channels.
+  assert process.layout.channel_of == (0, 0, 0, 0)
+  state, _, _ = _run(process, 1, [[0, 1]])
+  # Keras: each client trains (moving statistics updated by every training
+  # step, momentum 0.99); the server's are the clients' mean (uniform).
+  means, variances = [], []
+  for k in (0, 1):
+    model = _bn_model()
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = _CLIENTS[k]
+    for start in range(0, len(y), 4):
+      with tf.GradientTape() as tape:
+        value = loss(
+          y[start : start + 4], model(x[start : start + 4], training=True)
+        )
+      grads = tape.gradient(value, model.trainable_weights)
+      for v, g in zip(model.trainable_weights, grads):
+        v.assign_sub(_LR * g)
+    bn = model.get_layer("bn")
+    means.append(bn.moving_mean.numpy())
+    variances.append(bn.moving_variance.numpy())
+  np.testing.assert_allclose(
+    state.non_trainable[0], np.mean(means, 0), atol=1e-5
+  )
+  np.testing.assert_allclose(
+    state.non_trainable[1], np.mean(variances, 0), atol=1e-5
+  )

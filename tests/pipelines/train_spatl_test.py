@@ -68,13 +68,15 @@ def test_spatl_run_resume_and_outputs(tmp_path):
       float(row["encoder_flops_saved"]), saved, rtol=1e-4
     )
     clients = int(row["clients"])
-    # Down: the encoder and c_g; up: the selected channels, their indices,
-    # Delta c and the weight, less than sending the encoder densely.
+    # Down: the encoder and c_g. Up, by hand from the kept channels: per
+    # channel of conv1 (3x3x1 kernel + bias) and conv2 (3x3x16 + bias),
+    # float32 values of the encoder and of Delta c, and one int32 index;
+    # each client's float32 weight.
     assert int(row["bytes_down"]) == clients * 2 * encoder_bytes
-    assert (
-      clients * encoder_bytes
-      < int(row["bytes_up"])
-      < clients * (2 * encoder_bytes + 4)
+    kept = [round(k * out * clients) for k, out in zip(keep, (16, 32))]
+    per_channel = [(9 + 1) * 4 * 2 + 4, (144 + 1) * 4 * 2 + 4]
+    assert int(row["bytes_up"]) == (
+      sum(n * b for n, b in zip(kept, per_channel)) + 4 * clients
     )
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
   # Every client's own model was evaluated (two never trained: Eq. 4).

@@ -63,12 +63,21 @@ def masked_nbytes(values: Any, masks: Any) -> int:
   return total
 
 
-def channel_indexed_nbytes(values: Any, channel_masks: Any) -> int:
+def channel_indexed_nbytes(
+  values: Any, channel_masks: Any, index_groups: Any = None
+) -> int:
   """Bytes of `values` sent as their selected last-axis channels plus one
   int32 index per channel; a channel mask leaf of None sends that tensor
-  densely. Each mask has the shape `[value.shape[-1]]`."""
-  total = 0
-  for value, mask in zip(tree.flatten(values), tree.flatten(channel_masks)):
+  densely. Each mask has the shape `[value.shape[-1]]`. Values with the same
+  `index_groups` entry (an int >= 0 per value, e.g. a layer's kernel, bias
+  and batch-norm scale) share one list of indices, sent once; default: each
+  value its own."""
+  flat_values, flat_masks = tree.flatten(values), tree.flatten(channel_masks)
+  groups = (
+    list(range(len(flat_values))) if index_groups is None else index_groups
+  )
+  total, indexed = 0, set()
+  for value, mask, group in zip(flat_values, flat_masks, groups):
     array = np.asarray(value)
     if mask is None:
       total += int(array.size) * int(array.dtype.itemsize)
@@ -81,7 +90,10 @@ def channel_indexed_nbytes(values: Any, channel_masks: Any) -> int:
       )
     kept = int(np.count_nonzero(mask_array))
     per_channel = int(array.size) // max(int(array.shape[-1]), 1)
-    total += kept * per_channel * int(array.dtype.itemsize) + kept * 4
+    total += kept * per_channel * int(array.dtype.itemsize)
+    if group not in indexed:
+      indexed.add(group)
+      total += kept * 4
   return total
 
 
@@ -105,12 +117,17 @@ def tf_masked_nbytes(values: Any, masks: Any) -> tf.Tensor:
   return total
 
 
-def tf_channel_indexed_nbytes(values: Any, channel_masks: Any) -> tf.Tensor:
+def tf_channel_indexed_nbytes(
+  values: Any, channel_masks: Any, index_groups: Any = None
+) -> tf.Tensor:
   """`channel_indexed_nbytes` as a TF op (int64 scalar), measured on the
   encoded payload itself: the selected channels gathered from each value
-  and their int32 indices."""
+  and their int32 indices (once per index group)."""
+  values, channel_masks = list(values), list(channel_masks)
+  groups = list(range(len(values))) if index_groups is None else index_groups
   total = tf.constant(0, tf.int64)
-  for value, mask in zip(values, channel_masks):
+  indexed = set()
+  for value, mask, group in zip(values, channel_masks, groups):
     value = tf.convert_to_tensor(value)
     if mask is None:
       total += tf.size(value, out_type=tf.int64) * value.dtype.size
@@ -118,5 +135,7 @@ def tf_channel_indexed_nbytes(values: Any, channel_masks: Any) -> tf.Tensor:
     indices = tf.cast(tf.reshape(tf.where(mask > 0), [-1]), tf.int32)
     sent = tf.gather(value, indices, axis=value.shape.rank - 1)
     total += tf.size(sent, out_type=tf.int64) * value.dtype.size
-    total += tf.size(indices, out_type=tf.int64) * indices.dtype.size
+    if group not in indexed:
+      indexed.add(group)
+      total += tf.size(indices, out_type=tf.int64) * indices.dtype.size
   return total

@@ -231,6 +231,15 @@ def _accuracy_fold(model, data):
   )
 
 
+def _count_examples(data):
+  """Examples in `data` (its labels counted, no forward pass)."""
+  return local_training.fold_batches(
+    data,
+    tf.constant(0.0),
+    lambda n, batch: n + tf.cast(tf.size(batch["y"]), tf.float32),
+  )
+
+
 def build_spatl_client_update(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   layout: SpatlLayout,
@@ -288,6 +297,7 @@ def build_spatl_client_update(
     )
     trained = [tf.identity(trainable[i]) for i in layout.encoder]
     predictor = [tf.identity(trainable[i]) for i in layout.predictor]
+    statistics = [tf.identity(v) for v in weights.non_trainable]
     # TFF's sign: the update is what the server subtracts.
     update = [w - y for w, y in zip(encoder, trained)]
     if options.gradient_control:
@@ -337,8 +347,7 @@ def build_spatl_client_update(
       channel = agent_lib.channel_masks(kernels, search.ratios)
       actor, actor_optimizer = list(search.params.actor), search.optimizer_state
       reward, mean_reward = search.reward, search.mean_reward
-      _, count = _accuracy_fold(model, validation)
-      evaluated = count * float(options.episodes)
+      evaluated = _count_examples(validation) * float(options.episodes)
     else:
       channel = [
         tf.ones(tf.shape(k)[-1:])
@@ -355,11 +364,18 @@ def build_spatl_client_update(
     if non_finite > 0 or steps == 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()
+    # c_l keeps the whole Delta c; only its selected channels travel.
     new_control = [c + d for c, d in zip(state.control, control_delta)]
+    sent_control = [d * m for d, m in zip(control_delta, masks)]
     sent_channels = [None if p < 0 else channel[p] for p in layout.channel_of]
+    groups = list(layout.channel_of)
     bytes_up = (
-      payload.tf_channel_indexed_nbytes(trained, sent_channels)
-      + payload.tf_dense_nbytes(control_delta)
+      payload.tf_channel_indexed_nbytes(
+        trained + sent_control,
+        sent_channels + sent_channels[: len(sent_control)],
+        groups + groups[: len(sent_control)],
+      )
+      + payload.tf_dense_nbytes(statistics)
       + payload.tf_dense_nbytes(weight)
     )
     keep = (
@@ -378,7 +394,8 @@ def build_spatl_client_update(
     return (
       update,
       masked.MaskedWeight(weight=weight, mask=masks),
-      control_delta,
+      sent_control,
+      [v * weight for v in statistics],
       ClientState(
         predictor=predictor,
         control=new_control,
@@ -519,6 +536,7 @@ class SpatlComputations:
       )
 
     mask_type = client_work.type_signature.result[1]
+    has_statistics = len(non_trainable_type) > 0
     total = float(total_clients)
     cohort_mean = options.cohort_mean
 
@@ -537,9 +555,20 @@ class SpatlComputations:
       tff.TensorType(np.float32),
       control_type,
       control_type,
+      non_trainable_type,
+      non_trainable_type,
       tff.TensorType(np.float32),
     )
-    def server_update(encoder, sums, total_weight, control, control_sum, lr):
+    def server_update(
+      encoder,
+      sums,
+      total_weight,
+      control,
+      control_sum,
+      statistics,
+      statistics_sum,
+      lr,
+    ):
       # Eq. 12, its sign fixed: w_g <- w_g + eta * mean(w_k - w_g) at the
       # uploaded channels (the update is w_g - w_k, TFF's sign).
       if cohort_mean:
@@ -554,7 +583,13 @@ class SpatlComputations:
       encoder = [w - lr * m for w, m in zip(encoder, mean)]
       # Eq. 11: c_g <- c_g + (1 / |N|) sum_k Delta c_k.
       control = [c + s / total for c, s in zip(control, control_sum)]
-      return encoder, control
+      # The non-trainable variables (batch-norm statistics): the clients'
+      # weighted mean, kept when no client trained.
+      statistics = [
+        tf.where(total_weight > 0, s / total_weight, v)
+        for v, s in zip(statistics, statistics_sum)
+      ]
+      return encoder, control, statistics
 
     @tff.tensorflow.computation(
       encoder_type, non_trainable_type, predictor_type, data_type
@@ -605,10 +640,19 @@ class SpatlComputations:
         distributor.initialize(),
         tff.federated_zip([encoder, non_trainable, control]),
       )
-      update, weight, control_delta, new_states, reports, metrics = (
-        tff.federated_map(
-          client_work, (sent.result, states, data, validation, info)
-        )
+      (
+        update,
+        weight,
+        control_delta,
+        statistics,
+        new_states,
+        reports,
+        metrics,
+      ) = tff.federated_map(
+        client_work, (sent.result, states, data, validation, info)
+      )
+      statistics_sum = (
+        tff.federated_sum(statistics) if has_statistics else non_trainable
       )
       sums = masked_sum.next(masked_sum.initialize(), update, weight)
       total_weight = tff.federated_sum(tff.federated_map(weight_of, weight))
@@ -617,9 +661,18 @@ class SpatlComputations:
         if options.gradient_control
         else control
       )
-      new_encoder, new_control = tff.federated_map(
+      new_encoder, new_control, new_statistics = tff.federated_map(
         server_update,
-        (encoder, sums.result, total_weight, control, control_sum, server_lr),
+        (
+          encoder,
+          sums.result,
+          total_weight,
+          control,
+          control_sum,
+          non_trainable,
+          statistics_sum,
+          server_lr,
+        ),
       )
       measurements = tff.federated_zip(
         collections.OrderedDict(
@@ -630,6 +683,7 @@ class SpatlComputations:
       return (
         new_encoder,
         new_control,
+        new_statistics,
         cohort_positions.gather(
           tff.federated_map(
             _zip_rows(state_type, reports.type_signature.member),

@@ -20,24 +20,38 @@ A round (Figure 1, Algorithm 2 of the paper):
    first `spatl_finetune_rounds` rounds (the paper's 10) the agent's MLP is
    fine-tuned by PPO each round (20 epochs); the GCN and critic stay as
    pre-trained.
-4. It uploads the selected channels of its new encoder with their int32
-   indices, and Delta c_l (bytes measured on that encoding).
+4. It uploads the selected channels of its new encoder and of Delta c_l,
+   one int32 index per selected channel (a layer's kernel, bias and batch
+   norm share it), its model's non-trainable variables (batch-norm
+   statistics) and its weight; it keeps the whole c_l+.
 5. The server moves the global encoder toward the clients' values at the
    uploaded indices (Eq. 12): w_g <- w_g + eta * (1/|K|) sum_k (w^k - w_g),
-   each client counting where it uploaded, and c_g <- c_g + (1/|N|) sum_k
-   Delta c_k (Eq. 11).
+   each client counting only where it uploaded; c_g <- c_g + (1/|N|)
+   sum_k Delta c_k over the uploaded channels (Eq. 11); the batch-norm
+   statistics become the clients' mean.
 
 Evaluation (Section V-B): every client's model, the global encoder with its
 own predictor, on its own local validation split; the reported `accuracy`
 is their mean. A client never sampled first trains its predictor alone on
-the encoder (Eq. 4, one local pass at the client learning rate); that
-predictor is used for the evaluation and not kept.
+the encoder (Eq. 4, one unshuffled local pass at the client learning rate,
+redone at each evaluation); that predictor is evaluated and not kept. A
+sampled client is evaluated with the predictor of its last round. The
+evaluated encoder is the whole global one: the selection decides what a
+client uploads, and the selected sub-network's accuracy is reported as
+`selection_reward` (the paper's Section V-D evaluates pruned client models
+for inference; not done here).
 
 Departures, each on purpose:
 
 * Eq. 12 as printed moves w_g *away* from the clients (w_g + eta mean(w_g -
-  w^k)); the sign is fixed here. `--spatl_salient_mean=selected` divides by
-  the clients that uploaded each element instead of |K|.
+  w^k)); the sign is fixed here. Its 1/|K| counts every client once
+  (`ClientWeighting.UNIFORM` on the CLI; the builder takes any weighting);
+  `--spatl_salient_mean=selected` divides by the clients that uploaded each
+  element instead of |K|.
+* Delta c_l goes up at the selected channels only, like the encoder (the
+  paper does not say how it travels; sending it densely would cost every
+  client SCAFFOLD's upload, against the paper's Table I, where SPATL's
+  round costs a client what FedAvg's does). c_g still goes down whole.
 * Eq. 10 divides by K eta with K the client's local steps (SCAFFOLD's
   option II); the paper writes E, the local epochs, which would scale the
   correction by the number of batches per epoch.
@@ -47,18 +61,33 @@ Departures, each on purpose:
   and the paper say. It also damps the correction by 1/100 and "corrects"
   batch-norm statistics; neither is done here.
 * The official code uploads the dense encoder with pruned channels zeroed
-  and averages those zeros in; here only the selected channels travel and
-  the others keep their global value.
+  and averages those zeros in; here only the selected channels are counted
+  as sent and the others keep their global value. (Inside the simulation
+  TFF carries dense tensors with a mask, its types being static; the bytes
+  are measured on the channel-indexed encoding of the same values, gathered
+  in the client computation.)
+* Channels are ranked by L1 norm (the official code: L2).
 * The predictor is the classifier layer of the model (`ModelSpec.
   predictor_layers`); the official ResNet code also keeps the stem local.
-* Batch-norm moving statistics are not aggregated (as in TFF's FedAvg and
-  this project's SCAFFOLD): the evaluated encoder's are computed from the
-  clients' training data (`static_batch_norm`). During the search, the
-  client's own statistics after training are used.
+  The registry's `vgg11` is AdaptiveFL's (4096-wide hidden layers, both in
+  the shared encoder), larger than the paper's.
+* Batch-norm moving statistics are averaged over the clients (as the
+  official code's state-dict averaging does), uploaded densely.
 * Each agent episode proposes the whole ratio vector at once (Eq. 5-6),
   projected onto the size budget (`--spatl_budget`, the fraction of the
-  prunable layers' parameters uploaded at most); episodes have one step, so
-  gamma plays no part.
+  prunable layers' kernel and bias parameters uploaded at most; 0.7 is
+  ours, the paper gives none); episodes have one step, so gamma plays no
+  part. The agent's state is the encoder's architecture (the paper's
+  graph), the same for every client and round: the ratios a client's actor
+  learns are per client, the channels within a layer follow its trained
+  weights. The search runs every round (`--spatl_episodes`, the first
+  being the policy's mean); its PPO update only in the first
+  `--spatl_finetune_rounds` rounds of the run (global rounds, as the
+  paper's "first 10 communication rounds").
+* Each client's new state (predictor, c_l, actor) comes back to the
+  driver with the round's results, as the simulation's client-state store;
+  it is not counted as traffic, since in the paper it never leaves the
+  client.
 * Ablations: `--nospatl_selection` (whole encoder sent),
   `--nospatl_transfer` (the predictor is shared and averaged too),
   `--nospatl_gradient_control` (no control variates).
@@ -92,7 +121,6 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import model_fns
-from tff_hetero.algorithms import static_batch_norm
 from tff_hetero.algorithms.spatl import agent as agent_lib
 from tff_hetero.algorithms.spatl import computations
 from tff_hetero.errors import ModelError
@@ -239,14 +267,14 @@ class SpatlProcess:
       if comps.options.gradient_control
       else [],
     )
-    self._initial_predictor = [trainable[i] for i in self.layout.predictor]
+    self.initial_predictor = [trainable[i] for i in self.layout.predictor]
     self._num_trainable = len(trainable)
 
   def initialize(self) -> SpatlState:
     return SpatlState(*(list(part) for part in self._initial))
 
   def initial_client_state(self) -> ClientState:
-    return self.computations.initial_client_state(self._initial_predictor)
+    return self.computations.initial_client_state(self.initial_predictor)
 
   def next(
     self,
@@ -264,7 +292,7 @@ class SpatlProcess:
         f" {len(client_states)} client states and {len(round_infos)} round"
         " infos"
       )
-    encoder, control, gathered, metrics = self.computations.round(
+    encoder, control, statistics, gathered, metrics = self.computations.round(
       state.encoder,
       state.non_trainable,
       state.control,
@@ -282,7 +310,7 @@ class SpatlProcess:
     return SpatlOutput(
       state=SpatlState(
         [np.asarray(w) for w in encoder],
-        list(state.non_trainable),
+        [np.asarray(v) for v in statistics],
         [np.asarray(c) for c in control],
       ),
       metrics=metrics,
@@ -303,7 +331,7 @@ class SpatlProcess:
   def model_weights(self, state: SpatlState, predictor=None):
     """`ModelWeights` of the whole model: the global encoder with
     `predictor` (default: the initial one)."""
-    predictor = self._initial_predictor if predictor is None else predictor
+    predictor = self.initial_predictor if predictor is None else predictor
     trainable = [None] * self._num_trainable
     for p, i in enumerate(self.layout.encoder):
       trainable[i] = np.asarray(state.encoder[p])
@@ -421,9 +449,6 @@ class Spatl(api.FederatedAlgorithm):
     self.process, self.task = process, task
     self._settings, self._server_lr, self._seed = settings, server_lr, seed
     self._batch_size = batch_size
-    self._static_bn = static_batch_norm.StaticBatchNorm(
-      task.model_fn, task.element_spec
-    )
     self._empty = tf.data.Dataset.from_tensor_slices(
       tf.nest.map_structure(
         lambda spec: np.zeros(
@@ -527,12 +552,9 @@ class Spatl(api.FederatedAlgorithm):
     """Every client's model (the global encoder, its own predictor) on its
     own validation split, group `local`: `accuracy` is their mean. Without
     client data, the global encoder with the initial predictor."""
-    weights = self._static_bn.calibrate(self.process.model_weights(state), data)
+    weights = self.process.model_weights(state)
     if data is None or not data.client_ids():
       return collections.OrderedDict(global_model=api.EvaluationModel(weights))
-    calibrated = SpatlState(
-      state.encoder, list(weights.non_trainable), state.control
-    )
     stored = data.client_states()
     models = collections.OrderedDict()
     datasets = None
@@ -545,12 +567,12 @@ class Spatl(api.FederatedAlgorithm):
         if datasets is None:
           datasets = data.client_datasets()
         predictor = self.process.predictor_for(
-          calibrated, self.process._initial_predictor, datasets[k]
+          state, self.process.initial_predictor, datasets[k]
         )
       else:
         predictor = client_state.predictor
       models[client_id] = api.EvaluationModel(
-        self.process.model_weights(calibrated, predictor),
+        self.process.model_weights(state, predictor),
         group="local",
         data=validation,
       )
@@ -601,7 +623,8 @@ def build_spatl(config, task: api.Task, client_ids=()) -> Spatl:
     encoder_layers=encoder,
     predictor_layers=predictor,
     client_optimizer_fn=options["client_optimizer_fn"],
-    client_weighting=options["client_weighting"],
+    # Eq. 12's 1/|K|: every client of the cohort counts once.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
     total_clients=len(client_ids) or config.num_clients,
     options=SpatlOptions(
       gradient_control=s.spatl_gradient_control,
