@@ -242,12 +242,15 @@ def test_project_to_budget_by_hand():
   r = agent.project_to_budget([1.0, 0.4], counts, 0.5, 0.1).numpy()
   np.testing.assert_allclose(r, [0.9, 0.1 + 0.3 * 8 / 9], rtol=1e-6)
   np.testing.assert_allclose(np.sum(r * counts), 200.0, rtol=1e-6)
-  # Under the budget: only clipped to [min, 1].
+  # Under the budget: kept 20 + 90 = 110 < 200; toward 1 by
+  # s = (400 - 200) / (400 - 110) = 20/29: 1 - 0.8 s and 1 - 0.7 s.
+  under = [1 - 0.8 * 20 / 29, 1 - 0.7 * 20 / 29]
+  r = agent.project_to_budget([0.2, 0.3], counts, 0.5, 0.1).numpy()
+  np.testing.assert_allclose(r, under, rtol=1e-6)
+  np.testing.assert_allclose(np.sum(r * counts), 200.0, rtol=1e-6)
+  # Budget 1: everything kept.
   np.testing.assert_allclose(
-    agent.project_to_budget([0.2, 0.3], counts, 0.5, 0.1), [0.2, 0.3]
-  )
-  np.testing.assert_allclose(
-    agent.project_to_budget([-0.5, 1.5], counts, 1.0, 0.1), [0.1, 1.0]
+    agent.project_to_budget([-0.5, 1.5], counts, 1.0, 0.1), [1.0, 1.0]
   )
   # Budget at or below the floor: everything at the floor.
   np.testing.assert_allclose(
@@ -256,7 +259,7 @@ def test_project_to_budget_by_hand():
   # A batch of episodes, each projected on its own.
   np.testing.assert_allclose(
     agent.project_to_budget([[1.0, 1.0], [0.2, 0.3]], counts, 0.5, 0.1),
-    [[0.5, 0.5], [0.2, 0.3]],
+    [[0.5, 0.5], under],
     rtol=1e-6,
   )
 
@@ -353,6 +356,9 @@ def test_ppo_learns_a_toy_reward(tiny_graph):
   # reward best at saturated means (-0.07 and 1.5 for this reward); a
   # smaller std keeps the optimum of the noisy policy at the target.
   std = 0.2
+  # The target's size: (0.3 * 112 + 0.8 * 148) / 260 of the parameters, so
+  # the projection can reach it; the agent learns how to share it.
+  budget = (0.3 * 112 + 0.8 * 148) / 260
   optimizer = tff.learning.optimizers.build_adam(3e-3)
   params = agent.init_policy(0)
   state = agent.init_optimizer_state(optimizer, params, train_gnn=False)
@@ -372,21 +378,23 @@ def test_ppo_learns_a_toy_reward(tiny_graph):
       ppo_epochs=10,
       fine_tune=tf.constant(True),
       seed=seed,
-      budget=1.0,
+      budget=budget,
       min_ratio=0.0,
       std=std,
     )
     return result.params, result.optimizer_state
 
   def error(params):
+    # The ratios the policy's mean proposes, after the projection.
     mean = agent.policy_mean(params, g.features, g.adjacency, g.prunable)
-    return float(np.mean(np.abs(mean.numpy() - [0.3, 0.8])))
+    ratios = agent.project_to_budget(mean, g.param_counts, budget, 0.0)
+    return float(np.mean(np.abs(ratios.numpy() - [0.3, 0.8])))
 
   before = error(params)
   for call in range(30):
     params, state = search(params, state, tf.constant([11, call]))
   after = error(params)
-  assert before > 0.15  # Means near 0.4 at initialisation.
+  assert before > 0.15  # Both ratios near the budget at initialisation.
   assert after < 0.5 * before, (before, after)
 
 
@@ -477,15 +485,18 @@ def test_salient_search_episodes_by_hand(tiny_graph):
   expected = []
   for e in range(4):
     r = np.clip(np.clip(0.25 + 0.5 * noise[e], 0, 1), 0.1, 1)
-    kept = np.sum(r * counts)
-    if kept > 0.5 * counts.sum():
-      s = (0.5 * counts.sum() - 0.1 * counts.sum()) / (
-        kept - 0.1 * counts.sum()
-      )
+    kept, total = np.sum(r * counts), counts.sum()
+    if kept > 0.5 * total:  # Toward the floor.
+      s = (0.5 * total - 0.1 * total) / (kept - 0.1 * total)
       r = 0.1 + (r - 0.1) * s
+    elif kept < 0.5 * total:  # Toward 1.
+      s = (total - 0.5 * total) / (total - kept)
+      r = 1 - (1 - r) * s
     expected.append(r)
   np.testing.assert_allclose(seen, expected, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(seen[0], [0.25, 0.25], rtol=1e-6)
+  # Episode 0, the mean 0.25 everywhere: kept 65 of 260, raised to 130 by
+  # s = 130 / 195, 1 - 0.75 s = 0.5.
+  np.testing.assert_allclose(seen[0], [0.5, 0.5], rtol=1e-6)
   rewards = [-100.0 * abs(r[0] - 0.5) for r in expected]
   best = int(np.argmax(rewards))
   np.testing.assert_allclose(result.ratios, expected[best], rtol=1e-5)

@@ -581,17 +581,19 @@ def gaussian_log_prob(actions, mean, std):
 
 
 def project_to_budget(ratios, param_counts, budget, min_ratio):
-  """Keep ratios meeting the size budget: the paper's size constraint on the
-  selected sub-network.
+  """Keep ratios whose selected sub-network has exactly the budget's size:
+  the paper's size constraint on the selected sub-network, met with
+  equality as AMC's agents meet theirs (the agent decides how the budget is
+  shared among the layers, not how much is kept).
 
   With n_i the parameter count of layer i, the ratios are clipped to
-  [min_ratio, 1]; if the kept parameters sum(r_i n_i) then exceed
-  budget * sum(n_i), every ratio moves toward min_ratio by the same factor
-  s, r_i <- min_ratio + (r_i - min_ratio) s, with s chosen so that
-  sum(r_i n_i) = budget * sum(n_i) exactly (the relative preferences the
-  agent expressed above the floor are kept). If budget <= min_ratio every
-  ratio becomes min_ratio. Works on [P] or [..., P] (sums over the last
-  axis). Pure TF.
+  [min_ratio, 1]. If the kept parameters sum(r_i n_i) then exceed
+  B = budget * sum(n_i), every ratio moves toward min_ratio by one factor s,
+  r_i <- min_ratio + (r_i - min_ratio) s; if they fall short, toward 1,
+  r_i <- 1 - (1 - r_i) s; s is chosen so that sum(r_i n_i) = B exactly (the
+  relative preferences the agent expressed are kept). If budget <=
+  min_ratio every ratio becomes min_ratio; if budget >= 1, every ratio 1.
+  Works on [P] or [..., P] (sums over the last axis). Pure TF.
   """
   ratios = tf.convert_to_tensor(ratios, tf.float32)
   counts = tf.convert_to_tensor(param_counts, tf.float32)
@@ -600,11 +602,20 @@ def project_to_budget(ratios, param_counts, budget, min_ratio):
   r = tf.clip_by_value(ratios, floor, 1.0)
   total = tf.reduce_sum(counts)
   kept = tf.reduce_sum(r * counts, axis=-1, keepdims=True)
-  target = budget * total
-  above_floor = kept - floor * total
-  s = tf.math.divide_no_nan(target - floor * total, above_floor)
-  s = tf.clip_by_value(s, 0.0, 1.0)
-  return tf.where(kept > target, floor + (r - floor) * s, r)
+  target = tf.clip_by_value(budget, floor, 1.0) * total
+  down = tf.clip_by_value(
+    tf.math.divide_no_nan(target - floor * total, kept - floor * total),
+    0.0,
+    1.0,
+  )
+  up = tf.clip_by_value(
+    tf.math.divide_no_nan(total - target, total - kept), 0.0, 1.0
+  )
+  return tf.where(
+    kept > target,
+    floor + (r - floor) * down,
+    tf.where(kept < target, 1.0 - (1.0 - r) * up, r),
+  )
 
 
 def channel_masks(kernels: Sequence[Any], ratios) -> list:

@@ -101,8 +101,8 @@ class SpatlOptions:
     selection: Salient channel selection (False: the whole encoder is sent).
     episodes: Agent episodes per client and round.
     ppo_epochs: PPO epochs of a fine-tuning update (the paper's 20).
-    budget: The largest fraction of the prunable layers' parameters a
-      client uploads (the selection's size constraint).
+    budget: The fraction of the prunable layers' parameters a client
+      uploads (the selection's size constraint, met exactly).
     min_keep: The smallest keep ratio of a layer.
     cohort_mean: Eq. 12's 1/|K| over the cohort (True) or the mean over the
       clients that selected each element (False).

@@ -75,8 +75,9 @@ Departures, each on purpose:
   official code's state-dict averaging does), uploaded densely.
 * Each agent episode proposes the whole ratio vector at once (Eq. 5-6),
   projected onto the size budget (`--spatl_budget`, the fraction of the
-  prunable layers' kernel and bias parameters uploaded at most; 0.7 is
-  ours, the paper gives none); episodes have one step, so gamma plays no
+  prunable layers' kernel and bias parameters uploaded, met exactly as
+  AMC's agents meet theirs, so that the agent shares the budget among the
+  layers; 0.7 is ours, the paper gives none); episodes have one step, so gamma plays no
   part. The agent's state is the encoder's architecture (the paper's
   graph), the same for every client and round: the ratios a client's actor
   learns are per client, the channels within a layer follow its trained
@@ -153,8 +154,8 @@ class SpatlSettings(AlgorithmSettings):
   )
   spatl_budget: float = setting(
     0.7,
-    "Largest fraction of the encoder's prunable parameters a client uploads"
-    " (the selection's size constraint).",
+    "Fraction of the encoder's prunable parameters a client uploads (the"
+    " selection's size constraint, met exactly; 1 sends everything).",
     check=in_interval(0.0, 1.0, closed_low=False, closed_high=True),
   )
   spatl_min_keep: float = setting(
