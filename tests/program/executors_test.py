@@ -98,7 +98,7 @@ def _run(tmp_path, name, algorithm, augment, model, **executor):
     ("scaffold", "none", "mlp"),
     # SPATL: each client's predictor, control variate and agent come back
     # by cohort position, and its search draws from its own seed.
-    ("spatl", "none", "small_cnn"),
+    ("spatl", "none", "mlp"),
   ],
 )
 def test_local_one_worker_and_two_workers_agree(
