@@ -56,3 +56,34 @@ def test_tf_and_numpy_agree_on_random_masks():
     )
     == expected
   )
+
+
+def test_channel_indexed_nbytes_by_hand_and_in_tf():
+  kernel = np.ones([3, 3, 2, 4], np.float32)  # 18 values per channel.
+  bias = np.ones([4], np.float32)
+  dense = np.ones([5], np.float32)
+  mask = np.array([1, 0, 1, 1], np.float32)
+  # Three kernel channels (3 x 18 floats), three bias values, five dense
+  # floats; one int32 index per kept channel, shared by kernel and bias.
+  by_hand = (3 * 18 + 3 + 5) * 4 + 3 * 4
+  assert (
+    payload.channel_indexed_nbytes(
+      [kernel, bias, dense], [mask, mask, None], index_groups=[0, 0, -1]
+    )
+    == by_hand
+  )
+  # Without groups each value sends its own indices.
+  assert (
+    payload.channel_indexed_nbytes([kernel, bias], [mask, mask])
+    == (3 * 18 + 3) * 4 + 2 * 3 * 4
+  )
+  assert (
+    int(
+      payload.tf_channel_indexed_nbytes(
+        [kernel, bias, dense], [mask, mask, None], index_groups=[0, 0, -1]
+      )
+    )
+    == by_hand
+  )
+  with pytest.raises(ValueError, match="channel mask shape"):
+    payload.channel_indexed_nbytes([kernel], [np.ones([3])])

@@ -156,3 +156,22 @@ def test_bad_budget_is_one_line_naming_the_flag(capsys):
   assert info.value.code == _cli.USAGE_EXIT
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and err.startswith("error: --budget"), err
+
+
+def test_the_shipped_agent_loads_and_its_provenance_shows_it_learned():
+  import json  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.algorithms.spatl import spatl  # pylint: disable=g-import-not-at-top
+
+  policy = spatl.load_policy(spatl.SHIPPED_AGENT)
+  with open(spatl.SHIPPED_AGENT[: -len(".npz")] + ".json") as f:
+    provenance = json.load(f)
+  assert provenance["model"] == "resnet56"
+  assert provenance["command"].startswith("python -m pipelines.pretrain_spatl")
+  assert len(provenance["commit"]) == 40
+  best = provenance["best_rewards"]
+  assert provenance["final_best_reward"] == best[-1]
+  # The reward it reached: the last ten iterations' best clearly above the
+  # first ten's.
+  assert sum(best[-10:]) / 10 > sum(best[:10]) / 10 + 10
+  assert len(policy.gnn) and len(policy.actor) and len(policy.critic)

@@ -365,7 +365,11 @@ def _evaluate(
   values = collections.defaultdict(list)
   groups = collections.OrderedDict()
   for index, (name, model) in enumerate(evaluated.items()):
-    result = evaluator(model.weights, model.model_fn, data=model.data)
+    result = (
+      evaluator(model.weights, model.model_fn)
+      if model.data is None
+      else evaluator(model.weights, model.model_fn, data=model.data)
+    )
     if model.group is not None:
       groups.setdefault(model.group, []).append(result)
       continue

@@ -176,8 +176,10 @@ class SpatlSettings(AlgorithmSettings):
   )
   spatl_agent: str = setting(
     "",
-    "Pre-trained agent (.npz of tff_hetero.algorithms.spatl.save_policy);"
-    " default: the seeded initial agent.",
+    "The agent: a .npz of tff_hetero.algorithms.spatl.spatl.save_policy;"
+    " default: the shipped agent pre-trained on ResNet-56"
+    " (pipelines.pretrain_spatl_agent; provenance beside it); 'init': the"
+    " seeded initial agent.",
   )
   spatl_salient_mean: str = setting(
     "cohort",
@@ -186,6 +188,12 @@ class SpatlSettings(AlgorithmSettings):
     choices=("cohort", "selected"),
   )
 
+
+SHIPPED_AGENT = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "pretrained", "resnet56_agent.npz"
+)
+"""The agent pre-trained by `pipelines.pretrain_spatl_agent` (ResNet-56,
+its provenance in the `.json` beside it)."""
 
 DEFAULTS = {"val_fraction": 0.2}
 """SPATL's own defaults: its clients evaluate on local validation splits."""
@@ -616,7 +624,11 @@ def build_spatl(config, task: api.Task, client_ids=()) -> Spatl:
   encoder, predictor = models_lib.encoder_predictor_split(
     task.model_name, model
   )
-  policy = load_policy(s.spatl_agent) if s.spatl_agent else None
+  policy = (
+    None
+    if s.spatl_agent == "init"
+    else load_policy(s.spatl_agent or SHIPPED_AGENT)
+  )
   options = learning_process.process_options(config)
   process = build_spatl_process(
     task.model_fn,
