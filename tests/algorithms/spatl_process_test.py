@@ -16,6 +16,7 @@
 """
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -113,26 +114,14 @@ _KEEP_ALL = computations.SpatlOptions(
 )
 
 
+@functools.lru_cache(maxsize=None)
+def _keep_all_process():
+  """Built once for the tests that share it (a build traces the agent)."""
+  return _process(_KEEP_ALL)
+
+
 def _tff_model_fn():
   return model_fns.variable_model_fn(_keras_model, _SPEC)
-
-
-def test_layout_and_type_signature():
-  process = _process(computations.SpatlOptions(episodes=2))
-  layout = process.layout
-  # conv kernel, conv bias, hidden kernel, hidden bias | logits kernel, bias.
-  assert layout.encoder == (0, 1, 2, 3)
-  assert layout.predictor == (4, 5)
-  assert layout.channel_of == (0, 0, 1, 1)
-  assert layout.graph.prunable_names == ("conv", "hidden")
-  signature = process.computations.round.type_signature
-  assert signature.parameter[0].placement is tff.SERVER
-  assert signature.parameter[4].placement is tff.CLIENTS  # client states
-  assert signature.result[0].member.is_equivalent_to(
-    signature.parameter[0].member
-  )
-  client = process.computations.client_work.type_signature
-  assert client.result[1].mask.is_equivalent_to(client.result[0])
 
 
 def test_keep_all_without_gradient_control_is_tffs_fedavg(tff_context):
@@ -153,7 +142,7 @@ def test_keep_all_without_gradient_control_is_tffs_fedavg(tff_context):
 
   # Private predictors: round 1's encoder (every client starts from the
   # same predictor) equals FedAvg's.
-  state, _, outputs = _run(_process(_KEEP_ALL), 1, cohorts)
+  state, _, outputs = _run(_keep_all_process(), 1, cohorts)
   for p, i in enumerate((0, 1, 2, 3)):
     np.testing.assert_allclose(state.encoder[p], expected[0][i], atol=1e-5)
   assert [r.keep_fractions.tolist() for r in outputs[0].reports] == [
@@ -230,6 +219,20 @@ def test_selected_upload_by_hand(tff_context):
     gradient_control=True, selection=True, budget=0.5, min_keep=0.5, episodes=3
   )
   process = _process(options)
+  layout = process.layout
+  # conv kernel, conv bias, hidden kernel, hidden bias | logits kernel, bias.
+  assert layout.encoder == (0, 1, 2, 3)
+  assert layout.predictor == (4, 5)
+  assert layout.channel_of == (0, 0, 1, 1)
+  assert layout.graph.prunable_names == ("conv", "hidden")
+  signature = process.computations.round.type_signature
+  assert signature.parameter[0].placement is tff.SERVER
+  assert signature.parameter[4].placement is tff.CLIENTS  # client states
+  assert signature.result[0].member.is_equivalent_to(
+    signature.parameter[0].member
+  )
+  client_type = process.computations.client_work.type_signature
+  assert client_type.result[1].mask.is_equivalent_to(client_type.result[0])
   state = process.initialize()
   initial = [np.asarray(v) for v in _keras_model().get_weights()]
   client = process.initial_client_state()
@@ -299,7 +302,7 @@ def test_server_update_by_hand(tff_context):
 
 def test_predictor_is_private_and_eq4_trains_it_alone(tff_context):
   del tff_context
-  process = _process(_KEEP_ALL)
+  process = _keep_all_process()
   state, stores, _ = _run(process, 1, [[0, 1]])
   # Each client's predictor is its own Keras SGD result of round 1.
   initial = [np.asarray(v) for v in _keras_model().get_weights()]

@@ -96,9 +96,6 @@ def _run(tmp_path, name, algorithm, augment, model, **executor):
     ("fedavg", "crop_flip", "mlp"),
     ("adaptivefl", "none", "small_cnn"),
     ("scaffold", "none", "mlp"),
-    # SPATL: each client's predictor, control variate and agent come back
-    # by cohort position, and its search draws from its own seed.
-    ("spatl", "none", "mlp"),
   ],
 )
 def test_local_one_worker_and_two_workers_agree(
