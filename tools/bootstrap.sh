@@ -72,10 +72,16 @@ fi
 # --- the venv ----------------------------------------------------------------------------
 # `uv sync --frozen` installs exactly uv.lock (it fails if pyproject.toml and uv.lock
 # disagree instead of re-locking) and is a no-op check when .venv is up to date.
-out="$("${UV[@]}" sync --frozen --extra test --python "$PYTHON" --quiet 2>&1)" || {
+# `--compile-bytecode` writes every installed module's .pyc once: where
+# PYTHONDONTWRITEBYTECODE=1 is set (it is on this project's machines) Python never writes
+# them itself, and every process then recompiles TensorFlow's and TFF's sources on import
+# (measured: `import tensorflow_federated` 21.6 s without the .pyc files, 6.9 s with them;
+# compiling them takes ~25 s once).
+sync=(sync --frozen --extra test --compile-bytecode --python "$PYTHON" --quiet)
+out="$("${UV[@]}" "${sync[@]}" 2>&1)" || {
   status=$?
   echo "$out" >&2
-  die "'${UV[*]} sync --frozen --extra test --python $PYTHON' failed (exit $status) in $REPO_ROOT"
+  die "'${UV[*]} ${sync[*]}' failed (exit $status) in $REPO_ROOT"
 }
 
 [[ -x .venv/bin/python ]] || die "uv sync succeeded but $REPO_ROOT/.venv/bin/python is missing"
