@@ -200,19 +200,20 @@ def test_fedsgc_on_two_workers_agrees_with_local(tmp_path, two_workers):
         alpha=0.3,
         num_clients=6,
         clients_per_round=3,
-        rounds=4,
+        rounds=2,
         local_epochs=2,
         batch_size=5,
         client_lr=0.1,
         sparsity=0.5,
-        # Rounds 1 and 3 readjust (full memory rows), 2 and 4 do not
-        # (packed rows): both kinds merge across the workers.
+        # Round 1 readjusts (full memory rows), round 2 does not (packed
+        # rows): both kinds merge across the workers, and round 2 reads the
+        # memory round 1 stored.
         readjust_every=2,
         readjust_delta_epochs=1,
         readjust_begin_epoch=1,
         seed=1,
-        eval_every=4,
-        checkpoint_every=4,
+        eval_every=2,
+        checkpoint_every=2,
         root_output_dir=str(tmp_path),
         experiment_name=name,
         progress=False,
