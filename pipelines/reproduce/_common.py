@@ -115,6 +115,11 @@ class RunPlan:
     return list(self._runs.values())
 
 
+def slug(text: str) -> str:
+  """A table label as a run name: 'InclusiveFL w/o MD' -> 'inclusivefl_w_o_md'."""
+  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
+
+
 def seed_name(name: str, seed: int) -> str:
   return f"{name}_seed{int(seed)}"
 

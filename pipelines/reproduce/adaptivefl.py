@@ -181,20 +181,16 @@ PAPER_TABLE3 = {
 PAPER_TABLE4 = {"coarse": (80.1, 78.9, 74.27), "fine": (83.14, 81.31, 78.99)}
 
 
-def _slug(text: str) -> str:
-  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
-
-
 def _main_name(label: str, dist: str) -> str:
-  return f"{_slug(label)}_{_slug(dist)}"
+  return f"{_common.slug(label)}_{_common.slug(dist)}"
 
 
 def _proportion_name(label: str, proportion: str) -> str:
-  return f"{_slug(label)}_iid_{proportion.replace(':', '')}"
+  return f"{_common.slug(label)}_iid_{proportion.replace(':', '')}"
 
 
 def _coarse_name(dist: str) -> str:
-  return f"adaptivefl_coarse_{_slug(dist)}"
+  return f"adaptivefl_coarse_{_common.slug(dist)}"
 
 
 def _variant_name(selection: str) -> str:

@@ -156,10 +156,6 @@ SPARSITIES = (0.6, 0.7)
 ALPHAS = (0.1, 0.5, 1.0)
 
 
-def _slug(text: str) -> str:
-  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
-
-
 def _paper(base):
   """The paper's table for the data set (mnist5k is MNIST), or None."""
   key = "mnist" if base.dataset in ("mnist", "mnist5k") else base.dataset
@@ -194,7 +190,7 @@ SWEEPS = collections.OrderedDict(
     "Dirichlet split, first seed",
     [
       (
-        f"{algorithm}_dirichlet_{_slug(str(alpha))}",
+        f"{algorithm}_dirichlet_{_common.slug(str(alpha))}",
         f"{algorithm} alpha={alpha}",
         dict(algorithm=algorithm, partition="dirichlet", alpha=alpha),
       )
@@ -206,7 +202,7 @@ SWEEPS = collections.OrderedDict(
 
 
 def _row_runs(label: str) -> str:
-  return _slug(label)
+  return _common.slug(label)
 
 
 def _rows(base, part):

@@ -203,10 +203,6 @@ DROPS = collections.OrderedDict(
 BETAS = (0.0, 0.2, 0.5, 0.8, 1.0)
 
 
-def _slug(text: str) -> str:
-  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
-
-
 def _proportion_runs():
   """(run name, row label, proportion, changes) of the `proportions` part."""
   runs = []
@@ -223,7 +219,7 @@ def _proportion_runs():
       changes["tier_proportions"] = proportion
       runs.append(
         (
-          f"{_slug(label)}_p{proportion.replace(':', '')}",
+          f"{_common.slug(label)}_p{proportion.replace(':', '')}",
           label,
           proportion,
           changes,
@@ -237,7 +233,7 @@ def _sweep_runs(part):
   if part == "drop":
     return [
       (
-        f"inclusivefl_{_slug(label)}",
+        f"inclusivefl_{_common.slug(label)}",
         f"InclusiveFL {label}",
         dict(algorithm="inclusivefl", inclusivefl_depths=depths),
       )
@@ -245,7 +241,7 @@ def _sweep_runs(part):
     ]
   return [
     (
-      f"inclusivefl_md_only_beta{_slug(str(beta))}",
+      f"inclusivefl_md_only_beta{_common.slug(str(beta))}",
       f"InclusiveFL MD only, beta={beta:g}",
       dict(
         algorithm="inclusivefl",
@@ -285,7 +281,7 @@ def plan_runs(base, parts, seeds=DEFAULT_SEEDS):
     for seed in seeds:
       for label, changes in TABLE_ROWS.items():
         plan.add(
-          _common.seed_name(_slug(label), seed),
+          _common.seed_name(_common.slug(label), seed),
           seed=seed,
           **_with_model(base, changes),
         )
@@ -386,7 +382,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
     lines = []
     table = collections.OrderedDict()
     for label in TABLE_ROWS:
-      runs = _seeded(reports, _slug(label), seeds)
+      runs = _seeded(reports, _common.slug(label), seeds)
       pairs = [best_and_round(r, metric) for r in runs]
       best[label] = [b for b, _ in pairs]
       rounds = [r for _, r in pairs]
@@ -438,7 +434,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
       value = best_and_round(report, metric)[0] if report else math.nan
       by_label.setdefault(label, {})[proportion] = value
     for label, paper in PAPER_TABLE5.items():
-      first = reports.get(_common.seed_name(_slug(label), seeds[0]))
+      first = reports.get(_common.seed_name(_common.slug(label), seeds[0]))
       ours = [best_and_round(first, metric)[0] if first else math.nan] + [
         by_label.get(label, {}).get(p, math.nan) for p in PROPORTIONS
       ]
@@ -509,7 +505,7 @@ def plot(out_dir, reports, parts, seeds=DEFAULT_SEEDS) -> list[str]:
       os.path.join(out_dir, "accuracy_vs_round.png"),
       {
         f"{label} (seed {seeds[0]})": _common.curve(
-          reports[_common.seed_name(_slug(label), seeds[0])], "round"
+          reports[_common.seed_name(_common.slug(label), seeds[0])], "round"
         )
         for label in TABLE_ROWS
       },

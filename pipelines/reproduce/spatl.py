@@ -121,13 +121,9 @@ PAPER_TABLE_II = {
 }
 
 
-def _slug(text: str) -> str:
-  return "".join(c if c.isalnum() else "_" for c in text).strip("_").lower()
-
-
 def _run_name(part: str, label: str) -> str:
   prefix = {"table": "", "ablation": ""}.get(part, f"{part}_")
-  return prefix + _slug(label)
+  return prefix + _common.slug(label)
 
 
 def _seeds_of(part: str, label: str, seeds):
@@ -297,6 +293,10 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
       )
       + "\n"
     )
+  inference = _inference_section(base, reports, parts, seeds)
+  if inference:
+    text, numbers["inference"] = inference
+    md.append(text)
   if "convergence" in parts:
     lines, part_numbers = [], collections.OrderedDict()
     for label in METHODS:
@@ -395,6 +395,47 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
     if run.name in reports
   ]
   return "\n".join(md), results
+
+
+def final_flops_saved(report) -> tuple[float, float]:
+  """The last round's share of the model's MACs the clients' selections
+  saved: (mean over its clients, largest); NaN without selection."""
+  row = report["history"][-1]
+  return (
+    float(row.get("model_flops_saved", math.nan)),
+    float(row.get("model_flops_saved_max", math.nan)),
+  )
+
+
+def _inference_section(base, reports, parts, seeds):
+  """Section V-D (inference acceleration): the compute of each client's
+  selected sub-network at the end, per model; None without SPATL runs."""
+  lines, numbers = [], collections.OrderedDict()
+  for part, model in (("table", base.model), ("second_model", SECOND_MODEL)):
+    if part not in parts:
+      continue
+    runs = _row_reports(reports, part, "SPATL", seeds)
+    if not runs:
+      continue
+    saved = [final_flops_saved(r) for r in runs]
+    mean, largest = [m for m, _ in saved], [x for _, x in saved]
+    numbers[model] = dict(mean=mean, max=largest)
+    lines.append(
+      [model, _common.mean_std_percent(mean), _fmt(100 * max(largest))]
+    )
+  if not lines:
+    return None
+  text = (
+    "## Inference (Section V-D): FLOPs the final round's selections save\n\n"
+    + _common.markdown_table(
+      ["Model", "mean over clients (%)", "largest (%, over seeds)"], lines
+    )
+    + "\nPaper (text of Section V-D): ResNet-32, 10 clients: 29.6 % mean,"
+    " 38.4 % largest; VGG-11: up to 39.7 %. Ours: the whole model's MACs,"
+    " each client's sub-network counted layer by layer"
+    " (`tff_hetero/algorithms/spatl/subnetwork.py`).\n"
+  )
+  return text, numbers
 
 
 def _fewer(text, setting, ours, theirs):

@@ -269,6 +269,11 @@ def test_selected_upload_by_hand(tff_context):
   expected = 2 * (2 * 9 + 2 + 3 * 64 + 3) * 4 + (2 + 3) * 4 + 4
   assert int(report.bytes_up) == expected
   np.testing.assert_allclose(report.keep_fractions, [0.5, 0.5])
+  # The sub-network's MACs: conv 4x4 positions x 3x3 x 1 input x 2 kept;
+  # hidden reads the 2 live channels at 16 positions, keeps 3 units; logits
+  # read those 3 (whole model: 576 + 384 + 18).
+  assert float(report.macs) == 16 * 9 * 2 + 32 * 3 + 3 * 3
+  assert layout.flow.full_macs == 978
   assert int(report.steps) == 3
   assert float(report.evaluated_examples) == 6.0 * 3
 

@@ -90,7 +90,21 @@ def test_tables_count_rounds_and_mib_to_the_target_and_judge_claims():
   reports["spatl_seed0"] = _report([0.7, 0.81], up=500, down=3000)
   reports["spatl_seed1"] = _report([0.85], up=500, down=3000)
   reports["scaffold_seed0"] = _report([0.6, 0.7, 0.8], up=2000, down=6000)
+  # The final round's selections: 30 % / 40 % saved on average, 45 % / 38 %
+  # by the client saving most.
+  for name, mean, largest in (
+    ("spatl_seed0", 0.3, 0.45),
+    ("spatl_seed1", 0.4, 0.38),
+  ):
+    reports[name]["history"][-1].update(
+      model_flops_saved=mean, model_flops_saved_max=largest
+    )
   text, results = reproduce.build_tables(base, reports, ["table"], (0, 1))
+  assert results["inference"] == {
+    base.model: dict(mean=[0.3, 0.4], max=[0.45, 0.38])
+  }
+  # Mean 35.0, sample std 7.1 (sqrt(0.005)); the largest over seeds 45.0.
+  assert f"| {base.model} | 35.0 ± 7.1 | 45.0 |" in text
   spatl = results["table"]["SPATL"]
   assert spatl["rounds_to_target"] == 3.0 and spatl["reached"] == "2/2"
   # Seed 0: 4 rounds x 10 clients x 3500 B; seed 1: 2 rounds.
@@ -153,6 +167,8 @@ def test_tiny_run(tmp_path):
     > results["table"]["FedAvg"]["mib_per_client_round"]
   )
   assert len(results["runs"]) == 5
+  (saved,) = results["inference"]["small_cnn"]["mean"]
+  assert 0.0 < saved < 1.0
   assert "## Claims" in (out_dir / "tables.md").read_text()
   for name in ("local_accuracy_vs_round.png", "client_accuracy.png"):
     assert (out_dir / name).exists()

@@ -61,12 +61,11 @@ def test_spatl_run_resume_and_outputs(tmp_path):
     assert row["accuracy"] == row["local_accuracy"]
     keep = [float(row[f"keep_{layer}"]) for layer in ("conv1", "conv2")]
     assert all(0.25 <= k <= 1.0 for k in keep)
-    # MACs by hand: conv1 3x3x1x16 at 8x8 outputs, conv2 3x3x16x32 at 4x4.
-    macs = [9 * 16 * 64, 9 * 16 * 32 * 16]
-    saved = sum(m * (1 - k) for m, k in zip(macs, keep)) / sum(macs)
-    np.testing.assert_allclose(
-      float(row["encoder_flops_saved"]), saved, rtol=1e-4
-    )
+    # Each client's saving is counted exactly (`spatl_subnetwork_test.py`);
+    # under the default budget (0.7 of the prunable parameters) every
+    # client drops channels, so every client saves some compute.
+    saved = float(row["model_flops_saved"])
+    assert 0.0 < saved <= float(row["model_flops_saved_max"]) < 1.0
     clients = int(row["clients"])
     # Down: the encoder and c_g. Up, by hand from the kept channels: per
     # channel of conv1 (3x3x1 kernel + bias) and conv2 (3x3x16 + bias),

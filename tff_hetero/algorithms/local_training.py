@@ -6,7 +6,9 @@ algorithms (`fedprox.build_proximal_client_update`), FedNova
 (`sparse.client_update.MaskedTraining`, masks applied through `transform`
 and `project`; PruneFL's and GraSP's one-client passes too). FedAvg and
 FedAdam run TFF's own client work, with the same loop;
-`fold_batches`, the loop those clients run `sgd_step` in; and
+`fold_batches`, the loop those clients run `sgd_step` in;
+`corrected_sgd_pass` and `option_two_control_delta`, SCAFFOLD's corrected
+local pass and control-variate update (SCAFFOLD's and SPATL's clients); and
 `zero_all_if_any_non_finite`, how those clients drop a diverged update (as
 TFF's FedAvg client work does).
 
@@ -28,6 +30,7 @@ they keep their own steps (`fedgkt_steps.py`, `split_learning.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Optional
 
@@ -115,6 +118,63 @@ def fold_batches(data: tf.data.Dataset, initial_state, fn):
   for batch in iter(data):
     state = fn(state, batch)
   return state
+
+
+def corrected_sgd_pass(
+  model: tff.learning.models.VariableModel,
+  trainable: Sequence[tf.Variable],
+  optimizer: tff.learning.optimizers.Optimizer,
+  data: tf.data.Dataset,
+  correction: Mapping[int, tf.Tensor],
+):
+  """SCAFFOLD's local pass: SGD over `data` with g_i + correction[i].
+
+  The gradient of trainable variable i is corrected by `correction[i]`
+  (c - c_i for SCAFFOLD, c_g - c_l for SPATL's encoder, Eq. 9); variables
+  without an entry train on their plain gradient. The optimizer starts from
+  its initial state. Call inside a `tf.function`.
+
+  Returns:
+    (examples (int64), steps K (int64), the optimizer's learning rate eta_l
+    (float32)): what `option_two_control_delta` needs.
+  """
+  trainable = list(trainable)
+  optimizer_state = optimizer.initialize(
+    tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  )
+  learning_rate = tf.cast(
+    optimizer.get_hparams(optimizer_state)["learning_rate"], tf.float32
+  )
+
+  def corrected(i, g):
+    return g + correction[i] if i in correction else g
+
+  def step(state, batch):
+    examples, steps, optimizer_state = state
+    optimizer_state, _, count = sgd_step(
+      model, trainable, optimizer, optimizer_state, batch, transform=corrected
+    )
+    return examples + count, steps + 1, optimizer_state
+
+  examples, steps, _ = fold_batches(
+    data,
+    (tf.constant(0, tf.int64), tf.constant(0, tf.int64), optimizer_state),
+    step,
+  )
+  return examples, steps, learning_rate
+
+
+def option_two_control_delta(update, control, steps, learning_rate):
+  """SCAFFOLD's option II, as the change c_i+ - c_i = (x - y) / (K eta_l) - c.
+
+  `update` is x - y (TFF's sign: initial minus trained), `control` is c; a
+  client with K = 0 steps keeps its variate (zero change).
+  """
+  scale = tf.math.divide_no_nan(1.0, tf.cast(steps, tf.float32) * learning_rate)
+  return [
+    tf.where(steps > 0, u * scale - c, tf.zeros_like(c))
+    for u, c in zip(update, control)
+  ]
 
 
 def zero_all_if_any_non_finite(structure):

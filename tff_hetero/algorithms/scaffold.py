@@ -130,43 +130,21 @@ def build_scaffold_client_update(
       check_types=False,
     )
     trainable = tf.nest.flatten(model_weights.trainable)
-    correction = [c - ci for c, ci in zip(control, client_control)]
-    optimizer_state = optimizer.initialize(
-      tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-    )
-    learning_rate = tf.cast(
-      optimizer.get_hparams(optimizer_state)["learning_rate"], tf.float32
-    )
-
-    def reduce_fn(state, batch):
-      examples, steps, optimizer_state = state
-      optimizer_state, _, count = local_training.sgd_step(
-        model,
-        trainable,
-        optimizer,
-        optimizer_state,
-        batch,
-        transform=lambda i, g: g + correction[i],
-      )
-      return examples + count, steps + 1, optimizer_state
-
-    examples, steps, _ = local_training.fold_batches(
+    examples, steps, learning_rate = local_training.corrected_sgd_pass(
+      model,
+      trainable,
+      optimizer,
       data,
-      (tf.constant(0, tf.int64), tf.constant(0, tf.int64), optimizer_state),
-      reduce_fn,
+      {i: c - ci for i, (c, ci) in enumerate(zip(control, client_control))},
     )
     update = [
       x - y
       for x, y in zip(tf.nest.flatten(initial_weights.trainable), trainable)
     ]
-    scale = tf.math.divide_no_nan(
-      1.0, tf.cast(steps, tf.float32) * learning_rate
-    )
     # Option II: c_i+ = c_i - c + (x - y) / (K eta_l); K = 0 keeps c_i.
-    control_delta = [
-      tf.where(steps > 0, u * scale - c, tf.zeros_like(c))
-      for u, c in zip(update, control)
-    ]
+    control_delta = local_training.option_two_control_delta(
+      update, control, steps, learning_rate
+    )
     (update, control_delta), non_finite = (
       local_training.zero_all_if_any_non_finite((update, control_delta))
     )

@@ -52,6 +52,7 @@ from tff_hetero.aggregators import masked
 from tff_hetero.algorithms import cohort_positions
 from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.spatl import agent as agent_lib
+from tff_hetero.algorithms.spatl import subnetwork
 from tff_hetero.errors import ModelError
 
 
@@ -78,12 +79,15 @@ class RoundInfo(NamedTuple):
 class ClientReport(NamedTuple):
   """What a client's round did, measured: bytes of its upload (selected
   channels, their int32 indices, Delta c_l, its weight), the kept fraction of
-  each prunable layer's output channels, the selected sub-network's reward,
-  the agent's mean reward over the episodes, the local SGD steps and the
-  validation examples the search evaluated."""
+  each prunable layer's output channels, the MACs per example of the model
+  its selection leaves (`subnetwork.selected_macs`, float64; 0 without a
+  layer graph), the selected sub-network's reward, the agent's mean reward
+  over the episodes, the local SGD steps and the validation examples the
+  search evaluated."""
 
   bytes_up: Any
   keep_fractions: Any
+  macs: Any
   reward: Any
   mean_reward: Any
   steps: Any
@@ -130,6 +134,8 @@ class SpatlLayout:
       it), or -1: sent whole.
     kernel_positions: Per prunable layer, the encoder position of its kernel.
     graph: The encoder's `agent.LayerGraph` (None without selection).
+    flow: The whole model's `subnetwork.ChannelFlow` for the graph's
+      prunable layers (None without selection).
   """
 
   encoder: tuple[int, ...]
@@ -137,6 +143,7 @@ class SpatlLayout:
   channel_of: tuple[int, ...]
   kernel_positions: tuple[int, ...]
   graph: Any = None
+  flow: Any = None
 
 
 def build_layout(
@@ -175,11 +182,14 @@ def build_layout(
       encoder.append(index)
     else:
       raise ModelError(f"SPATL: layer {name!r} is in neither part")
-  graph = None
+  graph = flow = None
   channel_of = [-1] * len(encoder)
   kernel_positions = []
   if graph_layers is not None:
     graph = agent_lib.layer_graph(keras_model, list(graph_layers))
+    flow = subnetwork.channel_flow(
+      keras_model, graph.prunable_names, graph.followers
+    )
     position = {
       id(keras_model.trainable_weights[i]): p for p, i in enumerate(encoder)
     }
@@ -197,6 +207,7 @@ def build_layout(
     channel_of=tuple(channel_of),
     kernel_positions=tuple(kernel_positions),
     graph=graph,
+    flow=flow,
   )
 
 
@@ -271,29 +282,8 @@ def build_spatl_client_update(
     if options.gradient_control:
       for p, i in enumerate(layout.encoder):
         correction[i] = control[p] - state.control[p]
-    optimizer_state = optimizer.initialize(
-      tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-    )
-    learning_rate = tf.cast(
-      optimizer.get_hparams(optimizer_state)["learning_rate"], tf.float32
-    )
-
-    def reduce_fn(fold_state, batch):
-      examples, steps, optimizer_state = fold_state
-      optimizer_state, _, count = local_training.sgd_step(
-        model,
-        trainable,
-        optimizer,
-        optimizer_state,
-        batch,
-        transform=lambda i, g: g + correction[i] if i in correction else g,
-      )
-      return examples + count, steps + 1, optimizer_state
-
-    examples, steps, _ = local_training.fold_batches(
-      data,
-      (tf.constant(0, tf.int64), tf.constant(0, tf.int64), optimizer_state),
-      reduce_fn,
+    examples, steps, learning_rate = local_training.corrected_sgd_pass(
+      model, trainable, optimizer, data, correction
     )
     trained = [tf.identity(trainable[i]) for i in layout.encoder]
     predictor = [tf.identity(trainable[i]) for i in layout.predictor]
@@ -301,14 +291,10 @@ def build_spatl_client_update(
     # TFF's sign: the update is what the server subtracts.
     update = [w - y for w, y in zip(encoder, trained)]
     if options.gradient_control:
-      scale = tf.math.divide_no_nan(
-        1.0, tf.cast(steps, tf.float32) * learning_rate
-      )
       # Eq. 10 (option II): c_l+ = c_l - c_g + (w_g - w_e) / (K eta).
-      control_delta = [
-        tf.where(steps > 0, u * scale - c, tf.zeros_like(c))
-        for u, c in zip(update, control)
-      ]
+      control_delta = local_training.option_two_control_delta(
+        update, control, steps, learning_rate
+      )
     else:
       control_delta = []
 
@@ -386,6 +372,11 @@ def build_spatl_client_update(
     report = ClientReport(
       bytes_up=bytes_up,
       keep_fractions=keep,
+      macs=(
+        subnetwork.selected_macs(layout.flow, channel)
+        if layout.flow is not None
+        else tf.constant(0.0, tf.float64)
+      ),
       reward=reward,
       mean_reward=mean_reward,
       steps=steps,

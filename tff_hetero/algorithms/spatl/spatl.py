@@ -38,8 +38,13 @@ redone at each evaluation); that predictor is evaluated and not kept. A
 sampled client is evaluated with the predictor of its last round. The
 evaluated encoder is the whole global one: the selection decides what a
 client uploads, and the selected sub-network's accuracy is reported as
-`selection_reward` (the paper's Section V-D evaluates pruned client models
-for inference; not done here).
+`selection_reward`. The paper's inference acceleration (Section V-D, Table
+III: FLOPs of each client's pruned model) is measured each round on the
+sub-network each client's selection leaves, counted layer by layer
+(`subnetwork.py`: a dropped channel also removes what reads it):
+`model_flops_saved` (mean over the round's clients) and
+`model_flops_saved_max`; the pruned models' accuracy is not evaluated
+separately.
 
 Departures, each on purpose:
 
@@ -124,6 +129,7 @@ from tff_hetero.algorithms import learning_process
 from tff_hetero.algorithms import model_fns
 from tff_hetero.algorithms.spatl import agent as agent_lib
 from tff_hetero.algorithms.spatl import computations
+from tff_hetero.algorithms.spatl import subnetwork
 from tff_hetero.errors import ModelError
 from tff_hetero.errors import UsageError
 from tff_hetero.settings import AlgorithmSettings
@@ -468,16 +474,6 @@ class Spatl(api.FederatedAlgorithm):
     ).batch(batch_size)
     graph = process.layout.graph
     self._layers = graph.prunable_names if graph is not None else ()
-    # MACs per example of each prunable layer (the graph keeps log1p).
-    self._macs = (
-      np.expm1(
-        np.asarray(graph.features, np.float64)[np.asarray(graph.prunable)][
-          :, _MACS_COLUMN
-        ]
-      )
-      if graph is not None
-      else np.zeros([0])
-    )
 
   def initialize(self) -> SpatlState:
     return self.process.initialize()
@@ -535,14 +531,14 @@ class Spatl(api.FederatedAlgorithm):
       metrics["agent_mean_reward"] = float(
         np.mean([float(r.mean_reward) for r in output.reports])
       )
-      # The share of the prunable layers' MACs in output channels a client
-      # did not select (mean over the cohort's kept fractions); a lower
-      # bound on the selected sub-network's saving, which also drops the
-      # next layer's inputs from those channels.
-      total = float(np.sum(self._macs))
-      metrics["encoder_flops_saved"] = (
-        float(np.sum(self._macs * (1.0 - keep)) / total) if total else 0.0
-      )
+      # The compute each client's selection saves on the whole model (the
+      # sub-network it leaves, counted layer by layer: `subnetwork`).
+      saved = [
+        subnetwork.saved_fraction(self.process.layout.flow, r.macs)
+        for r in output.reports
+      ]
+      metrics["model_flops_saved"] = float(np.mean(saved))
+      metrics["model_flops_saved_max"] = float(np.max(saved))
       for name, fraction in zip(self._layers, keep):
         metrics[f"keep_{name}"] = float(fraction)
     return api.RoundOutput(
@@ -597,12 +593,6 @@ class Spatl(api.FederatedAlgorithm):
       "spatl_predictor_variables": len(self.process.layout.predictor),
       "spatl_graph_nodes": 0 if graph is None else len(graph.node_names),
     }
-
-
-_MACS_COLUMN = len(agent_lib.OP_KINDS) + agent_lib.NUMERIC_FEATURES.index(
-  "log1p_macs"
-)
-"""The column of `LayerGraph.features` holding log1p(MACs per example)."""
 
 
 def check_flags(config) -> None:
