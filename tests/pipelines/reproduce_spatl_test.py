@@ -38,6 +38,31 @@ def test_plan_covers_every_part_once():
     assert config.local_evaluation and config.val_fraction == 0.2
 
 
+def test_prepared_cifar10_switches_to_the_papers_setting(tmp_path):
+  # Nothing prepared, or a data set asked for: the offline default.
+  assert (
+    reproduce.default_settings(False, str(tmp_path))["dataset"] == "mnist5k"
+  )
+  # A prepared TFDS version directory holds dataset_info.json.
+  (tmp_path / "cifar10" / "3.0.2").mkdir(parents=True)
+  assert (
+    reproduce.default_settings(False, str(tmp_path))["dataset"] == "mnist5k"
+  )
+  (tmp_path / "cifar10" / "3.0.2" / "dataset_info.json").write_text("{}")
+  assert reproduce.default_settings(True, str(tmp_path))["dataset"] == "mnist5k"
+  defaults = reproduce.default_settings(False, str(tmp_path))
+  assert (defaults["dataset"], defaults["model"], defaults["local_epochs"]) == (
+    "cifar10",
+    "resnet20",
+    10,
+  )
+  values = dict(defaults, root_output_dir="/r", experiment_name="x")
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
+
+  runs = reproduce.plan_runs(make_config(**values), ["second_model"], (0,))
+  assert {r.config.model for r in runs} == {"resnet32"}
+
+
 @pytest.mark.parametrize(
   "flags, needle",
   [

@@ -29,6 +29,7 @@ from tff_hetero.data.datasets import DatasetSplits
 from tff_hetero.data.datasets import ImageFolderLoader
 from tff_hetero.data.datasets import TfdsLoader
 from tff_hetero.data.datasets import default_tfds_data_dir
+from tff_hetero.data.datasets import is_prepared
 from tff_hetero.data.datasets import is_text_dataset
 from tff_hetero.data.datasets import load_dataset
 from tff_hetero.data.glue import GlueSplits
@@ -77,6 +78,7 @@ __all__ = [
   "client_id_for",
   "default_tfds_data_dir",
   "epoch_order",
+  "is_prepared",
   "is_text_dataset",
   "load_dataset",
   "make_client_dataset",

@@ -354,13 +354,17 @@ class TfdsLoader:
   tfds_name: str
   transpose_images: bool = False
 
+  def _builder_dir(self, data_dir: str | None) -> str:
+    root = os.path.expanduser(data_dir) if data_dir else default_tfds_data_dir()
+    return os.path.join(root, *self.tfds_name.split("/"))
+
+  def prepared(self, data_dir: str | None) -> bool:
+    """Whether a prepared version is under `data_dir` (module docstring)."""
+    return _prepared_version_dir(self._builder_dir(data_dir)) is not None
+
   def __call__(self, data_dir: str | None, seed: int) -> DatasetSplits:
     del seed  # The official train / test splits are used.
-    if data_dir:
-      root = os.path.expanduser(data_dir)
-    else:
-      root = default_tfds_data_dir()
-    builder_dir = os.path.join(root, *self.tfds_name.split("/"))
+    builder_dir = self._builder_dir(data_dir)
     version_dir = _prepared_version_dir(builder_dir)
     if version_dir is None:
       raise DataError(
@@ -552,6 +556,18 @@ DATASETS: Mapping[str, DatasetLoader] = MappingProxyType(
 def is_text_dataset(name: str) -> bool:
   """Whether data set `name` holds token ids (GLUE) rather than images."""
   return name in GLUE_DATASETS or name in UNSUPPORTED_DATASETS
+
+
+def is_prepared(name: str, data_dir: str | None = None) -> bool:
+  """Whether `load_dataset(name, data_dir)` finds its data without
+  downloading: always for the bundled and generated sets; for the
+  TFDS-backed image sets, a prepared version under `data_dir` (``None``:
+  TFDS's default); other loaders are tried only when loaded (False)."""
+  _checks.check_choice("--dataset", name, DATASETS)
+  loader = DATASETS[name]
+  if isinstance(loader, TfdsLoader):
+    return loader.prepared(data_dir)
+  return name in ("mnist5k", "digits", "synthetic")
 
 
 def load_dataset(
