@@ -159,7 +159,8 @@ _FLAGS = {
     "float",
     "budget",
     _DEFAULTS["budget"],
-    "Largest kept fraction of the encoder's prunable parameters, in (0, 1].",
+    "Fraction of the encoder's prunable parameters kept, in (0, 1]: the"
+    " keep ratios are projected onto it exactly (up or down).",
   ),
   "min_keep": _define(
     "float",

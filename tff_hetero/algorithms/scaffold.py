@@ -45,9 +45,9 @@ Layers (as TFF's `model_delta_client_work.py`):
 1. `build_scaffold_client_update(model_fn, client_weighting)`: a pure
    `tf.function` `client_update(optimizer, initial_weights, control,
    client_control, data)` -> `(ClientResult(update=x - y,
-   update_weight), Delta c_i, c_i+, unfinalized metrics)`, on the local SGD
-   pass shared by every algorithm (`local_training.sgd_step`, the correction
-   added through its `transform`).
+   update_weight), Delta c_i, c_i+, unfinalized metrics)`, on the corrected
+   local pass and option-II update SPATL shares
+   (`local_training.corrected_sgd_pass`, `option_two_control_delta`).
 2. `ScaffoldProcess` traces, with W = `ModelWeights`, T = W.trainable (the
    control variates have T's type), O the server optimizer's state and
    U the model's unfinalized metrics:

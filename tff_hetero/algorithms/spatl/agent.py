@@ -34,9 +34,10 @@ What each piece computes:
 * `project_to_budget`: the paper's size constraint on the selected
   sub-network (Algorithm "RL search": E^ must satisfy the size constraint
   before it is rewarded), as a projection: ratios clipped to [min_ratio, 1]
-  and, if the kept parameters sum(r_i n_i) exceed budget * sum(n_i), all
-  moved toward min_ratio by one common factor so that the sum equals the
-  budget exactly.
+  and moved by one common factor toward min_ratio (kept parameters
+  sum(r_i n_i) above budget * sum(n_i)) or toward 1 (below it) so that the
+  sum equals the budget exactly; `channel_masks` then rounds each ratio to
+  whole channels.
 * `channel_masks`: per prunable layer, the 0/1 mask of its
   max(1, round(r * out)) output channels with the largest L1 norms.
 * `ppo_loss`, `ppo_update`: PPO's clipped surrogate plus a value loss, and

@@ -38,8 +38,9 @@ redone at each evaluation); that predictor is evaluated and not kept. A
 sampled client is evaluated with the predictor of its last round. The
 evaluated encoder is the whole global one: the selection decides what a
 client uploads, and the selected sub-network's accuracy is reported as
-`selection_reward`. The paper's inference acceleration (Section V-D, Table
-III: FLOPs of each client's pruned model) is measured each round on the
+`selection_reward`. The paper's inference acceleration (Section V-D and its
+unnumbered inference table: FLOPs of each client's pruned model) is measured
+each round on the
 sub-network each client's selection leaves, counted layer by layer
 (`subnetwork.py`: a dropped channel also removes what reads it):
 `model_flops_saved` (mean over the round's clients) and
@@ -55,8 +56,11 @@ Departures, each on purpose:
   element instead of |K|.
 * Delta c_l goes up at the selected channels only, like the encoder (the
   paper does not say how it travels; sending it densely would cost every
-  client SCAFFOLD's upload, against the paper's Table I, where SPATL's
-  round costs a client what FedAvg's does). c_g still goes down whole.
+  client SCAFFOLD's upload). c_g still goes down whole, since Eq. 9 needs
+  all of it: a client's download is twice FedAvg's (encoder and c_g), so
+  its round costs more than FedAvg's, unlike the paper's Table I (SPATL
+  2.1 MB per client and round, as FedAvg), which does not say how c_g
+  travels.
 * Eq. 10 divides by K eta with K the client's local steps (SCAFFOLD's
   option II); the paper writes E, the local epochs, which would scale the
   correction by the number of batches per epoch.
@@ -82,14 +86,40 @@ Departures, each on purpose:
   projected onto the size budget (`--spatl_budget`, the fraction of the
   prunable layers' kernel and bias parameters uploaded, met exactly as
   AMC's agents meet theirs, so that the agent shares the budget among the
-  layers; 0.7 is ours, the paper gives none); episodes have one step, so gamma plays no
-  part. The agent's state is the encoder's architecture (the paper's
+  layers; 0.7 is ours, the paper gives none; the ratios meet it exactly,
+  the kept channels then round each ratio to whole channels); episodes
+  have one step, so gamma plays no part. `--spatl_min_keep` 0.1 and
+  `--spatl_episodes` 8 are ours (the official code's smallest ratio is
+  0.2; the paper gives neither). The agent's state is the encoder's architecture (the paper's
   graph), the same for every client and round: the ratios a client's actor
   learns are per client, the channels within a layer follow its trained
   weights. The search runs every round (`--spatl_episodes`, the first
   being the policy's mean); its PPO update only in the first
   `--spatl_finetune_rounds` rounds of the run (global rounds, as the
   paper's "first 10 communication rounds").
+* The actor is a per-layer MLP on [h_i, g] (each prunable node's GCN
+  embedding beside the graph's mean embedding), not Eq. 6's one MLP on g:
+  one output per layer whatever the encoder's depth, so an agent trained on
+  ResNet-56 applies to any encoder (`agent.py`).
+* Dense layers of the encoder are prunable as well as convolutions (the
+  official code prunes Conv2d only): on `mnist_cnn`, the offline default,
+  `fc1` holds most of the encoder; on the registry's `vgg11` the two
+  4096-wide layers dominate the budget.
+* The shipped agent was pre-trained on our ResNet-56 pruning task on the
+  embedded MNIST subset (`pipelines.pretrain_spatl_agent`; the paper's
+  task is on ResNet-56, its data unnamed, presumably CIFAR-10 as in its
+  pruning table): its provenance file gives the data, commit and rewards.
+* The agent's reward and the reported accuracy use the same split, each
+  client's local validation data (the paper's reward is "validation
+  accuracy" and its metric the clients' local validation accuracy; it does
+  not say whether they differ).
+* A sampled client is evaluated with the global encoder and the predictor
+  of its last round, which it trained beside its own local encoder, maybe
+  rounds ago; the paper does not say, and the official code logs the local
+  encoder with its predictor, sampled clients only, right after local
+  training. This can understate SPATL's accuracy under partial sampling.
+* The CLI weights Eq. 12 uniformly (the paper's 1/|K|); the official
+  server weights by data size.
 * Each client's new state (predictor, c_l, actor) comes back to the
   driver with the round's results, as the simulation's client-state store;
   it is not counted as traffic, since in the paper it never leaves the
@@ -161,7 +191,8 @@ class SpatlSettings(AlgorithmSettings):
   spatl_budget: float = setting(
     0.7,
     "Fraction of the encoder's prunable parameters a client uploads (the"
-    " selection's size constraint, met exactly; 1 sends everything).",
+    " selection's size constraint, met exactly by the keep ratios, which"
+    " whole channels then round; 1 sends everything).",
     check=in_interval(0.0, 1.0, closed_low=False, closed_high=True),
   )
   spatl_min_keep: float = setting(
@@ -183,7 +214,7 @@ class SpatlSettings(AlgorithmSettings):
   spatl_agent: str = setting(
     "",
     "The agent: a .npz of tff_hetero.algorithms.spatl.spatl.save_policy;"
-    " default: the shipped agent pre-trained on ResNet-56"
+    " default: the shipped agent pre-trained on ResNet-56 pruning on mnist5k"
     " (pipelines.pretrain_spatl_agent; provenance beside it); 'init': the"
     " seeded initial agent.",
   )

@@ -1,6 +1,6 @@
 """The compute of the sub-network a client's salient selection leaves.
 
-Paper: Yu et al., SPATL, Section V-D and Table III: "when the salient
+Paper: Yu et al., SPATL, Section V-D and its inference table: "when the salient
 parameter selection agent selects salient parameters, it prunes the model as
 well", and the pruned model's FLOPs are reported per client (average and
 largest reduction over the clients).
