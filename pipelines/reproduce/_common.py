@@ -6,7 +6,9 @@ reports fill tables printed beside the paper's numbers. Runs live under
 reproduction continues where it stopped: a run whose report exists and was
 made with the same settings is reused, one with a checkpoint is resumed, any
 other is started afresh (outputs of a run stopped before its first checkpoint
-are moved aside to `<run name>.interrupted[-N]`, not deleted). Several
+are moved aside to `<run name>.interrupted[-N]`, not deleted). A run that
+diverges is a result, not a failure: its `report.json` holds the rows
+before the divergence and `diverged_at_round` (`diverged_report`). Several
 processes may work on one reproduction at once (start the same command once
 per core): each run is locked by the process doing it, the others move on and
 wait for it at the end.
@@ -34,6 +36,7 @@ from absl import flags
 import attrs
 
 from tff_hetero import settings as settings_lib
+from tff_hetero.errors import DivergenceError
 from tff_hetero.errors import UsageError
 from tff_hetero.program import atomic_files
 from tff_hetero.program import configs
@@ -279,6 +282,50 @@ def prepare_run_dir(run_dir: str, log: Callable[[str], None] = print) -> bool:
   return False
 
 
+def _csv_value(text: str):
+  if text == "":
+    return math.nan
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
+def diverged_report(config, message: str) -> dict:
+  """The report of a run that diverged (`DivergenceError`), written as its
+  `report.json`: its settings, the rows it released before the round that
+  diverged, `diverged_at_round` and the message, no final metrics. A
+  diverged run is a result of the method (the paper's SCAFFOLD diverges
+  too), reused as such on the next call (runs are seeded)."""
+  from tff_hetero.program import outputs  # pylint: disable=g-import-not-at-top
+
+  csv_path = os.path.join(config.experiment_dir, outputs.METRICS_CSV)
+  rows = (
+    outputs.read_metrics(config.experiment_dir)
+    if os.path.exists(csv_path)
+    else []
+  )
+  history = [
+    {key: _csv_value(value) for key, value in row.items()} for row in rows
+  ]
+  done = int(history[-1]["round"]) if history else 0
+  report = collections.OrderedDict(
+    config=config.to_json_dict(),
+    history=history,
+    final_metrics={},
+    rounds_completed=done,
+    diverged_at_round=done + 1,
+    diverged=message,
+  )
+  atomic_files.write_text(
+    os.path.join(config.experiment_dir, REPORT_JSON),
+    json.dumps(report, indent=1, allow_nan=True),
+  )
+  return report
+
+
 def _saved_report(run: Run) -> dict | None:
   """The run's report if it is complete with these settings, else None
   (also for a run that ended with these settings at fewer rounds and kept
@@ -291,7 +338,7 @@ def _saved_report(run: Run) -> dict | None:
     report = json.load(f)
   if config.same_results_as(report.get("config") or {}):
     done = report.get("rounds_completed")
-    if done == config.rounds:
+    if done == config.rounds or report.get("diverged_at_round"):
       return report
     if (
       isinstance(done, int)
@@ -355,7 +402,12 @@ def run_all(
       log(f"{tag}: {action} ({config.algorithm}, {config.rounds} rounds)")
       resume = prepare_run_dir(config.experiment_dir, log)
       _record_segment(config.experiment_dir, "resumed" if resume else "started")
-      result = loop.run_experiment(attrs.evolve(config, resume=resume))
+      try:
+        result = loop.run_experiment(attrs.evolve(config, resume=resume))
+      except DivergenceError as error:
+        reports[run.name] = diverged_report(config, str(error))
+        log(f"    {error}: kept as a result (report.json says so)")
+        continue
       reports[run.name] = result.report
       accuracy = result.report["final_metrics"].get("accuracy")
       log(f"    final accuracy {accuracy:.4f}")

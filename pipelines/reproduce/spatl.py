@@ -245,8 +245,17 @@ def best_local(report) -> float:
 
 
 def final_local(report) -> float:
+  """The last evaluation's local accuracy; NaN for a run that diverged."""
   values = [r["local_accuracy"] for r in _evaluated(report)]
-  return values[-1] if values else math.nan
+  if report.get("diverged_at_round") or not values:
+    return math.nan
+  return values[-1]
+
+
+def diverged(runs) -> str:
+  """The rounds at which runs diverged ('round 19, round 23'), or '-'."""
+  rounds = [r["diverged_at_round"] for r in runs if r.get("diverged_at_round")]
+  return ", ".join(f"round {n}" for n in rounds) or "-"
 
 
 def _mean(values):
@@ -310,6 +319,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
         reached=reached,
         mib_per_client_round=per_round,
         best_local_accuracy=best,
+        diverged=diverged(runs),
       )
       paper = PAPER_TABLE_I.get(label)
       lines.append(
@@ -320,6 +330,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
           _fmt(per_round, 3),
           _fmt(mib),
           _common.mean_std_percent(best),
+          diverged(runs),
           f"{paper[0]} / {paper[1]} MB / {paper[2]} GB" if paper else "-",
         ]
       )
@@ -334,6 +345,7 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
           "MiB / client / round",
           "MiB to target",
           "best local acc. (%)",
+          "diverged",
           "paper, ResNet-20 (rounds / per client / total)",
         ],
         lines,
@@ -357,12 +369,15 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
           for r in runs
         ]
       )
-      part_numbers[label] = dict(best=best, final=final, total_mib=total)
+      part_numbers[label] = dict(
+        best=best, final=final, total_mib=total, diverged=diverged(runs)
+      )
       lines.append(
         [
           label,
           _common.mean_std_percent(best),
           _common.mean_std_percent(final),
+          diverged(runs),
           _fmt(total),
           _fmt(PAPER_TABLE_II.get(label, math.nan), 2),
         ]
@@ -375,12 +390,22 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
           "Method",
           "best local acc. (%)",
           "final local acc. (%)",
+          "diverged",
           "MiB in all",
           "paper, ResNet-20 (%)",
         ],
         lines,
       )
       + "\n"
+    )
+  if any(
+    r.get("diverged_at_round") for r in reports.values() if isinstance(r, dict)
+  ):
+    md.append(
+      "A run that diverged (non-finite loss or weights) is kept as a result:"
+      " its best accuracy and rounds to target count the rounds before it;"
+      " its final accuracy is none (the paper's SCAFFOLD diverges too and"
+      " is reported at chance).\n"
     )
   if "ablation" in parts:
     lines = []

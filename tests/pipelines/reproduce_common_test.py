@@ -165,3 +165,34 @@ def test_a_finished_run_is_extended_to_more_rounds_from_its_checkpoint(
   ):
     with pytest.raises(SystemExit, match="other settings"):
       _common._saved_report(_common.Run("r", other))
+
+
+def test_a_diverging_run_is_a_result_kept_and_reused(tmp_path):
+  config = make_config(
+    algorithm="fedavg",
+    dataset="synthetic",
+    model="mlp",
+    num_clients=4,
+    clients_per_round=2,
+    rounds=6,
+    client_lr=1e12,
+    checkpoint_every=1,
+    progress=False,
+    root_output_dir=str(tmp_path),
+    experiment_name="diverges",
+  )
+  run = _common.Run("diverges", config)
+  logged = []
+  (report,) = _common.run_all([run], log=logged.append).values()
+  diverged = report["diverged_at_round"]
+  assert 1 <= diverged <= 6 and report["rounds_completed"] == diverged - 1
+  assert f"round {diverged}: training diverged" in report["diverged"]
+  assert [row["round"] for row in report["history"]] == list(range(1, diverged))
+  assert report["final_metrics"] == {}
+  assert any("kept as a result" in line for line in logged)
+  saved = json.loads((tmp_path / "diverges" / _common.REPORT_JSON).read_text())
+  assert saved["diverged_at_round"] == diverged
+  # Runs are seeded: the next call reuses the result instead of rerunning.
+  logged.clear()
+  assert _common.run_all([run], log=logged.append)["diverges"] == saved
+  assert logged == ["[1/1] diverges: done before, reused"]

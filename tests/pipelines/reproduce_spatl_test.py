@@ -115,6 +115,10 @@ def test_tables_count_rounds_and_mib_to_the_target_and_judge_claims():
   reports["spatl_seed0"] = _report([0.7, 0.81], up=500, down=3000)
   reports["spatl_seed1"] = _report([0.85], up=500, down=3000)
   reports["scaffold_seed0"] = _report([0.6, 0.7, 0.8], up=2000, down=6000)
+  # SCAFFOLD's seed 1 diverged in round 5 (`_common.diverged_report`).
+  reports["scaffold_seed1"] = dict(
+    _report([0.5, 0.6]), diverged_at_round=5, rounds_completed=4
+  )
   # The final round's selections: 30 % / 40 % saved on average, 45 % / 38 %
   # by the client saving most.
   for name, mean, largest in (
@@ -139,6 +143,10 @@ def test_tables_count_rounds_and_mib_to_the_target_and_judge_claims():
   assert spatl["mib_per_client_round"] == pytest.approx(3500 / mib)
   scaffold = results["table"]["SCAFFOLD"]
   assert (scaffold["rounds_to_target"], scaffold["reached"]) == (6.0, "1/2")
+  assert scaffold["diverged"] == "round 5" and spatl["diverged"] == "-"
+  assert math.isnan(reproduce.final_local(reports["scaffold_seed1"]))
+  assert reproduce.final_local(reports["scaffold_seed0"]) == 0.8
+  assert "is kept as a result" in text
   assert math.isnan(results["table"]["FedAvg"]["rounds_to_target"])
   verdicts = {
     (c["claim"], c["setting"]): c["verdict"] for c in results["claims"]
