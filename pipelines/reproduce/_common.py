@@ -338,7 +338,8 @@ def _saved_report(run: Run) -> dict | None:
     report = json.load(f)
   if config.same_results_as(report.get("config") or {}):
     done = report.get("rounds_completed")
-    if done == config.rounds or report.get("diverged_at_round"):
+    diverged = report.get("diverged_at_round")
+    if done == config.rounds or (diverged and diverged <= config.rounds):
       return report
     if (
       isinstance(done, int)
