@@ -186,8 +186,9 @@ def test_no_selection_with_gradient_control_is_scaffold(tff_context):
       np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def _keras_sgd(weights, arrays, batch_size=4):
-  """Independent reference: plain Keras SGD over the client's batches."""
+def _keras_sgd(weights, arrays, batch_size=4, correction=()):
+  """Independent reference: plain Keras SGD over the client's batches, the
+  gradient of variable i plus `correction[i]` where given."""
   model = _keras_model()
   model.set_weights(weights)
   loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -198,9 +199,46 @@ def _keras_sgd(weights, arrays, batch_size=4):
         y[start : start + batch_size], model(x[start : start + batch_size])
       )
     grads = tape.gradient(value, model.trainable_weights)
-    for v, g in zip(model.trainable_weights, grads):
-      v.assign_sub(_LR * g)
+    for i, (v, g) in enumerate(zip(model.trainable_weights, grads)):
+      v.assign_sub(_LR * (g + (correction[i] if i < len(correction) else 0)))
   return [np.asarray(v) for v in model.trainable_weights]
+
+
+def test_damped_correction_by_hand(tff_context):
+  del tff_context
+  # Eq. 9 with the official code's damping s: g + s (c_g - c_l) on the
+  # encoder; Eq. 10 (K = 3 steps) is not damped.
+  scale = 0.25
+  options = computations.SpatlOptions(
+    gradient_control=True, selection=False, control_scale=scale
+  )
+  process = _process(options)
+  state = process.initialize()
+  initial = [np.asarray(v) for v in _keras_model().get_weights()]
+  rng = np.random.default_rng(5)
+  c_g = [rng.normal(size=np.shape(w)).astype(np.float32) for w in initial[:4]]
+  c_l = [rng.normal(size=np.shape(w)).astype(np.float32) for w in initial[:4]]
+  client = process.initial_client_state()._replace(control=c_l)
+  update, _, control_delta, _, new_state, _, _ = (
+    process.computations.client_work(
+      [state.encoder, state.non_trainable, c_g],
+      client,
+      _dataset(_CLIENTS[1]),
+      _dataset(_VALIDATION[1]),
+      spatl.RoundInfo(np.bool_(False), np.array([0, 1], np.int64)),
+    )
+  )
+  trained = _keras_sgd(
+    initial,
+    _CLIENTS[1],
+    correction=[scale * (g - l) for g, l in zip(c_g, c_l)],
+  )
+  for p in range(4):
+    np.testing.assert_allclose(update[p], initial[p] - trained[p], atol=1e-5)
+    delta = (initial[p] - trained[p]) / (3 * _LR) - c_g[p]
+    np.testing.assert_allclose(control_delta[p], delta, atol=1e-4)
+    np.testing.assert_allclose(new_state.control[p], c_l[p] + delta, atol=1e-4)
+  np.testing.assert_allclose(new_state.predictor[0], trained[4], atol=1e-5)
 
 
 def _top_l1(kernel, keep):

@@ -22,8 +22,8 @@ def test_plan_covers_every_part_once():
   runs = reproduce.plan_runs(_base(), list(reproduce.PARTS), seeds=(0, 5))
   names = [r.name for r in runs]
   # Table: 5 x 2 seeds; second model and convergence: 2 x 2 + 3 x 1 each;
-  # ablation: 3.
-  assert len(names) == len(set(names)) == 10 + 7 + 7 + 3
+  # ablation: 4.
+  assert len(names) == len(set(names)) == 10 + 7 + 7 + 4
   assert names[:5] == [
     f"{n}_seed0" for n in ("fedavg", "fednova", "fedprox", "scaffold", "spatl")
   ]
@@ -34,6 +34,8 @@ def test_plan_covers_every_part_once():
   convergence = by_name["convergence_scaffold_seed5"]
   assert (convergence.num_clients, convergence.clients_per_round) == (30, 12)
   assert by_name["spatl_w_o_transfer_seed0"].settings.spatl_transfer is False
+  damped = by_name["spatl_with_correction_x_0_01_seed0"].settings
+  assert damped.spatl_control_scale == 0.01
   for config in by_name.values():
     assert config.local_evaluation and config.val_fraction == 0.2
 

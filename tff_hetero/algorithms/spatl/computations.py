@@ -102,6 +102,9 @@ class SpatlOptions:
   Attributes:
     gradient_control: Eq. 9-11 on the encoder (False: no control variates,
       nothing of them sent).
+    control_scale: s in Eq. 9's corrected gradient g + s (c_g - c_l): 1 is
+      the paper's and SCAFFOLD's; the official code uses 0.01. Eq. 10's
+      update of c_l is not scaled.
     selection: Salient channel selection (False: the whole encoder is sent).
     episodes: Agent episodes per client and round.
     ppo_epochs: PPO epochs of a fine-tuning update (the paper's 20).
@@ -113,6 +116,7 @@ class SpatlOptions:
   """
 
   gradient_control: bool = True
+  control_scale: float = 1.0
   selection: bool = True
   episodes: int = 8
   ppo_epochs: int = 20
@@ -281,7 +285,7 @@ def build_spatl_client_update(
     correction = {}
     if options.gradient_control:
       for p, i in enumerate(layout.encoder):
-        correction[i] = control[p] - state.control[p]
+        correction[i] = options.control_scale * (control[p] - state.control[p])
     examples, steps, learning_rate = local_training.corrected_sgd_pass(
       model, trainable, optimizer, data, correction
     )

@@ -67,8 +67,11 @@ Departures, each on purpose:
 * The official code starts control variates from a random network and
   divides the server variate's change by the sampled clients; here they
   start at zero and Eq. 11's 1/|N| (all clients) is kept, as SCAFFOLD
-  and the paper say. It also damps the correction by 1/100 and "corrects"
-  batch-norm statistics; neither is done here.
+  and the paper say. It also damps the correction by 1/100 (here
+  `--spatl_control_scale`, default 1, the paper's; 0.01 is the official
+  code's) and "corrects" batch-norm statistics (not done here). On the
+  offline reproduction's setting (lr 0.05, Dirichlet 0.1) the undamped
+  correction diverged, as SCAFFOLD did (`pipelines/reproduce/spatl.py`).
 * The official code uploads the dense encoder with pruned channels zeroed
   and averages those zeros in; here only the selected channels are counted
   as sent and the others keep their global value. (Inside the simulation
@@ -187,6 +190,12 @@ class SpatlSettings(AlgorithmSettings):
   )
   spatl_gradient_control: bool = setting(
     True, "SPATL's gradient control on the encoder (Eq. 9-11)."
+  )
+  spatl_control_scale: float = setting(
+    1.0,
+    "s in Eq. 9's corrected gradient g + s (c_g - c_l): 1 is the paper's"
+    " (and SCAFFOLD's); the official code damps the correction with 0.01.",
+    check=in_interval(0.0, 1.0, closed_low=False, closed_high=True),
   )
   spatl_budget: float = setting(
     0.7,
@@ -662,6 +671,7 @@ def build_spatl(config, task: api.Task, client_ids=()) -> Spatl:
     total_clients=len(client_ids) or config.num_clients,
     options=SpatlOptions(
       gradient_control=s.spatl_gradient_control,
+      control_scale=s.spatl_control_scale,
       selection=s.spatl_selection,
       episodes=s.spatl_episodes,
       ppo_epochs=s.spatl_ppo_epochs,
