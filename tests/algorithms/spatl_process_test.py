@@ -294,11 +294,13 @@ def test_selected_upload_by_hand(tff_context):
     )
   assert float(weight.weight) == 12.0
   # Eq. 10 with zero controls: Delta c = (w_g - w_e) / (K eta), K = 3; the
-  # client keeps all of it and sends its selected channels.
+  # client sends its selected channels and its c_l changes by just those.
   for p in range(4):
     delta = (initial[p] - trained[p]) / (3 * _LR)
-    np.testing.assert_allclose(new_state.control[p], delta, atol=1e-4)
     np.testing.assert_allclose(control_delta[p], delta * masks[p], atol=1e-4)
+    np.testing.assert_allclose(
+      new_state.control[p], delta * masks[p], atol=1e-4
+    )
   np.testing.assert_allclose(new_state.predictor[0], trained[4], atol=1e-5)
   # Bytes: conv kernel 2 of 4 channels x 9 values, conv bias 2 values,
   # hidden kernel 3 of 6 channels x 64 values, hidden bias 3, each float32,

@@ -354,9 +354,10 @@ def build_spatl_client_update(
     if non_finite > 0 or steps == 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()
-    # c_l keeps the whole Delta c; only its selected channels travel.
-    new_control = [c + d for c, d in zip(state.control, control_delta)]
+    # Only the selected channels of Delta c travel, and c_l changes by what
+    # it sends: c_g stays the mean of the clients' c_l (spatl.py).
     sent_control = [d * m for d, m in zip(control_delta, masks)]
+    new_control = [c + d for c, d in zip(state.control, sent_control)]
     sent_channels = [None if p < 0 else channel[p] for p in layout.channel_of]
     groups = list(layout.channel_of)
     bytes_up = (

@@ -23,7 +23,7 @@ A round (Figure 1, Algorithm 2 of the paper):
 4. It uploads the selected channels of its new encoder and of Delta c_l,
    one int32 index per selected channel (a layer's kernel, bias and batch
    norm share it), its model's non-trainable variables (batch-norm
-   statistics) and its weight; it keeps the whole c_l+.
+   statistics) and its weight; c_l changes by the Delta c_l it sent.
 5. The server moves the global encoder toward the clients' values at the
    uploaded indices (Eq. 12): w_g <- w_g + eta * (1/|K|) sum_k (w^k - w_g),
    each client counting only where it uploaded; c_g <- c_g + (1/|N|)
@@ -56,7 +56,15 @@ Departures, each on purpose:
   element instead of |K|.
 * Delta c_l goes up at the selected channels only, like the encoder (the
   paper does not say how it travels; sending it densely would cost every
-  client SCAFFOLD's upload). c_g still goes down whole, since Eq. 9 needs
+  client SCAFFOLD's upload), and c_l changes by what was sent, not by the
+  whole Delta c_l of Eq. 10: SCAFFOLD's correction c_g - c_l needs c_g to
+  stay the mean of the clients' c_l (Eq. 11 over N clients, zero starts),
+  which holds only if each c_l changes by what reaches the server. Measured
+  when each client kept its whole Delta c_l (at 7dccc93, offline
+  reproduction setting): SPATL diverged at rounds 31 and 43 (seeds 0, 1),
+  and without transfer at 27, while SPATL without selection (Delta c_l
+  sent whole) and without gradient control did not (seed 0). c_g still
+  goes down whole, since Eq. 9 needs
   all of it: a client's download is twice FedAvg's (encoder and c_g), so
   its round costs more than FedAvg's, unlike the paper's Table I (SPATL
   2.1 MB per client and round, as FedAvg), which does not say how c_g
