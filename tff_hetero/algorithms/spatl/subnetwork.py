@@ -247,6 +247,61 @@ def _fraction(live, channels: int):
   return tf.reduce_sum(live) / float(channels)
 
 
+def _ones(step: FlowStep):
+  return tf.ones([step.channels], tf.float64)
+
+
+def _linear(step, inputs, masks):
+  out = masks[step.prunable] if step.prunable >= 0 else _ones(step)
+  share = _fraction(inputs[0], step.in_channels) * _fraction(out, step.channels)
+  return (_ones(step) if step.dead_out_live else out), share
+
+
+def _depthwise(step, inputs, masks):
+  del masks
+  out = tf.repeat(inputs[0], step.repeat)
+  share = _fraction(out, step.channels)
+  return (_ones(step) if step.dead_out_live else out), share
+
+
+def _shortcut(step, inputs, masks):
+  del masks
+  out = inputs[0][: step.channels]
+  if step.in_channels < step.channels:
+    padding = tf.zeros([step.channels - step.in_channels], tf.float64)
+    out = tf.concat([out, padding], 0)
+  return out, 1.0
+
+
+# rule -> (step, its inputs' live channels, masks) -> (live outputs, the
+# share of the call's MACs the sub-network keeps).
+_EVALUATE = {
+  "source": lambda step, inputs, masks: (_ones(step), 1.0),
+  "linear": _linear,
+  "depthwise": _depthwise,
+  "follower_norm": lambda step, inputs, masks: (
+    inputs[0],
+    _fraction(inputs[0], step.channels),
+  ),
+  "same": lambda step, inputs, masks: (inputs[0], 1.0),
+  "union": lambda step, inputs, masks: (
+    tf.reduce_max(tf.stack(inputs), 0),
+    1.0,
+  ),
+  "intersection": lambda step, inputs, masks: (
+    tf.reduce_min(tf.stack(inputs), 0),
+    1.0,
+  ),
+  "concat": lambda step, inputs, masks: (tf.concat(inputs, 0), 1.0),
+  "flatten": lambda step, inputs, masks: (
+    tf.tile(inputs[0], [step.repeat]),
+    1.0,
+  ),
+  "shortcut": _shortcut,
+}
+assert set(_EVALUATE) == set(RULES)
+
+
 def selected_macs(flow: ChannelFlow, channel_masks: Sequence[Any]):
   """float64 MACs per example of the sub-network `channel_masks` (one 0/1
   vector per prunable layer, its output channels) leaves."""
@@ -254,41 +309,11 @@ def selected_macs(flow: ChannelFlow, channel_masks: Sequence[Any]):
   live: list[Any] = []
   total = tf.constant(0.0, tf.float64)
   for step in flow.steps:
-    inputs = [live[p] for p in step.parents]
-    ones = tf.ones([step.channels], tf.float64)
-    cost = tf.constant(float(step.macs), tf.float64)
-    if step.rule == "linear":
-      out = masks[step.prunable] if step.prunable >= 0 else ones
-      cost *= _fraction(inputs[0], step.in_channels) * _fraction(
-        out, step.channels
-      )
-      out = ones if step.dead_out_live else out
-    elif step.rule == "depthwise":
-      out = tf.repeat(inputs[0], step.repeat)
-      cost *= _fraction(out, step.channels)
-      out = ones if step.dead_out_live else out
-    elif step.rule == "follower_norm":
-      out = inputs[0]
-      cost *= _fraction(out, step.channels)
-    elif step.rule == "same":
-      out = inputs[0]
-    elif step.rule == "union":
-      out = tf.reduce_max(tf.stack(inputs), 0)
-    elif step.rule == "intersection":
-      out = tf.reduce_min(tf.stack(inputs), 0)
-    elif step.rule == "concat":
-      out = tf.concat(inputs, 0)
-    elif step.rule == "flatten":
-      out = tf.tile(inputs[0], [step.repeat])
-    elif step.rule == "shortcut":
-      out = inputs[0][: step.channels]
-      if step.in_channels < step.channels:
-        padding = tf.zeros([step.channels - step.in_channels], tf.float64)
-        out = tf.concat([out, padding], 0)
-    else:
-      out = ones
+    out, share = _EVALUATE[step.rule](
+      step, [live[p] for p in step.parents], masks
+    )
     live.append(out)
-    total += cost
+    total += tf.constant(float(step.macs), tf.float64) * share
   return total
 
 
