@@ -1,21 +1,36 @@
 r"""Serve a TFF worker on this host for `--executor=remote --workers=...`.
 
-    python -m pipelines.worker --port=8000
+    python -m pipelines.worker --port=8101                 # loopback only
+    python -m pipelines.worker --listen_address=0.0.0.0 --port=8101 \
+        --tls_cert=worker.pem --tls_key=worker.key --tls_ca=ca.pem
+    python -m pipelines.worker --probe=host:8101 [--tls_...]  # readiness
 
-Starts TFF's `worker_binary` on `[::]:PORT`, waits until it answers, prints
+Starts TFF's `worker_binary` in a network namespace of its own, where no
+other host or process can reach it (the binary itself always binds every
+interface), and serves it through our gRPC front (`tff_hetero.runtime.front`)
+on `--listen_address:--port`, which defaults to loopback. Then prints
 
-    TFF worker ready on [::]:8000 (pid 12345)
+    TFF worker ready on 127.0.0.1:8101 (plaintext; worker pid 12345)
 
 and keeps serving until SIGINT (Ctrl-C), SIGTERM or SIGHUP, on which it stops
 the worker and exits 0. (Like any Python program it keeps SIGINT ignored if it
 was started with SIGINT ignored, e.g. as `cmd &` from a non-interactive shell;
-stop such a launcher with SIGTERM.) The worker dies with this process even if it is
-SIGKILLed. Exit status 2 with a one-line error if the port is busy or the
-worker cannot start; 1 if the worker dies on its own while serving.
+stop such a launcher with SIGTERM.) The worker dies with this process even if
+it is SIGKILLed. One line on stderr per computation result a driver fetches,
+with its duration.
 
-Security: the worker accepts unauthenticated, unencrypted gRPC from anyone who
-can reach the port and runs whatever TensorFlow graphs it is sent, as this
-user. Expose it only on a trusted network.
+Security (README "Security"): a worker runs whatever TensorFlow graph an
+accepted driver sends, as this user; TensorFlow is not a sandbox. A
+non-loopback `--listen_address` needs mutual TLS (`--tls_cert`, `--tls_key`,
+`--tls_ca`: drivers must present a certificate signed by that CA) unless
+`--insecure` is given. Isolating the binary needs root, CAP_SYS_ADMIN or
+unprivileged user namespaces; without them the worker does not start unless
+`--insecure` is given, and then its binary also listens on every interface
+(said on stderr).
+
+Exit status 2 with a one-line error for bad flags, a busy port or a worker
+that cannot start; 1 if the worker dies on its own while serving, or if
+`--probe` finds no ready worker.
 """
 
 from __future__ import annotations
@@ -29,6 +44,36 @@ from absl import flags
 # lines on stderr), which a launcher of `worker_binary` does not need.
 
 _PORT = flags.DEFINE_integer("port", None, "TCP port to serve on (1-65535).")
+_LISTEN_ADDRESS = flags.DEFINE_string(
+  "listen_address",
+  "127.0.0.1",
+  "Interface address to serve on. Anything but loopback needs --tls_cert,"
+  " --tls_key and --tls_ca, or --insecure.",
+)
+_TLS_CERT = flags.DEFINE_string(
+  "tls_cert", "", "PEM certificate (chain) this worker presents."
+)
+_TLS_KEY = flags.DEFINE_string("tls_key", "", "PEM private key of --tls_cert.")
+_TLS_CA = flags.DEFINE_string(
+  "tls_ca",
+  "",
+  "PEM CA certificate(s): drivers must present a certificate signed by it.",
+)
+_INSECURE = flags.DEFINE_bool(
+  "insecure",
+  False,
+  "Allow plaintext on a non-loopback --listen_address, and a worker binary"
+  " this host cannot isolate.",
+)
+_PROBE = flags.DEFINE_string(
+  "probe",
+  "",
+  "host:port of a worker to probe instead of serving: exit 0 and one line if"
+  " it is ready, 1 and a one-line reason if not (--tls_* as for a driver).",
+)
+_PROBE_TIMEOUT = flags.DEFINE_float(
+  "probe_timeout_s", 5.0, "Seconds --probe waits for an answer."
+)
 _MAX_MESSAGE_MB = flags.DEFINE_integer(
   "max_message_mb",
   2000,
@@ -72,9 +117,89 @@ class _cli:  # pylint: disable=invalid-name
     app.run(main_fn, flags_parser=_cli.parse_flags_or_fail)
 
 
+def _is_loopback(address: str) -> bool:
+  import ipaddress  # pylint: disable=g-import-not-at-top
+
+  if address == "localhost":
+    return True
+  try:
+    return ipaddress.ip_address(address).is_loopback
+  except ValueError:
+    return False
+
+
+def _tls_or_fail():
+  from tff_hetero.runtime import tls  # pylint: disable=g-import-not-at-top
+
+  try:
+    return tls.TlsConfig.from_flags(
+      _TLS_CERT.value, _TLS_KEY.value, _TLS_CA.value
+    )
+  except ValueError as e:
+    _cli.fail(str(e))
+  return None  # Unreachable.
+
+
+def _probe(address: str) -> None:
+  from tff_hetero.runtime import WorkerUnavailableError  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import front  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import parse_address  # pylint: disable=g-import-not-at-top
+
+  try:
+    parse_address(address)
+  except ValueError as e:
+    _cli.fail(str(e).replace("--workers", "--probe"))
+  if _PROBE_TIMEOUT.value <= 0:
+    _cli.fail("--probe_timeout_s must be > 0")
+  tls = _tls_or_fail()
+  try:
+    print(front.probe(address, _PROBE_TIMEOUT.value, tls), flush=True)
+  except WorkerUnavailableError as e:
+    _cli.fail(str(e), 1)
+  sys.exit(0)
+
+
+def _start_worker(runtime, insecure: bool):
+  """The worker in a private network; with `insecure`, on every interface
+  when this host cannot isolate it."""
+  kwargs = dict(
+    max_message_mb=_MAX_MESSAGE_MB.value,
+    max_concurrent_computation_calls=_MAX_CONCURRENT.value,
+    log_path=_LOG_FILE.value or None,
+  )
+  worker = runtime.WorkerProcess(private_network=True, **kwargs)
+  try:
+    worker.start()
+    worker.wait_ready(_READY_TIMEOUT.value)
+    return worker
+  except runtime.WorkerStartError as e:
+    worker.stop()
+    if "network namespace" not in str(e) or not insecure:
+      if "network namespace" in str(e):
+        _cli.fail(f"{e}; pass --insecure to run it on every interface anyway")
+      _cli.fail(str(e))
+    print(f"warning: {e}", file=sys.stderr, flush=True)
+  worker = runtime.WorkerProcess(**kwargs)
+  try:
+    worker.start()
+    worker.wait_ready(_READY_TIMEOUT.value)
+  except runtime.WorkerStartError as e:
+    worker.stop()
+    _cli.fail(str(e))
+  print(
+    f"warning: the TFF worker binary also listens on [::]:{worker.port}"
+    " (every interface, plaintext, no authentication)",
+    file=sys.stderr,
+    flush=True,
+  )
+  return worker
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  if _PROBE.value:
+    _probe(_PROBE.value)
   port = _PORT.value
   if port is None:
     _cli.fail("--port is required")
@@ -86,32 +211,55 @@ def main(argv: list[str]) -> None:
     )
   if _READY_TIMEOUT.value <= 0:
     _cli.fail("--ready_timeout_s must be > 0")
+  listen = _LISTEN_ADDRESS.value.strip().strip("[]")
+  if not listen:
+    _cli.fail("--listen_address must not be empty")
+  tls = _tls_or_fail()
+  if tls is None and not _is_loopback(listen) and not _INSECURE.value:
+    _cli.fail(
+      f"--listen_address={listen} is not loopback: serving it needs mutual"
+      " TLS (--tls_cert, --tls_key, --tls_ca), or --insecure to serve"
+      " plaintext to the network anyway"
+    )
 
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import front as front_lib  # pylint: disable=g-import-not-at-top
 
-  worker = runtime.WorkerProcess(
-    port,
-    max_message_mb=_MAX_MESSAGE_MB.value,
-    max_concurrent_computation_calls=_MAX_CONCURRENT.value,
-    log_path=_LOG_FILE.value or None,
-  )
+  if not runtime.port_is_free(port):
+    _cli.fail(f"port {port} is already in use; cannot start a TFF worker on it")
+  worker = None
+  front = None
   try:
     with runtime.handle_termination():
+      worker = _start_worker(runtime, _INSECURE.value)
+      front = front_lib.WorkerFront(
+        worker.address,
+        listen_address=listen,
+        port=port,
+        tls=tls,
+        max_message_mb=_MAX_MESSAGE_MB.value,
+      )
       try:
-        worker.start()
-        worker.wait_ready(_READY_TIMEOUT.value)
-      except runtime.WorkerStartError as e:
+        front.start()
+      except runtime.PortInUseError as e:
         _cli.fail(str(e))
-      print(f"TFF worker ready on [::]:{port} (pid {worker.pid})", flush=True)
+      mode = "mutual TLS" if tls else "plaintext"
+      print(
+        f"TFF worker ready on {front.bind_address} ({mode}; worker pid"
+        f" {worker.pid})",
+        flush=True,
+      )
       while worker.is_running():
         time.sleep(0.5)
       code = worker.returncode
       _cli.fail(f"TFF worker on port {port} exited on its own (code {code})", 1)
   except (KeyboardInterrupt, runtime.Terminated):
-    worker.stop()
     sys.exit(0)
   finally:
-    worker.stop()
+    if front is not None:
+      front.stop()
+    if worker is not None:
+      worker.stop()
 
 
 if __name__ == "__main__":

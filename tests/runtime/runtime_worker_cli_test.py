@@ -32,7 +32,7 @@ def _start(*args):
 
 def _ready_pid(proc, port):
   line = proc.stdout.readline().strip()
-  prefix = f"TFF worker ready on [::]:{port} (pid "
+  prefix = f"TFF worker ready on 127.0.0.1:{port} (plaintext; worker pid "
   assert line.startswith(prefix), (line, proc.stderr.read())
   return int(line[len(prefix) :].rstrip(")"))
 

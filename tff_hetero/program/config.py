@@ -39,6 +39,9 @@ RESUMABLE_SETTINGS = frozenset(
     "executor",
     "workers",
     "worker_timeout_s",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
     "root_output_dir",
     "progress",
     "checkpoint_every",
@@ -155,6 +158,15 @@ class ExperimentConfig:
   )
   worker_timeout_s: float = setting(
     60.0, "Seconds to wait for an unreachable or dead worker before failing."
+  )
+  tls_cert: str = setting(
+    "",
+    "PEM certificate this driver presents to its workers (mutual TLS, with"
+    " --tls_key and --tls_ca; --executor=remote).",
+  )
+  tls_key: str = setting("", "PEM private key of --tls_cert.")
+  tls_ca: str = setting(
+    "", "PEM CA certificate(s) that signed the workers' certificates."
   )
   # Device tiers, as the flag strings `tff_hetero.devices.parse_tiers` reads.
   tiers: str = setting(
@@ -335,7 +347,24 @@ class ExperimentConfig:
         raise UsageError(
           "--workers", f"port {port} of {address!r} is not in 1..65535"
         )
+    if (self.tls_cert or self.tls_key or self.tls_ca) and not self.workers:
+      raise UsageError(
+        "--tls_cert", "mutual TLS is for --executor=remote --workers=..."
+      )
+    self.tls()  # Checks the files.
     return self
+
+  def tls(self):
+    """The driver's `runtime.tls.TlsConfig`, or None without the flags."""
+    from tff_hetero.runtime import tls as tls_lib  # pylint: disable=g-import-not-at-top
+
+    try:
+      return tls_lib.TlsConfig.from_flags(
+        self.tls_cert, self.tls_key, self.tls_ca
+      )
+    except ValueError as e:
+      flag, _, message = str(e).partition(": ")
+      raise UsageError(flag, message) from None
 
 
 def _one_of(flag: str, value: str, accepted) -> None:

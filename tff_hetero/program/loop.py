@@ -440,8 +440,12 @@ def run_experiment(
   sampler = CohortSampler(config.seed)
   client_template = algorithm.initial_client_state()
 
+  tls = config.tls()
   with runtime.execution_context(
-    config.executor, config.workers, config.worker_timeout_s
+    config.executor,
+    config.workers,
+    config.worker_timeout_s,
+    **({"tls": tls} if tls else {}),
   ):
     start = _restore(config, checkpoints, algorithm, client_template, sampler)
     server_state = start.server_state

@@ -1,10 +1,18 @@
 """Exec a program that will receive a signal when its parent dies.
 
-    python -I -S _pdeathsig_exec.py PARENT_PID SIGNUM PROGRAM [ARGS...]
+    python -I -S _pdeathsig_exec.py PARENT_PID SIGNUM [--private-network] \
+        PROGRAM [ARGS...]
 
 Sets `prctl(PR_SET_PDEATHSIG, SIGNUM)` (kept across `execv`), exits with
 status 1 if the parent is no longer PARENT_PID (it died before the prctl, so
 the signal would never come), then replaces itself with PROGRAM.
+
+With `--private-network` it first moves itself into a network namespace of
+its own whose only interface is loopback (brought up here), so that PROGRAM
+can be reached from nowhere but that namespace (`netns.py` bridges into it).
+`unshare(CLONE_NEWNET)` needs CAP_SYS_ADMIN; without it the helper tries a
+user namespace as well (unprivileged user namespaces), and exits with status
+3 and a one-line reason on stderr when neither is allowed.
 
 Why a helper process instead of `subprocess.Popen(preexec_fn=...)`: a
 `preexec_fn` makes Python use `fork()`, which runs gRPC's `pthread_atfork`
@@ -16,20 +24,60 @@ Standard library only, run with `-I -S`: about 10 ms.
 """
 
 import ctypes
+import fcntl
 import os
+import socket
+import struct
 import sys
 
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sH22x"  # struct ifreq: name, then ifr_flags in the union.
+PRIVATE_NETWORK_FAILED = 3
+
+
+def _enter_private_network(libc) -> str:
+  """Unshares the network namespace and brings loopback up; '' on success,
+  else the reason."""
+  if libc.unshare(_CLONE_NEWNET) != 0:
+    first = os.strerror(ctypes.get_errno())
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+      second = os.strerror(ctypes.get_errno())
+      return (
+        f"unshare(CLONE_NEWNET) failed ({first}) and so did a user"
+        f" namespace ({second})"
+      )
+  try:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+      request = struct.pack(_IFREQ, b"lo", 0)
+      flags = struct.unpack(_IFREQ, fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+      fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+  except OSError as e:
+    return f"cannot bring loopback up in the new namespace ({e.strerror})"
+  return ""
 
 
 def main(argv):
+  private = len(argv) > 3 and argv[3] == "--private-network"
+  if private:
+    argv = argv[:3] + argv[4:]
   if len(argv) < 4:
     sys.stderr.write(
-      "usage: _pdeathsig_exec.py PARENT_PID SIGNUM PROGRAM ...\n"
+      "usage: _pdeathsig_exec.py PARENT_PID SIGNUM [--private-network]"
+      " PROGRAM ...\n"
     )
     return 2
   parent_pid, signum, program = int(argv[1]), int(argv[2]), argv[3]
   libc = ctypes.CDLL(None, use_errno=True)
+  if private:
+    reason = _enter_private_network(libc)
+    if reason:
+      sys.stderr.write(f"cannot isolate the TFF worker: {reason}\n")
+      return PRIVATE_NETWORK_FAILED
   if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
     errno = ctypes.get_errno()
     sys.stderr.write(f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}\n")

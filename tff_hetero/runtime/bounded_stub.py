@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+import os
 import threading
 import time
 from typing import Optional
@@ -59,6 +60,8 @@ from absl import logging
 import grpc
 
 from tff_hetero.runtime import workers as workers_lib
+from tff_hetero.runtime.tls import TlsConfig
+from tff_hetero.runtime.tls import secure_or_insecure_channel
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import WorkerUnavailableError
 
@@ -97,8 +100,16 @@ def _one_line(text: object, limit: int = 240) -> str:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-  """Splits 'host:port' (or '[v6addr]:port') and validates the port."""
+  """Splits 'host:port' (or '[v6addr]:port') and validates the port.
+  'unix:/absolute/path' (a worker on this host in a private network,
+  `WorkerProcess(private_network=True)`) gives (address, 0)."""
   text = str(address).strip()
+  if text.startswith("unix:"):
+    if not os.path.isabs(text[len("unix:") :]):
+      raise ValueError(
+        f"--workers: expected unix:/absolute/path, got {address!r}"
+      )
+    return text, 0
   host, sep, port_text = text.rpartition(":")
   if not sep or not host or not port_text.isdigit():
     raise ValueError(f"--workers: expected host:port, got {address!r}")
@@ -122,10 +133,10 @@ def parse_address(address: str) -> tuple[str, int]:
 class _Probe:
   """A fresh gRPC connection attempt to `address` (own subchannel)."""
 
-  def __init__(self, address: str):
+  def __init__(self, address: str, tls: Optional[TlsConfig] = None):
     self.started = time.monotonic()
-    self._channel = grpc.insecure_channel(
-      address, options=_PROBE_CHANNEL_OPTIONS
+    self._channel = secure_or_insecure_channel(
+      address, _PROBE_CHANNEL_OPTIONS, tls
     )
     self._future = grpc.channel_ready_future(self._channel)
 
@@ -145,34 +156,55 @@ class _Probe:
     except grpc.FutureTimeoutError:
       return False
 
+  def reason(self) -> str:
+    """gRPC's reason the connection is not up (refused, TLS handshake
+    failed, ...), from one fail-fast call; '' if it gives none."""
+    try:
+      self._channel.unary_unary("/tff_hetero.Probe/Reason")(
+        b"", timeout=1.0, wait_for_ready=False
+      )
+    except grpc.RpcError as e:
+      if e.code() == grpc.StatusCode.UNAVAILABLE:
+        return _one_line(e.details() or "")
+    return ""
+
   def close(self):
     self._future.cancel()
     workers_lib.close_channel(self._channel)
 
 
 def check_workers(
-  addresses: Sequence[str], timeout_s: float, *, flag_name: str = "--workers"
+  addresses: Sequence[str],
+  timeout_s: float,
+  *,
+  flag_name: str = "--workers",
+  tls: Optional[TlsConfig] = None,
 ) -> None:
   """Raises `WorkerUnavailableError` unless every address accepts a gRPC
-  connection within `timeout_s` (all probed in parallel). One-line message:
-  `--workers: cannot reach TFF worker at host:port within Ns`."""
+  connection (with `tls`: a mutual-TLS handshake) within `timeout_s`, all
+  probed in parallel. One-line message: `--workers: cannot reach TFF worker
+  at host:port within Ns (gRPC's reason)`."""
   for address in addresses:
     parse_address(address)
-  probes = [(address, _Probe(address)) for address in addresses]
+  probes = [(address, _Probe(address, tls)) for address in addresses]
   deadline = time.monotonic() + timeout_s
   failed = []
   try:
     for address, probe in probes:
       if not probe.wait(deadline - time.monotonic()):
-        failed.append(address)
+        failed.append((address, probe.reason()))
   finally:
     for _, probe in probes:
       probe.close()
   if failed:
     noun = "worker" if len(failed) == 1 else "workers"
+    reasons = "; ".join(r for _, r in failed if r)
+    if tls is None and "Socket closed" in reasons:
+      reasons += " (a worker serving TLS closes plaintext connections: pass --tls_cert, --tls_key and --tls_ca)"
     raise WorkerUnavailableError(
-      f"{flag_name}: cannot reach TFF {noun} at {', '.join(failed)} within"
-      f" {timeout_s:g}s"
+      f"{flag_name}: cannot reach TFF {noun} at"
+      f" {', '.join(a for a, _ in failed)} within {timeout_s:g}s"
+      + (f" ({reasons})" if reasons else "")
     )
 
 
@@ -206,6 +238,7 @@ def _make_bounded_stub_class():
       worker_timeout_s: float,
       max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
       probe_interval_s: Optional[float] = None,
+      tls: Optional[TlsConfig] = None,
     ):
       parse_address(address)
       if worker_timeout_s <= 0:
@@ -219,10 +252,12 @@ def _make_bounded_stub_class():
         if probe_interval_s is None
         else float(probe_interval_s)
       )
-      self._channel = grpc.insecure_channel(
+      self._tls = tls
+      self._channel = secure_or_insecure_channel(
         address,
-        options=workers_lib.grpc_channel_options(max_message_mb)
+        workers_lib.grpc_channel_options(max_message_mb)
         + _MAIN_CHANNEL_EXTRA_OPTIONS,
+        tls,
       )
       self._stub = executor_pb2_grpc.ExecutorGroupStub(self._channel)
       self._closed = threading.Event()
@@ -327,7 +362,7 @@ def _make_bounded_stub_class():
             if not probes or (
               now - probes[-1].started >= 2 * self._probe_interval_s
             ):
-              probes.append(_Probe(self._address))
+              probes.append(_Probe(self._address, self._tls))
               if len(probes) > 2:
                 probes.pop(0).close()
       finally:

@@ -58,6 +58,7 @@ from tff_hetero.runtime import workers as workers_lib
 from tff_hetero.runtime.bounded_stub import DEFAULT_WORKER_TIMEOUT_S
 from tff_hetero.runtime.bounded_stub import BoundedExecutorStub
 from tff_hetero.runtime.bounded_stub import check_workers
+from tff_hetero.runtime.tls import TlsConfig
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import WorkerProcess
 
@@ -81,13 +82,17 @@ class _RemoteStack:
     worker_timeout_s: float,
     default_num_clients: int,
     max_message_mb: int,
+    tls=None,
   ):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
 
     self.address = address
     self.stub = BoundedExecutorStub(
-      address, worker_timeout_s=worker_timeout_s, max_message_mb=max_message_mb
+      address,
+      worker_timeout_s=worker_timeout_s,
+      max_message_mb=max_message_mb,
+      tls=tls,
     )
     executor_class = threaded_executor.threaded_remote_executor_class()
     self._executors: list[weakref.ref] = []
@@ -265,6 +270,7 @@ def _run_on(
   num_subrounds: Optional[int],
   workers: Sequence[WorkerProcess] = (),
   dispose_on_exit: bool = True,
+  tls=None,
 ) -> Iterator[ExecutionHandle]:
   """Builds one stack per address, installs the context, closes on exit."""
   from tensorflow_federated.python.core.impl.context_stack import (
@@ -280,6 +286,7 @@ def _run_on(
           worker_timeout_s=worker_timeout_s,
           default_num_clients=default_num_clients,
           max_message_mb=max_message_mb,
+          tls=tls,
         )
       )
     context = _build_context(stacks, num_subrounds)
@@ -313,6 +320,7 @@ def remote_execution(
   default_num_clients: int = 0,
   max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
   num_subrounds: Optional[int] = None,
+  tls: Optional[TlsConfig] = None,
 ) -> Iterator[ExecutionHandle]:
   """Runs TFF computations on already running TFF workers.
 
@@ -329,6 +337,8 @@ def remote_execution(
     max_message_mb: gRPC message limit; must not exceed the workers'.
     num_subrounds: mergeable context only (see TFF); defaults to one per
       worker.
+    tls: mutual TLS to the workers (`tls.TlsConfig`: this driver's
+      certificate and the CA that signed the workers'); None: plaintext.
 
   Raises:
     WorkerUnavailableError: on entry if a worker does not accept a connection
@@ -341,7 +351,7 @@ def remote_execution(
     raise ValueError("remote_execution needs at least one worker address")
   if len(set(addresses)) != len(addresses):
     raise ValueError(f"--workers: duplicate addresses in {','.join(addresses)}")
-  check_workers(addresses, worker_timeout_s)
+  check_workers(addresses, worker_timeout_s, tls=tls)
   with _run_on(
     "remote",
     addresses,
@@ -349,6 +359,7 @@ def remote_execution(
     default_num_clients=default_num_clients,
     max_message_mb=max_message_mb,
     num_subrounds=num_subrounds,
+    tls=tls,
   ) as handle:
     yield handle
 
@@ -468,6 +479,11 @@ def available_executors() -> tuple[str, ...]:
 
 
 def _local_factory(workers: Sequence[str], **kwargs):
+  if kwargs.pop("tls", None) is not None:
+    raise ValueError(
+      "--tls_cert, --tls_key, --tls_ca: only with --executor=remote (the"
+      " local worker is reached over this host's loopback)"
+    )
   if workers:
     raise ValueError(
       "--executor=local starts its own worker; --workers must be empty"

@@ -34,7 +34,10 @@ other thread) a dedicated daemon spawner thread.
 Security: `worker_binary` listens on `[::]:port` (all interfaces) with
 insecure gRPC and no authentication; anybody who reaches the port can run
 arbitrary TensorFlow graphs as this user. It cannot be told to bind loopback
-only. Run it on trusted networks or behind a firewall.
+only. `private_network=True` starts it in a network namespace of its own
+(loopback only) and reaches it through a Unix socket in a private directory
+(`netns.py`); `pipelines.worker` serves such a worker behind TLS
+(`front.py`).
 
 Caveat on ports: the worker's gRPC server binds with SO_REUSEPORT, so a second
 worker on a busy port starts "successfully" and shares the port with the first
@@ -52,10 +55,12 @@ from collections.abc import Sequence
 import errno
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import IO
@@ -264,9 +269,15 @@ def find_free_port() -> int:
 # Spawning with PR_SET_PDEATHSIG from a thread that lives as long as we do.
 
 _PDEATHSIG_EXEC = os.path.join(os.path.dirname(__file__), "_pdeathsig_exec.py")
+# `_pdeathsig_exec.py`'s exit status when it cannot isolate the worker.
+_PRIVATE_NETWORK_FAILED = 3
+# The worker's port inside a private network namespace.
+_PRIVATE_PORT = 8000
 
 
-def _with_pdeathsig(args: Sequence[str]) -> list[str]:
+def _with_pdeathsig(
+  args: Sequence[str], private_network: bool = False
+) -> list[str]:
   """`args` run through `_pdeathsig_exec.py`: the program gets SIGTERM when
   the thread that spawns it (see `_Spawner`) dies.
 
@@ -282,6 +293,7 @@ def _with_pdeathsig(args: Sequence[str]) -> list[str]:
     _PDEATHSIG_EXEC,
     str(os.getpid()),
     str(int(signal.SIGTERM)),
+    *(["--private-network"] if private_network else []),
     *args,
   ]
 
@@ -385,6 +397,9 @@ class WorkerProcess:
       `/dev/null` when None. Never inherited from this process.
     ready_timeout_s: used by `__enter__` for `wait_ready`.
     extra_args: more command-line flags for the binary.
+    private_network: run the binary in a network namespace of its own and
+      reach it through a Unix socket (module docstring); `address` is then
+      'unix:<path>' and `port` the port inside that namespace.
   """
 
   def __init__(
@@ -396,6 +411,7 @@ class WorkerProcess:
     log_path: Optional[Union[str, os.PathLike]] = None,
     ready_timeout_s: float = 60.0,
     extra_args: Sequence[str] = (),
+    private_network: bool = False,
   ):
     _check_max_message_mb(max_message_mb)
     if port is not None and not 0 < int(port) < 65536:
@@ -409,6 +425,10 @@ class WorkerProcess:
     self._extra_args = list(extra_args)
     self._proc: Optional[subprocess.Popen] = None
     self._lock = threading.Lock()
+    self._private = bool(private_network)
+    self._bridge = None
+    self._socket_dir: Optional[str] = None
+    self._socket_path: Optional[str] = None
 
   # -- properties -----------------------------------------------------------
 
@@ -423,10 +443,17 @@ class WorkerProcess:
 
   @property
   def address(self) -> str:
-    """'127.0.0.1:PORT': where this process reaches the worker."""
+    """Where this process reaches the worker: '127.0.0.1:PORT', or
+    'unix:<path>' for a worker in a private network."""
     if self._port is None:
       raise RuntimeError("worker has no port before start()")
+    if self._private:
+      return f"unix:{self._socket_path}"
     return f"127.0.0.1:{self._port}"
+
+  @property
+  def private_network(self) -> bool:
+    return self._private
 
   @property
   def log_path(self) -> Optional[str]:
@@ -467,7 +494,12 @@ class WorkerProcess:
     with self._lock:
       if self._proc is not None:
         raise RuntimeError(f"{self!r} was already started")
-      if self._requested_port is None:
+      if self._private:
+        # Nothing else lives in the worker's namespace: any port is free.
+        self._port = self._requested_port or _PRIVATE_PORT
+        self._socket_dir = tempfile.mkdtemp(prefix="tff-hetero-worker-")
+        self._socket_path = os.path.join(self._socket_dir, "worker.sock")
+      elif self._requested_port is None:
         self._port = find_free_port()
       elif not port_is_free(self._requested_port):
         raise PortInUseError(
@@ -488,7 +520,7 @@ class WorkerProcess:
           ) from None
       try:
         self._proc = _SPAWNER.popen(
-          _with_pdeathsig(args),
+          _with_pdeathsig(args, self._private),
           stdin=subprocess.DEVNULL,
           stdout=log_file,
           stderr=subprocess.STDOUT if self._log_path else subprocess.DEVNULL,
@@ -518,6 +550,8 @@ class WorkerProcess:
       raise RuntimeError("wait_ready() before start()")
     timeout_s = self._ready_timeout_s if timeout_s is None else float(timeout_s)
     deadline = time.monotonic() + timeout_s
+    if self._private and self._bridge is None:
+      self._open_bridge(timeout_s)
     channel = grpc.insecure_channel(
       self.address, options=[("grpc.use_local_subchannel_pool", 1)]
     )
@@ -545,6 +579,8 @@ class WorkerProcess:
           ready.result(timeout=min(0.2, remaining))
         except grpc.FutureTimeoutError:
           continue
+        if self._private:
+          return self  # Alone in its namespace: nobody else can listen.
         # Something answers on the port; make sure it is (also) our process.
         if _listens_on(self._proc.pid, self._port) is False:
           time.sleep(min(0.05, max(0.0, remaining)))
@@ -565,6 +601,41 @@ class WorkerProcess:
       if not ready.done():  # grpc's cancel() fails when called twice.
         ready.cancel()
       close_channel(channel)
+
+  def _open_bridge(self, timeout_s: float) -> None:
+    """Starts the Unix-socket bridge into the worker's namespace once the
+    helper has entered it and exec'd the binary."""
+    from tff_hetero.runtime import netns  # pylint: disable=g-import-not-at-top
+
+    isolated = netns.wait_until_isolated(
+      self._proc.pid, worker_binary_path(), timeout_s
+    )
+    if not isolated:
+      try:
+        code = self._proc.wait(timeout=1)
+      except subprocess.TimeoutExpired:
+        code = None
+      self.stop()
+      tail = _tail(self._log_path)
+      if code == _PRIVATE_NETWORK_FAILED:
+        raise WorkerStartError(
+          "cannot start the TFF worker in a network namespace of its own"
+          " (needs root, CAP_SYS_ADMIN or unprivileged user namespaces)"
+          + (f": {tail}" if tail else "")
+        )
+      raise WorkerStartError(
+        f"TFF worker (pid {self.pid}) did not enter its own network"
+        f" namespace within {timeout_s:g}s" + (f": {tail}" if tail else "")
+      )
+    bridge = netns.UnixBridge(self._proc.pid, self._port, self._socket_path)
+    try:
+      bridge.start()
+    except OSError as e:
+      self.stop()
+      raise WorkerStartError(
+        f"cannot reach the TFF worker's network namespace: {e}"
+      ) from None
+    self._bridge = bridge
 
   def stop(self, timeout_s: float = 5.0) -> Optional[int]:
     """SIGTERM, wait up to `timeout_s`, then SIGKILL. Idempotent.
@@ -600,6 +671,12 @@ class WorkerProcess:
     return proc.returncode
 
   def _forget(self):
+    if self._bridge is not None:
+      self._bridge.close()
+      self._bridge = None
+    if self._socket_dir is not None:
+      shutil.rmtree(self._socket_dir, ignore_errors=True)
+      self._socket_dir = None
     if self._proc is not None:
       with _LIVE_LOCK:
         if _LIVE.get(self._proc.pid) is self:
