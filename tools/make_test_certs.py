@@ -17,25 +17,19 @@ the driver: `python -m pipelines.train --executor=remote --workers=host:8101
 --tls_cert=driver.pem --tls_key=driver.key --tls_ca=ca.pem ...`.
 
 For tests and trials: a production deployment should get its certificates
-from the operator's own CA. ECDSA P-256 keys, SHA-256 signatures, with the
-`cryptography` package.
+from the operator's own CA (`tff_hetero.runtime.certificates`).
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import sys
 
 from absl import app
 from absl import flags
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
-from cryptography.x509.oid import NameOID
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tff_hetero.runtime.certificates import make_test_certificates  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _OUT_DIR = flags.DEFINE_string("out_dir", None, "Directory to write into.")
 _HOSTS = flags.DEFINE_list(
@@ -49,114 +43,6 @@ _CA_NAME = flags.DEFINE_string(
 )
 
 
-def _name(common_name: str) -> x509.Name:
-  return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _alt_names(hosts) -> list:
-  names = []
-  for host in hosts:
-    try:
-      names.append(x509.IPAddress(ipaddress.ip_address(host.strip("[]"))))
-    except ValueError:
-      names.append(x509.DNSName(host))
-  return names
-
-
-def make_certificates(out_dir: str, hosts, days: int, ca_name: str) -> dict:
-  """Writes the files (module docstring); returns {name: path}."""
-  now = datetime.datetime.now(datetime.timezone.utc)
-  valid = dict(
-    not_valid_before=now - datetime.timedelta(minutes=5),
-    not_valid_after=now + datetime.timedelta(days=days),
-  )
-  ca_key = ec.generate_private_key(ec.SECP256R1())
-  ca_cert = (
-    x509.CertificateBuilder()
-    .subject_name(_name(ca_name))
-    .issuer_name(_name(ca_name))
-    .public_key(ca_key.public_key())
-    .serial_number(x509.random_serial_number())
-    .not_valid_before(valid["not_valid_before"])
-    .not_valid_after(valid["not_valid_after"])
-    .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-    .add_extension(
-      x509.KeyUsage(
-        digital_signature=False,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=True,
-        crl_sign=True,
-        encipher_only=False,
-        decipher_only=False,
-      ),
-      critical=True,
-    )
-    .sign(ca_key, hashes.SHA256())
-  )
-
-  def leaf(common_name: str, usage, alt_names):
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = (
-      x509.CertificateBuilder()
-      .subject_name(_name(common_name))
-      .issuer_name(ca_cert.subject)
-      .public_key(key.public_key())
-      .serial_number(x509.random_serial_number())
-      .not_valid_before(valid["not_valid_before"])
-      .not_valid_after(valid["not_valid_after"])
-      .add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
-      .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    )
-    if alt_names:
-      builder = builder.add_extension(
-        x509.SubjectAlternativeName(alt_names), critical=False
-      )
-    return key, builder.sign(ca_key, hashes.SHA256())
-
-  worker_key, worker_cert = leaf(
-    "tff-hetero worker", ExtendedKeyUsageOID.SERVER_AUTH, _alt_names(hosts)
-  )
-  driver_key, driver_cert = leaf(
-    "tff-hetero driver", ExtendedKeyUsageOID.CLIENT_AUTH, []
-  )
-  os.makedirs(out_dir, mode=0o700, exist_ok=True)
-  paths = {}
-
-  def write(name: str, data: bytes, mode: int) -> None:
-    path = os.path.join(out_dir, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.chmod(path, mode)
-    paths[name] = path
-
-  pem = serialization.Encoding.PEM
-  for name, key in (
-    ("ca", ca_key),
-    ("worker", worker_key),
-    ("driver", driver_key),
-  ):
-    write(
-      f"{name}.key",
-      key.private_bytes(
-        pem,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-      ),
-      0o600,
-    )
-  for name, cert in (
-    ("ca", ca_cert),
-    ("worker", worker_cert),
-    ("driver", driver_cert),
-  ):
-    write(f"{name}.pem", cert.public_bytes(pem), 0o644)
-  return paths
-
-
 def main(argv) -> None:
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments: {' '.join(argv[1:])}")
@@ -167,7 +53,9 @@ def main(argv) -> None:
   hosts = [h.strip() for h in _HOSTS.value if h.strip()]
   if not hosts:
     sys.exit("error: --hosts must name at least one host or address")
-  paths = make_certificates(_OUT_DIR.value, hosts, _DAYS.value, _CA_NAME.value)
+  paths = make_test_certificates(
+    _OUT_DIR.value, hosts, _DAYS.value, _CA_NAME.value
+  )
   for name in sorted(paths):
     print(paths[name])
 

@@ -8,7 +8,6 @@ refused with one line, and the worker logs no computation for them (its
 front logs one line per computation it forwards).
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import psutil
 import pytest
 
 from tff_hetero import runtime
+from tff_hetero.runtime import certificates
 from tff_hetero.runtime import testing as proc_testing
 from tff_hetero.runtime import tls as tls_lib
 
@@ -28,20 +28,9 @@ REPO = os.path.dirname(
 )
 
 
-def _load_tool():
-  spec = importlib.util.spec_from_file_location(
-    "make_test_certs", os.path.join(REPO, "tools", "make_test_certs.py")
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)  # Defines its flags: once per process.
-  return module
-
-
-def _make_certs(out_dir, tool=[]):  # pylint: disable=dangerous-default-value
-  if not tool:
-    tool.append(_load_tool())
-  return tool[0].make_certificates(
-    str(out_dir), ["localhost", "127.0.0.1"], 1, "test CA"
+def _make_certs(out_dir):
+  return certificates.make_test_certificates(
+    out_dir, ["localhost", "127.0.0.1"], days=1, ca_name="test CA"
   )
 
 

@@ -1,0 +1,197 @@
+"""Workers on three hosts of their own, the driver on a fourth, mutual TLS.
+
+The hosts are Linux network namespaces (`ip netns`) joined to the driver's
+by veth pairs, with addresses of this test only (10.X.i.0/30): a worker
+listens on its host's address, a driver reaches it over that link and
+nowhere else. `python -m pipelines.worker` serves on each worker host with
+TLS on; `python -m pipelines.train --executor=remote` runs in the driver's
+namespace on the three workers, and must end where the same run on the
+local runtime ends (the report's accuracy, the measured bytes).
+
+Needs root and `ip` (iproute2); skipped with the reason otherwise.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tff_hetero.runtime import certificates
+from tff_hetero.runtime import testing as proc_testing
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+NUM_WORKERS = 3
+PORT = 8101
+
+
+def _ip(*args, check=True):
+  return subprocess.run(
+    ["ip", *args], capture_output=True, text=True, check=check, timeout=30
+  )
+
+
+def _namespaces_unavailable() -> str:
+  if shutil.which("ip") is None:
+    return "no `ip` command (iproute2)"
+  if os.geteuid() != 0:
+    return "network namespaces need root"
+  name = f"tffh-check-{uuid.uuid4().hex[:6]}"
+  made = _ip("netns", "add", name, check=False)
+  if made.returncode:
+    return f"`ip netns add` failed: {made.stderr.strip()}"
+  _ip("netns", "del", name, check=False)
+  return ""
+
+
+_REASON = _namespaces_unavailable()
+
+
+@contextlib.contextmanager
+def _hosts(num_workers):
+  """A driver namespace and `num_workers` worker namespaces, each on its
+  own veth link to the driver; yields (driver ns, [(ns, address)])."""
+  tag = uuid.uuid4().hex[:6]
+  subnet = 100 + os.getpid() % 100
+  driver = f"tffh-{tag}-d"
+  made = []
+  try:
+    _ip("netns", "add", driver)
+    made.append(driver)
+    _ip("-n", driver, "link", "set", "lo", "up")
+    workers = []
+    for i in range(1, num_workers + 1):
+      name = f"tffh-{tag}-w{i}"
+      _ip("netns", "add", name)
+      made.append(name)
+      _ip("-n", name, "link", "set", "lo", "up")
+      outer, inner = f"tffh{tag}d{i}", f"tffh{tag}w{i}"
+      _ip(
+        "-n",
+        driver,
+        "link",
+        "add",
+        outer,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        inner,
+        "netns",
+        name,
+      )
+      _ip("-n", driver, "addr", "add", f"10.{subnet}.{i}.1/30", "dev", outer)
+      _ip("-n", name, "addr", "add", f"10.{subnet}.{i}.2/30", "dev", inner)
+      _ip("-n", driver, "link", "set", outer, "up")
+      _ip("-n", name, "link", "set", inner, "up")
+      workers.append((name, f"10.{subnet}.{i}.2"))
+    yield driver, workers
+  finally:
+    for name in reversed(made):
+      _ip("netns", "del", name, check=False)
+
+
+def _in_ns(ns, args, **kwargs):
+  return ["ip", "netns", "exec", ns, *args], kwargs
+
+
+@pytest.mark.skipif(bool(_REASON), reason=_REASON or "available")
+def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
+  tag, env = proc_testing.tagged_env()
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  train = [
+    sys.executable, "-m", "pipelines.train",
+    "--algorithm=fedavg", "--dataset=synthetic", "--model=mlp",
+    "--num_clients=6", "--clients_per_round=6", "--rounds=2",
+    "--batch_size=10", "--seed=5", "--eval_every=2", "--checkpoint_every=2",
+    f"--root_output_dir={tmp_path}", "--progress=false",
+  ]  # fmt: skip
+  procs = []
+  with _hosts(NUM_WORKERS) as (driver, workers):
+    certs = certificates.make_test_certificates(
+      tmp_path / "certs", [address for _, address in workers], days=1
+    )
+    try:
+      for ns, address in workers:
+        proc = subprocess.Popen(  # pylint: disable=consider-using-with
+          [
+            "ip", "netns", "exec", ns, sys.executable, "-m",
+            "pipelines.worker", f"--listen_address={address}",
+            f"--port={PORT}", f"--tls_cert={certs['worker.pem']}",
+            f"--tls_key={certs['worker.key']}",
+            f"--tls_ca={certs['ca.pem']}",
+          ],
+          cwd=REPO, env=env, stdout=subprocess.PIPE,
+          stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        procs.append(proc)
+      for proc, (_, address) in zip(procs, workers):
+        line = proc.stdout.readline().strip()
+        assert line.startswith(
+          f"TFF worker ready on {address}:{PORT} (mutual TLS;"
+        ), line
+      tls = [
+        f"--tls_cert={certs['driver.pem']}",
+        f"--tls_key={certs['driver.key']}",
+        f"--tls_ca={certs['ca.pem']}",
+      ]
+      addresses = [f"{address}:{PORT}" for _, address in workers]
+      runs = {
+        "local": train,
+        "one": train + ["--executor=remote", f"--workers={addresses[0]}"] + tls,
+        "three": train
+        + ["--executor=remote", f"--workers={','.join(addresses)}"]
+        + tls,
+      }
+      # The driver's host reaches the workers only over its links; a
+      # driver without the certificates is refused.
+      refused = subprocess.run(
+        ["ip", "netns", "exec", driver]
+        + train
+        + ["--executor=remote", f"--workers={addresses[0]}",
+           "--worker_timeout_s=3", "--experiment_name=refused"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+      )  # fmt: skip
+      assert refused.returncode == 2
+      assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+          f"error: --workers: cannot reach TFF worker at {addresses[0]} within"
+          " 3s"
+        )
+      ), refused.stderr
+      reports = {}
+      for name, args in runs.items():
+        done = subprocess.run(
+          ["ip", "netns", "exec", driver]
+          + args
+          + [f"--experiment_name={name}"],
+          cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+          check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        with open(tmp_path / name / "report.json") as f:
+          reports[name] = json.load(f)
+    finally:
+      for proc in procs:
+        proc.terminate()
+      for proc in procs:
+        proc.communicate(timeout=30)
+  proc_testing.assert_no_workers_left(tag, timeout_s=5)
+  local = reports["local"]
+  for name in ("three",):
+    assert reports[name]["bytes_up_total"] == local["bytes_up_total"]
+    assert reports[name]["bytes_down_total"] == local["bytes_down_total"]
+    assert reports[name]["final_metrics"]["accuracy"] == pytest.approx(
+      local["final_metrics"]["accuracy"], abs=1e-6
+    )
