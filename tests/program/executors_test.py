@@ -12,8 +12,6 @@ local and on two workers.
 """
 
 import os
-import subprocess
-import sys
 
 from conftest import sparse_toy_dataset
 from conftest import sparse_toy_model
@@ -24,7 +22,6 @@ import tensorflow_federated as tff
 
 import tff_hetero
 from tff_hetero import models
-from tff_hetero import runtime
 from tff_hetero.program import make_config
 from tff_hetero.program import run_experiment
 from tff_hetero.runtime import testing as proc_testing
@@ -39,29 +36,16 @@ REPO = os.path.dirname(
 
 @pytest.fixture(scope="module")
 def two_workers():
-  tag, env = proc_testing.tagged_env()
-  procs, addresses = [], []
+  workers = []
   try:
     for _ in range(2):
-      port = runtime.find_free_port()
-      proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.worker", f"--port={port}"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-      )
-      procs.append(proc)
-      line = proc.stdout.readline()
-      assert line.startswith("TFF worker ready"), (line, proc.stderr.read())
-      addresses.append(f"127.0.0.1:{port}")
-    yield addresses
+      workers.append(proc_testing.CliWorker())
+    yield [w.address for w in workers]
   finally:
-    for proc in procs:
-      proc.terminate()
-      proc.communicate(timeout=30)
-    proc_testing.assert_no_workers_left(tag)
+    for worker in workers:
+      worker.stop()
+    for worker in workers:
+      proc_testing.assert_no_workers_left(worker.tag)
 
 
 def _run(tmp_path, name, algorithm, augment, model, **executor):

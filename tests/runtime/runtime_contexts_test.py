@@ -7,8 +7,6 @@ the end, which must exit 0 and leave no worker).
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -117,32 +115,7 @@ def _assert_same_fedavg(actual, expected):
 # Workers started with `python -m pipelines.worker`.
 
 
-class _CliWorker:
-  def __init__(self):
-    self.port = runtime.find_free_port()
-    self.tag, env = proc_testing.tagged_env()
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-m", "pipelines.worker", f"--port={self.port}"],
-      cwd=REPO,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    line = self.proc.stdout.readline().strip()
-    assert line.startswith(f"TFF worker ready on [::]:{self.port} (pid "), (
-      line,
-      self.proc.stderr.read() if self.proc.poll() is not None else "",
-    )
-    self.worker_pid = int(line.rsplit(" ", 1)[1].rstrip(")"))
-    self.address = f"127.0.0.1:{self.port}"
-
-  def stop(self, sig=signal.SIGTERM):
-    if self.proc.poll() is None:
-      self.proc.send_signal(sig)
-    _, err = self.proc.communicate(timeout=30)
-    return self.proc.returncode, err
+_CliWorker = proc_testing.CliWorker
 
 
 @pytest.fixture(scope="module")

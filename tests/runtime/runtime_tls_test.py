@@ -46,31 +46,6 @@ def _config(paths, ca_paths=None):
   )
 
 
-def _start_worker(tmp_path, *args):
-  tag, env = proc_testing.tagged_env()
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  err_path = tmp_path / "worker.err"
-  with open(err_path, "w") as err:
-    proc = subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-m", "pipelines.worker", *args],
-      cwd=REPO,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=err,
-      text=True,
-    )
-  line = proc.stdout.readline().strip()
-  assert line.startswith("TFF worker ready on "), (line, err_path.read_text())
-  return tag, proc, line, err_path
-
-
-def _stop(tag, proc):
-  proc.terminate()
-  proc.communicate(timeout=30)
-  assert proc.returncode == 0
-  proc_testing.assert_no_workers_left(tag, timeout_s=5)
-
-
 def _computations_logged(err_path):
   return [
     l for l in err_path.read_text().splitlines() if l.startswith("computation ")
@@ -80,16 +55,18 @@ def _computations_logged(err_path):
 @pytest.fixture(scope="module")
 def tls_worker(certs, tmp_path_factory):
   ours, _ = certs
-  port = runtime.find_free_port()
-  tag, proc, line, err_path = _start_worker(
-    tmp_path_factory.mktemp("worker"),
-    f"--port={port}",
-    f"--tls_cert={ours['worker.pem']}",
-    f"--tls_key={ours['worker.key']}",
-    f"--tls_ca={ours['ca.pem']}",
-  )
-  yield port, line, err_path
-  _stop(tag, proc)
+  err_path = tmp_path_factory.mktemp("worker") / "worker.err"
+  with open(err_path, "w") as err:
+    worker = proc_testing.CliWorker(
+      f"--tls_cert={ours['worker.pem']}",
+      f"--tls_key={ours['worker.key']}",
+      f"--tls_ca={ours['ca.pem']}",
+      stderr=err,
+    )
+  yield worker.port, worker.ready_line, err_path
+  code, _ = worker.stop()
+  assert code == 0
+  proc_testing.assert_no_workers_left(worker.tag, timeout_s=5)
 
 
 def test_ready_line_and_isolation(tls_worker):

@@ -39,6 +39,7 @@ RESUMABLE_SETTINGS = frozenset(
     "executor",
     "workers",
     "worker_timeout_s",
+    "on_worker_loss",
     "tls_cert",
     "tls_key",
     "tls_ca",
@@ -159,6 +160,13 @@ class ExperimentConfig:
   worker_timeout_s: float = setting(
     60.0, "Seconds to wait for an unreachable or dead worker before failing."
   )
+  on_worker_loss: str = setting(
+    "stop",
+    "What a remote run does when a worker is lost: stop (one line; continue"
+    " with --resume from the last checkpoint) or redistribute (run the round"
+    " again on the workers that answer; a worker that answers again is used"
+    " again).",
+  )
   tls_cert: str = setting(
     "",
     "PEM certificate this driver presents to its workers (mutual TLS, with"
@@ -265,6 +273,7 @@ class ExperimentConfig:
     _one_of("--model", self.model, models)
     _one_of("--partition", self.partition, partitions)
     _one_of("--executor", self.executor, executors)
+    _one_of("--on_worker_loss", self.on_worker_loss, ("stop", "redistribute"))
     _one_of("--augment", self.augment, augmentations)
     for flag, value in (
       ("--num_clients", self.num_clients),

@@ -35,6 +35,7 @@ from collections.abc import Callable
 import functools
 import math
 import os
+import sys
 import time
 from typing import Any
 from typing import Optional
@@ -303,6 +304,10 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   return Experiment(config, splits, federated_data, population, task, algorithm)
 
 
+def _warn(line: str) -> None:
+  print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def _all_finite(structure) -> bool:
   return all(
     np.all(np.isfinite(np.asarray(leaf)))
@@ -446,7 +451,16 @@ def run_experiment(
     config.workers,
     config.worker_timeout_s,
     **({"tls": tls} if tls else {}),
-  ):
+  ) as execution:
+
+    def survive(fn, what):
+      return execution.run_round(
+        fn,
+        redistribute=config.on_worker_loss == "redistribute",
+        log=_warn,
+        what=what,
+      )
+
     start = _restore(config, checkpoints, algorithm, client_template, sampler)
     server_state = start.server_state
     client_states = collections.OrderedDict(start.client_states)
@@ -492,7 +506,10 @@ def run_experiment(
           round_num,
           sampler,
         )
-        output = algorithm.next(server_state, round_num, clients)
+        output = survive(
+          functools.partial(algorithm.next, server_state, round_num, clients),
+          f"round {round_num}",
+        )
         _check_not_diverged(
           algorithm, output, round_num, last_checkpoint, checkpoints.root_dir
         )
@@ -503,7 +520,12 @@ def run_experiment(
         row = collections.OrderedDict(round=round_num)
         row.update(output.metrics)
         if round_num % config.eval_every == 0 or round_num == config.rounds:
-          evaluated = algorithm.evaluation_models(server_state, evaluation_data)
+          evaluated = survive(
+            functools.partial(
+              algorithm.evaluation_models, server_state, evaluation_data
+            ),
+            f"round {round_num}'s evaluation",
+          )
           members = collections.OrderedDict()
           row.update(_evaluate(evaluator, evaluated, members))
           if config.local_evaluation and "local" not in members:
@@ -530,6 +552,8 @@ def run_experiment(
           client_flops=this_round.flops,
           wall_time_s=round(elapsed_s, 3),
         )
+        if config.executor == "remote":
+          row["workers"] = len(execution.addresses)
         history.append(dict(row))
         releaser.release(row, round_num)
         progress.update(

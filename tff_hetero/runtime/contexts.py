@@ -46,7 +46,6 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 import contextlib
-import dataclasses
 import os
 from typing import Any
 from typing import Optional
@@ -207,32 +206,163 @@ def _build_context(
   )
 
 
-@dataclasses.dataclass(frozen=True)
+def _switchable_context_class():
+  from tensorflow_federated.python.core.impl.context_stack import context_base  # pylint: disable=g-import-not-at-top
+
+  class _SwitchableContext(context_base.SyncContext):
+    """The installed context: delegates to the context of the workers in
+    use, which `ExecutionHandle` replaces when the set of workers changes
+    (`--on_worker_loss=redistribute`)."""
+
+    def __init__(self, inner):
+      self.inner = inner
+
+    def invoke(self, comp, arg):
+      return self.inner.invoke(comp, arg)
+
+  return _SwitchableContext
+
+
+class _Connection:
+  """The stacks and TFF context of one set of workers."""
+
+  def __init__(self, addresses, num_subrounds, **stack_kwargs):
+    self.addresses = tuple(addresses)
+    self.stacks: list[_RemoteStack] = []
+    try:
+      for address in self.addresses:
+        self.stacks.append(_RemoteStack(address, **stack_kwargs))
+      self.context = _build_context(self.stacks, num_subrounds)
+    except BaseException:
+      self.close(dispose=False)
+      raise
+
+  def close(self, dispose: bool) -> None:
+    for stack in self.stacks:
+      stack.close(dispose=dispose)
+
+
 class ExecutionHandle:
   """What the execution-context managers yield.
 
   Attributes:
     kind: 'local' or 'remote' (or a registered name).
-    addresses: 'host:port' of every worker used, in subround order.
+    configured_addresses: 'host:port' of every worker the run was given.
+    addresses: those in use now, in subround order (fewer after a worker
+      was lost with `run_round(..., redistribute=True)`).
     worker_timeout_s: the bound described in the module docstring.
-    context: the installed TFF context (`SyncExecutionContext`, or
-      `MergeableCompExecutionContext` when there are several workers).
+    context: the installed TFF context; it delegates to the workers' own
+      (`SyncExecutionContext`, or `MergeableCompExecutionContext` when there
+      are several workers).
     workers: the `WorkerProcess`es this context started (local only).
   """
 
-  kind: str
-  addresses: tuple[str, ...]
-  worker_timeout_s: float
-  context: Any
-  workers: tuple[WorkerProcess, ...] = ()
-  _stacks: tuple[_RemoteStack, ...] = dataclasses.field(
-    default=(), repr=False, compare=False
-  )
+  def __init__(
+    self,
+    *,
+    kind: str,
+    addresses: Sequence[str],
+    worker_timeout_s: float,
+    workers: Sequence[WorkerProcess],
+    connect: Callable[[Sequence[str]], _Connection],
+    tls=None,
+  ):
+    self.kind = kind
+    self.configured_addresses = tuple(addresses)
+    self.worker_timeout_s = worker_timeout_s
+    self.workers = tuple(workers)
+    self._connect = connect
+    self._tls = tls
+    self._connection = connect(self.configured_addresses)
+    self.context = _switchable_context_class()(self._connection.context)
+
+  def __repr__(self):
+    return f"ExecutionHandle(kind={self.kind!r}, addresses={self.addresses})"
+
+  @property
+  def addresses(self) -> tuple[str, ...]:
+    return self._connection.addresses
+
+  @property
+  def _stacks(self) -> list[_RemoteStack]:
+    return self._connection.stacks
 
   @property
   def mergeable(self) -> bool:
     """True when computations run through TFF's mergeable context."""
-    return not isinstance(self.context, _sync_context_class())
+    return not isinstance(self._connection.context, _sync_context_class())
+
+  def close(self, dispose: bool) -> None:
+    self._connection.close(dispose=dispose)
+
+  def _use(self, addresses: Sequence[str]) -> None:
+    """Switches the installed context to the workers at `addresses`."""
+    connection = self._connect(tuple(addresses))
+    old, self._connection = self._connection, connection
+    self.context.inner = connection.context
+    old.close(dispose=False)
+
+  def _reachable(self, addresses: Sequence[str], timeout_s: float) -> list[str]:
+    reachable = []
+    for address in addresses:
+      try:
+        check_workers([address], timeout_s, tls=self._tls)
+        reachable.append(address)
+      except workers_lib.WorkerUnavailableError:
+        pass
+    return reachable
+
+  def run_round(
+    self,
+    fn: Callable[[], Any],
+    *,
+    redistribute: bool,
+    log: Callable[[str], None],
+    what: str = "the round",
+  ) -> Any:
+    """`fn()` (a round, or an evaluation: TFF calls whose inputs the driver
+    keeps), surviving lost workers when `redistribute`.
+
+    With `redistribute`, a configured worker that is not in use but answers
+    again within 1 s is taken back first. If `fn` fails because a worker
+    became unavailable, the configured workers are probed; when some answer
+    and they are not the set that failed, `fn` runs again on them (the
+    cohort split among them), with one line to `log`. Otherwise, and
+    without `redistribute`, the `WorkerUnavailableError` propagates.
+    """
+    if not redistribute or self.kind == "local":
+      return fn()
+    missing = [a for a in self.configured_addresses if a not in self.addresses]
+    if missing:
+      back = self._reachable(missing, min(1.0, self.worker_timeout_s))
+      if back:
+        use = [
+          a
+          for a in self.configured_addresses
+          if a in self.addresses or a in back
+        ]
+        log(
+          f"TFF worker{'s' if len(back) > 1 else ''} at {', '.join(back)}"
+          f" answer{'' if len(back) > 1 else 's'} again: running {what} on"
+          f" {len(use)} of {len(self.configured_addresses)}"
+        )
+        self._use(use)
+    while True:
+      try:
+        return fn()
+      except workers_lib.WorkerUnavailableError as e:
+        alive = self._reachable(
+          self.configured_addresses, min(5.0, self.worker_timeout_s)
+        )
+        if not alive or tuple(alive) == self.addresses:
+          raise
+        lost = [a for a in self.addresses if a not in alive]
+        log(
+          f"{e}; running {what} again on {len(alive)} of"
+          f" {len(self.configured_addresses)} workers"
+          + (f" (lost: {', '.join(lost)})" if lost else "")
+        )
+        self._use(alive)
 
   def rpc_counts(self) -> dict[str, dict[str, int]]:
     """Successful RPCs so far, by worker address and RPC name (diagnostics)."""
@@ -277,32 +407,29 @@ def _run_on(
     context_stack_impl,
   )  # pylint: disable=g-import-not-at-top
 
-  stacks: list[_RemoteStack] = []
-  try:
-    for address in addresses:
-      stacks.append(
-        _RemoteStack(
-          address,
-          worker_timeout_s=worker_timeout_s,
-          default_num_clients=default_num_clients,
-          max_message_mb=max_message_mb,
-          tls=tls,
-        )
-      )
-    context = _build_context(stacks, num_subrounds)
-    handle = ExecutionHandle(
-      kind=kind,
-      addresses=tuple(addresses),
+  def connect(use: Sequence[str]) -> _Connection:
+    return _Connection(
+      use,
+      num_subrounds,
       worker_timeout_s=worker_timeout_s,
-      context=context,
-      workers=tuple(workers),
-      _stacks=tuple(stacks),
+      default_num_clients=default_num_clients,
+      max_message_mb=max_message_mb,
+      tls=tls,
     )
-    with context_stack_impl.context_stack.install(context):
+
+  handle = ExecutionHandle(
+    kind=kind,
+    addresses=addresses,
+    worker_timeout_s=worker_timeout_s,
+    workers=workers,
+    connect=connect,
+    tls=tls,
+  )
+  try:
+    with context_stack_impl.context_stack.install(handle.context):
       yield handle
   finally:
-    for stack in stacks:
-      stack.close(dispose=dispose_on_exit)
+    handle.close(dispose=dispose_on_exit)
 
 
 def _check_timeout(worker_timeout_s: float) -> float:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Optional
 import uuid
@@ -30,6 +32,7 @@ import uuid
 import psutil
 
 __all__ = [
+  "CliWorker",
   "TAG_VARIABLE",
   "WorkerInfo",
   "assert_all_gone",
@@ -236,3 +239,54 @@ def assert_all_gone(
   run was alive) has exited within `timeout_s`; leftovers are SIGKILLed when
   `kill`. Same as `assert_no_workers_left(pids=pids)`."""
   assert_no_workers_left(None, pids=pids, timeout_s=timeout_s, kill=kill)
+
+
+_REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+
+
+class CliWorker:
+  """`python -m pipelines.worker` started as an operator would, for tests.
+
+  Waits for its ready line; `address` is where a driver reaches it,
+  `worker_pid` the `worker_binary` behind it, `tag` its environment tag
+  (`assert_no_workers_left(tag)`). `stop()` signals it and returns (exit
+  code, stderr). Extra command-line flags go in `args`; `port` defaults to
+  a free one (a restarted worker may take its predecessor's).
+  """
+
+  def __init__(self, *args: str, port: Optional[int] = None, stderr=None):
+    from tff_hetero.runtime import workers  # pylint: disable=g-import-not-at-top
+
+    self.port = port or workers.find_free_port()
+    self.tag, env = tagged_env()
+    env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
+    self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+      [
+        sys.executable,
+        "-m",
+        "pipelines.worker",
+        f"--port={self.port}",
+        *args,
+      ],
+      cwd=_REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE if stderr is None else stderr,
+      text=True,
+    )
+    self.ready_line = self.proc.stdout.readline().strip()
+    if not self.ready_line.startswith("TFF worker ready on "):
+      err = ""
+      if self.proc.poll() is not None and stderr is None:
+        err = self.proc.stderr.read()
+      raise AssertionError(f"worker did not start: {self.ready_line!r} {err}")
+    self.worker_pid = int(self.ready_line.rsplit(" ", 1)[1].rstrip(")"))
+    self.address = f"127.0.0.1:{self.port}"
+
+  def stop(self, sig=signal.SIGTERM) -> tuple[Optional[int], str]:
+    if self.proc.poll() is None:
+      self.proc.send_signal(sig)
+    _, err = self.proc.communicate(timeout=30)
+    return self.proc.returncode, err or ""
