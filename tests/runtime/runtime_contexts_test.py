@@ -158,7 +158,7 @@ def test_federated_mean_and_fedavg_agree_on_all_contexts(cli_workers, fedavg):
   with runtime.remote_execution(addresses, worker_timeout_s=30) as handle:
     assert handle.mergeable
     assert isinstance(
-      handle.context, tff.framework.MergeableCompExecutionContext
+      handle.context.inner, tff.framework.MergeableCompExecutionContext
     )
     results["two"] = (federated_mean(values), _run_fedavg(*fedavg))
     cardinalities = handle.client_cardinalities()
@@ -256,9 +256,11 @@ def test_unreachable_address_fails_fast_with_one_line():
     with runtime.remote_execution([f"127.0.0.1:{port}"], worker_timeout_s=1.5):
       pytest.fail("entered a context with an unreachable worker")
   elapsed = time.monotonic() - start
-  assert str(e.value) == (
-    f"--workers: cannot reach TFF worker at 127.0.0.1:{port} within 1.5s"
+  # The reason is gRPC's, from one fail-fast call after the wait.
+  assert str(e.value).startswith(
+    f"--workers: cannot reach TFF worker at 127.0.0.1:{port} within 1.5s ("
   )
+  assert "Connection refused" in str(e.value)
   assert 1.4 < elapsed < 1.5 + SLACK_S
 
 
@@ -268,9 +270,10 @@ def test_one_unreachable_among_several_is_named(cli_workers):
   with pytest.raises(runtime.WorkerUnavailableError) as e:
     with runtime.execution_context("remote", [cli_workers[0].address, bad], 1):
       pass
-  assert (
-    str(e.value) == f"--workers: cannot reach TFF worker at {bad} within 1s"
+  assert str(e.value).startswith(
+    f"--workers: cannot reach TFF worker at {bad} within 1s ("
   )
+  assert cli_workers[0].address not in str(e.value)
 
 
 @pytest.mark.parametrize(

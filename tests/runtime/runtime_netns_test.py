@@ -11,13 +11,10 @@ local runtime ends (the report's accuracy, the measured bytes).
 Needs root and `ip` (iproute2); skipped with the reason otherwise.
 """
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
 
@@ -33,74 +30,7 @@ NUM_WORKERS = 3
 PORT = 8101
 
 
-def _ip(*args, check=True):
-  return subprocess.run(
-    ["ip", *args], capture_output=True, text=True, check=check, timeout=30
-  )
-
-
-def _namespaces_unavailable() -> str:
-  if shutil.which("ip") is None:
-    return "no `ip` command (iproute2)"
-  if os.geteuid() != 0:
-    return "network namespaces need root"
-  name = f"tffh-check-{uuid.uuid4().hex[:6]}"
-  made = _ip("netns", "add", name, check=False)
-  if made.returncode:
-    return f"`ip netns add` failed: {made.stderr.strip()}"
-  _ip("netns", "del", name, check=False)
-  return ""
-
-
-_REASON = _namespaces_unavailable()
-
-
-@contextlib.contextmanager
-def _hosts(num_workers):
-  """A driver namespace and `num_workers` worker namespaces, each on its
-  own veth link to the driver; yields (driver ns, [(ns, address)])."""
-  tag = uuid.uuid4().hex[:6]
-  subnet = 100 + os.getpid() % 100
-  driver = f"tffh-{tag}-d"
-  made = []
-  try:
-    _ip("netns", "add", driver)
-    made.append(driver)
-    _ip("-n", driver, "link", "set", "lo", "up")
-    workers = []
-    for i in range(1, num_workers + 1):
-      name = f"tffh-{tag}-w{i}"
-      _ip("netns", "add", name)
-      made.append(name)
-      _ip("-n", name, "link", "set", "lo", "up")
-      outer, inner = f"tffh{tag}d{i}", f"tffh{tag}w{i}"
-      _ip(
-        "-n",
-        driver,
-        "link",
-        "add",
-        outer,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        inner,
-        "netns",
-        name,
-      )
-      _ip("-n", driver, "addr", "add", f"10.{subnet}.{i}.1/30", "dev", outer)
-      _ip("-n", name, "addr", "add", f"10.{subnet}.{i}.2/30", "dev", inner)
-      _ip("-n", driver, "link", "set", outer, "up")
-      _ip("-n", name, "link", "set", inner, "up")
-      workers.append((name, f"10.{subnet}.{i}.2"))
-    yield driver, workers
-  finally:
-    for name in reversed(made):
-      _ip("netns", "del", name, check=False)
-
-
-def _in_ns(ns, args, **kwargs):
-  return ["ip", "netns", "exec", ns, *args], kwargs
+_REASON = proc_testing.namespaces_unavailable()
 
 
 @pytest.mark.skipif(bool(_REASON), reason=_REASON or "available")
@@ -115,29 +45,26 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
     f"--root_output_dir={tmp_path}", "--progress=false",
   ]  # fmt: skip
   procs = []
-  with _hosts(NUM_WORKERS) as (driver, workers):
+  with proc_testing.veth_hosts(NUM_WORKERS) as (driver, workers):
     certs = certificates.make_test_certificates(
       tmp_path / "certs", [address for _, address in workers], days=1
     )
     try:
       for ns, address in workers:
-        proc = subprocess.Popen(  # pylint: disable=consider-using-with
-          [
-            "ip", "netns", "exec", ns, sys.executable, "-m",
-            "pipelines.worker", f"--listen_address={address}",
-            f"--port={PORT}", f"--tls_cert={certs['worker.pem']}",
+        procs.append(
+          proc_testing.CliWorker(
+            f"--tls_cert={certs['worker.pem']}",
             f"--tls_key={certs['worker.key']}",
             f"--tls_ca={certs['ca.pem']}",
-          ],
-          cwd=REPO, env=env, stdout=subprocess.PIPE,
-          stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
-        procs.append(proc)
-      for proc, (_, address) in zip(procs, workers):
-        line = proc.stdout.readline().strip()
-        assert line.startswith(
+            port=PORT,
+            stderr=subprocess.DEVNULL,
+            namespace=ns,
+            host=address,
+          )
+        )
+        assert procs[-1].ready_line.startswith(
           f"TFF worker ready on {address}:{PORT} (mutual TLS;"
-        ), line
+        ), procs[-1].ready_line
       tls = [
         f"--tls_cert={certs['driver.pem']}",
         f"--tls_key={certs['driver.key']}",
@@ -183,11 +110,10 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
         with open(tmp_path / name / "report.json") as f:
           reports[name] = json.load(f)
     finally:
-      for proc in procs:
-        proc.terminate()
-      for proc in procs:
-        proc.communicate(timeout=30)
-  proc_testing.assert_no_workers_left(tag, timeout_s=5)
+      for worker in procs:
+        worker.stop()
+  for worker_tag in [w.tag for w in procs] + [tag]:
+    proc_testing.assert_no_workers_left(worker_tag, timeout_s=5)
   local = reports["local"]
   for name in ("three",):
     assert reports[name]["bytes_up_total"] == local["bytes_up_total"]

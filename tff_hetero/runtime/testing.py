@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from collections.abc import Mapping
+import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +35,8 @@ import psutil
 
 __all__ = [
   "CliWorker",
+  "namespaces_unavailable",
+  "veth_hosts",
   "TAG_VARIABLE",
   "WorkerInfo",
   "assert_all_gone",
@@ -253,17 +257,29 @@ class CliWorker:
   `worker_pid` the `worker_binary` behind it, `tag` its environment tag
   (`assert_no_workers_left(tag)`). `stop()` signals it and returns (exit
   code, stderr). Extra command-line flags go in `args`; `port` defaults to
-  a free one (a restarted worker may take its predecessor's).
+  a free one (a restarted worker may take its predecessor's); `namespace`
+  runs it in that network namespace (`veth_hosts`) listening on `host`.
   """
 
-  def __init__(self, *args: str, port: Optional[int] = None, stderr=None):
+  def __init__(
+    self,
+    *args: str,
+    port: Optional[int] = None,
+    stderr=None,
+    namespace: Optional[str] = None,
+    host: str = "127.0.0.1",
+  ):
     from tff_hetero.runtime import workers  # pylint: disable=g-import-not-at-top
 
     self.port = port or workers.find_free_port()
     self.tag, env = tagged_env()
     env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
+    in_namespace = ["ip", "netns", "exec", namespace] if namespace else []
+    if host != "127.0.0.1":
+      args = (f"--listen_address={host}", *args)
     self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
       [
+        *in_namespace,
         sys.executable,
         "-m",
         "pipelines.worker",
@@ -283,10 +299,78 @@ class CliWorker:
         err = self.proc.stderr.read()
       raise AssertionError(f"worker did not start: {self.ready_line!r} {err}")
     self.worker_pid = int(self.ready_line.rsplit(" ", 1)[1].rstrip(")"))
-    self.address = f"127.0.0.1:{self.port}"
+    self.address = f"{host}:{self.port}"
 
   def stop(self, sig=signal.SIGTERM) -> tuple[Optional[int], str]:
     if self.proc.poll() is None:
       self.proc.send_signal(sig)
     _, err = self.proc.communicate(timeout=30)
     return self.proc.returncode, err or ""
+
+
+# ---------------------------------------------------------------------------
+# Hosts of our own: Linux network namespaces joined by veth links.
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+  return subprocess.run(
+    ["ip", *args], capture_output=True, text=True, check=check, timeout=30
+  )
+
+
+def namespaces_unavailable() -> str:
+  """Why `veth_hosts` cannot run here ('' when it can): it needs root and
+  `ip` (iproute2)."""
+  if shutil.which("ip") is None:
+    return "no `ip` command (iproute2)"
+  if os.geteuid() != 0:
+    return "network namespaces need root"
+  name = f"tffh-check-{uuid.uuid4().hex[:6]}"
+  made = _ip("netns", "add", name, check=False)
+  if made.returncode:
+    return f"`ip netns add` failed: {made.stderr.strip()}"
+  _ip("netns", "del", name, check=False)
+  return ""
+
+
+@contextlib.contextmanager
+def veth_hosts(num_hosts: int, *, driver_namespace: bool = True):
+  """`num_hosts` network namespaces ("hosts"), each joined by its own veth
+  link (10.X.i.0/30) to the driver: a namespace of its own when
+  `driver_namespace`, else this process's. Yields `(driver, hosts)`:
+  the driver's namespace name (None for ours) and each host's
+  `(namespace, address)`. Everything is deleted on exit."""
+  tag = uuid.uuid4().hex[:6]
+  subnet = 100 + os.getpid() % 100
+  made, links = [], []
+  driver = f"tffh-{tag}-d" if driver_namespace else None
+  on_driver = ["-n", driver] if driver else []
+  try:
+    if driver:
+      _ip("netns", "add", driver)
+      made.append(driver)
+      _ip(*on_driver, "link", "set", "lo", "up")
+    hosts = []
+    for i in range(1, num_hosts + 1):
+      name = f"tffh-{tag}-w{i}"
+      _ip("netns", "add", name)
+      made.append(name)
+      _ip("-n", name, "link", "set", "lo", "up")
+      outer, inner = f"tffh{tag}d{i}", f"tffh{tag}w{i}"
+      _ip(
+        *on_driver, "link", "add", outer, "type", "veth", "peer", "name",
+        inner, "netns", name,
+      )  # fmt: skip
+      links.append(outer)
+      _ip(*on_driver, "addr", "add", f"10.{subnet}.{i}.1/30", "dev", outer)
+      _ip("-n", name, "addr", "add", f"10.{subnet}.{i}.2/30", "dev", inner)
+      _ip(*on_driver, "link", "set", outer, "up")
+      _ip("-n", name, "link", "set", inner, "up")
+      hosts.append((name, f"10.{subnet}.{i}.2"))
+    yield driver, hosts
+  finally:
+    if not driver:
+      for link in links:
+        _ip("link", "del", link, check=False)
+    for name in reversed(made):
+      _ip("netns", "del", name, check=False)

@@ -1,0 +1,47 @@
+"""Algorithm families the other remote tests do not cover, on three workers.
+
+`tests/program/executors_test.py` runs FedAvg (one and two workers),
+AdaptiveFL, SCAFFOLD, FedGKT, FedSGC and the FedDST process across workers.
+Here SPATL (per-client predictors and selections returned by cohort
+position), InclusiveFL (one computation per depth group) and split learning
+(the server's half trained on the driver between worker calls) run on the
+local runtime and on three workers started as an operator would, and must
+end with the same weights, bytes and accuracy
+(`tff_hetero.program.conformance`). `tools/remote_conformance.py` checks
+every registered algorithm the same way, on one worker as well.
+"""
+
+import pytest
+
+from tff_hetero.program import conformance
+from tff_hetero.runtime import testing as proc_testing
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def three_workers():
+  workers = []
+  try:
+    for _ in range(3):
+      workers.append(proc_testing.CliWorker())
+    yield [w.address for w in workers]
+  finally:
+    for worker in workers:
+      worker.stop()
+    for worker in workers:
+      proc_testing.assert_no_workers_left(worker.tag)
+
+
+@pytest.mark.parametrize(
+  "algorithm", ["spatl", "inclusivefl", "split_learning"]
+)
+def test_three_workers_end_where_the_local_runtime_ends(
+  algorithm, three_workers, tmp_path
+):
+  row = conformance.conform(
+    algorithm, three_workers, str(tmp_path), atol=1e-4, one_worker=False
+  )
+  assert row["all"]["same_bytes"], row
+  assert row["all"]["same_accuracy"], row
+  assert row["all"]["max_weight_diff"] <= 1e-4, row
