@@ -5,6 +5,7 @@ r"""Benchmarks of the training pipeline (not part of the test suite).
   python tools/bench.py --suite=coldstart
   python tools/bench.py --suite=scale
   python tools/bench.py --suite=depth
+  python tools/bench.py --suite=remote
   python tools/bench.py --smoke --rounds=2 --rss_rounds=20   # tries it out
 
 `--rounds` rounds (at least 5; fewer only with `--smoke`) are timed after
@@ -57,6 +58,18 @@ medians of `--rounds` rounds of each, interleaved (one of each in turn),
 after one warm-up; `server_step_s`: InclusiveFL's server step alone (every
 group present); and the ratios of the first two to the third (median of
 the per-cycle ratios, with their min and max).
+Suite `remote` times a FedAvg round and an AdaptiveFL round (default pool
+and selection) of suite hetero's cohort and model in each of
+`REMOTE_SETTINGS`: the local runtime, one and three workers on loopback
+(plaintext), three on loopback with mutual TLS, and one and three workers
+with TLS each on a host of its own (a network namespace joined to this one
+by a veth link; skipped with the reason without root or `ip`). Workers are
+started as an operator would (`python -m pipelines.worker`). Per setting and
+algorithm: `<setting>_<algorithm>_round_s` (median of `--rounds` after one
+warm-up), `_over_local` (ratio to the local runtime), `_rpc_mib_sent` and
+`_rpc_mib_received` (serialized gRPC payload per round between the driver
+and all its workers); `tls_overhead_<algorithm>`: three TLS workers over
+three plaintext ones, on loopback.
 Suite `coldstart` starts, for each registered algorithm (or
 `--coldstart_algorithms`), one at a time, a fresh
 `python -m pipelines.train --rounds=1` on `--dataset` (mnist_cnn;
@@ -144,11 +157,13 @@ The last line printed is one JSON object with these figures.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -262,7 +277,11 @@ def _config(**overrides):
   return make_config(**settings)
 
 
-_DEFAULT_MODELS = {"hetero": "vgg16_eighth", "gkt": "fedgkt_edge_resnet8"}
+_DEFAULT_MODELS = {
+  "hetero": "vgg16_eighth",
+  "remote": "vgg16_eighth",
+  "gkt": "fedgkt_edge_resnet8",
+}
 
 
 def _model() -> str:
@@ -627,24 +646,16 @@ def _median_next_s(
   return float(statistics.median(times)), cohorts, per_round
 
 
-def bench_hetero() -> collections.OrderedDict:
+def _hetero_cohort():
+  """Suite hetero's setting: (config, experiment, client(cid, assignment,
+  capacity) -> ClientRound, the cohort's client ids)."""
   from tff_hetero import data as data_lib  # pylint: disable=g-import-not-at-top
-  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
-  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import api  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
-  from tff_hetero.submodels import pools  # pylint: disable=g-import-not-at-top
 
-  timed = _ROUNDS.value
   config = _config(rounds=1, client_momentum=0.5)
   experiment = loop.build_experiment(config)
-  fed, population, task = (
-    experiment.federated_data,
-    experiment.population,
-    experiment.task,
-  )
+  fed, population = experiment.federated_data, experiment.population
   datasets = {
     cid: data_lib.make_client_dataset(
       fed.client_train(cid), batch_size=20, local_epochs=1, shuffle_seed=i
@@ -662,7 +673,45 @@ def bench_hetero() -> collections.OrderedDict:
       assignment=assignment,
     )
 
-  cohort = list(fed.client_ids)[: _COHORT.value]
+  return config, experiment, client, list(fed.client_ids)[: _COHORT.value]
+
+
+def _adaptivefl_mixed(config, experiment, client):
+  """AdaptiveFL with its default pool and RL selection, and the function
+  planning each round's cohort (suite hetero's `adaptivefl_mixed`)."""
+  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program import evolve_config  # pylint: disable=g-import-not-at-top
+  from tff_hetero.program.sampling import CohortSampler  # pylint: disable=g-import-not-at-top
+
+  fed, task = experiment.federated_data, experiment.task
+  mixed = adaptivefl.AdaptiveFL(
+    task,
+    adaptivefl.pool_from_config(
+      evolve_config(config, algorithm="adaptivefl"), task
+    ),
+    fed.client_ids,
+    client_lr=config.client_lr,
+    client_momentum=config.client_momentum,
+  )
+  sampler = CohortSampler(0)
+
+  def planned(state, round_num, unused_client_states):
+    plan = mixed.plan_round(
+      state, round_num, fed.client_ids, _COHORT.value, sampler
+    )
+    return [client(a.client_id, a.payload) for a in plan]
+
+  return mixed, planned
+
+
+def bench_hetero() -> collections.OrderedDict:
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.algorithms import adaptivefl  # pylint: disable=g-import-not-at-top
+  from tff_hetero.submodels import pools  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config, experiment, client, cohort = _hetero_cohort()
+  fed, task = experiment.federated_data, experiment.task
   results = collections.OrderedDict()
 
   def record_bytes(name, per_round):
@@ -707,23 +756,7 @@ def bench_hetero() -> collections.OrderedDict:
     )
     record_bytes("adaptivefl_full_pool", rpc)
 
-    mixed = adaptivefl.AdaptiveFL(
-      task,
-      adaptivefl.pool_from_config(
-        evolve_config(config, algorithm="adaptivefl"), task
-      ),
-      fed.client_ids,
-      client_lr=config.client_lr,
-      client_momentum=config.client_momentum,
-    )
-    sampler = CohortSampler(0)
-
-    def planned(state, round_num, unused_client_states):
-      plan = mixed.plan_round(
-        state, round_num, fed.client_ids, _COHORT.value, sampler
-      )
-      return [client(a.client_id, a.payload) for a in plan]
-
+    mixed, planned = _adaptivefl_mixed(config, experiment, client)
     results["adaptivefl_mixed_round_s"], cohorts, rpc = _median_next_s(
       mixed, planned, 6, timed, handle
     )
@@ -1524,8 +1557,125 @@ def bench_spatl() -> collections.OrderedDict:
   return results
 
 
+@contextlib.contextmanager
+def _remote_setting(name: str, certs: dict):
+  """The execution context of one `--suite=remote` setting (workers
+  started here, stopped on exit): 'local', 'loopback_{1,3}' (plaintext),
+  'loopback_tls_3', 'netns_tls_{1,3}' (each worker a host of its own)."""
+  from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import testing as proc_testing  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import tls as tls_lib  # pylint: disable=g-import-not-at-top
+
+  if name == "local":
+    with runtime.local_execution() as handle:
+      yield handle
+    return
+  count = int(name.rsplit("_", 1)[1])
+  tls = "tls" in name
+  tls_args = (
+    [
+      f"--tls_cert={certs['worker.pem']}",
+      f"--tls_key={certs['worker.key']}",
+      f"--tls_ca={certs['ca.pem']}",
+    ]
+    if tls
+    else []
+  )
+  driver_tls = (
+    tls_lib.TlsConfig.from_flags(
+      certs["driver.pem"], certs["driver.key"], certs["ca.pem"]
+    )
+    if tls
+    else None
+  )
+  with contextlib.ExitStack() as stack:
+    if name.startswith("netns"):
+      _, hosts = stack.enter_context(
+        proc_testing.veth_hosts(count, driver_namespace=False)
+      )
+      places = [dict(namespace=ns, host=host, port=8101) for ns, host in hosts]
+    else:
+      places = [{} for _ in range(count)]
+    workers = []
+    stack.callback(lambda: [w.stop() for w in workers])
+    for place in places:
+      workers.append(
+        proc_testing.CliWorker(*tls_args, stderr=subprocess.DEVNULL, **place)
+      )
+    with runtime.remote_execution(
+      [w.address for w in workers], tls=driver_tls
+    ) as handle:
+      yield handle
+
+
+REMOTE_SETTINGS = (
+  "local",
+  "loopback_1",
+  "loopback_3",
+  "loopback_tls_3",
+  "netns_tls_1",
+  "netns_tls_3",
+)
+
+
+def bench_remote() -> collections.OrderedDict:
+  from tff_hetero.runtime import certificates  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import testing as proc_testing  # pylint: disable=g-import-not-at-top
+
+  timed = _ROUNDS.value
+  config, experiment, client, cohort = _hetero_cohort()
+  fedavg = experiment.algorithm  # config.algorithm == "fedavg"
+  results = collections.OrderedDict()
+  no_namespaces = proc_testing.namespaces_unavailable()
+  with tempfile.TemporaryDirectory() as root:
+    hosts = ["127.0.0.1", "localhost"] + [
+      f"10.{100 + os.getpid() % 100}.{i}.2" for i in (1, 2, 3)
+    ]
+    certs = certificates.make_test_certificates(root, hosts, days=1)
+    for name in REMOTE_SETTINGS:
+      if name.startswith("netns") and no_namespaces:
+        results[f"{name}_skipped"] = no_namespaces
+        continue
+      with _remote_setting(name, certs) as handle:
+        mixed, planned = _adaptivefl_mixed(config, experiment, client)
+        for algorithm, cohort_fn, key in (
+          (fedavg, lambda s, r, _: [client(c) for c in cohort], "fedavg"),
+          (mixed, planned, "adaptivefl"),
+        ):
+          seconds, _, rpc = _median_next_s(
+            algorithm, cohort_fn, 1, timed, handle
+          )
+          results[f"{name}_{key}_round_s"] = round(seconds, 3)
+          if name != "local":
+            for direction in ("sent", "received"):
+              results[f"{name}_{key}_rpc_mib_{direction}"] = round(
+                rpc[direction] / 2**20, 3
+              )
+  for key in ("fedavg", "adaptivefl"):
+    local = results[f"local_{key}_round_s"]
+    for name in REMOTE_SETTINGS[1:]:
+      if f"{name}_{key}_round_s" in results:
+        results[f"{name}_{key}_over_local"] = round(
+          results[f"{name}_{key}_round_s"] / local, 3
+        )
+    results[f"tls_overhead_{key}"] = round(
+      results[f"loopback_tls_3_{key}_round_s"]
+      / results[f"loopback_3_{key}_round_s"],
+      3,
+    )
+  results["setup"] = (
+    f"{_DATASET.value}/{_model()}, {_CLIENTS.value} iid clients, cohort"
+    f" {_COHORT.value}, batch 20, 1 epoch, SGD momentum 0.5; AdaptiveFL with"
+    f" its default pool and selection; median of {timed} rounds after 1"
+    " warm-up, settings one after the other; rpc_mib: serialized gRPC"
+    " payload per round between the driver and all its workers"
+  )
+  return results
+
+
 SUITES = collections.OrderedDict(
   spatl=bench_spatl,
+  remote=bench_remote,
   base=bench_base,
   depth=bench_depth,
   hetero=bench_hetero,

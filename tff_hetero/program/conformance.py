@@ -70,10 +70,12 @@ def conform(
   atol: float = 1e-4,
   *,
   one_worker: bool = True,
+  **changes,
 ) -> dict:
   """Runs `algorithm` locally, on `addresses[:1]` (unless not
-  `one_worker`) and on all of them; the row (module docstring)."""
-  settings = dict(COMMON, **OVERRIDES.get(algorithm, {}))
+  `one_worker`) and on all of them; the row (module docstring). `changes`
+  override the shared settings (e.g. fewer rounds)."""
+  settings = dict(COMMON, **OVERRIDES.get(algorithm, {}), **changes)
   runs = {}
   seconds = {}
   executors = [("local", {})]
