@@ -185,7 +185,17 @@ import tensorflow  # noqa: E402,F401  pylint: disable=unused-import
 _SUITE = flags.DEFINE_enum(
   "suite",
   "base",
-  ["base", "depth", "hetero", "sparse", "scale", "gkt", "coldstart", "spatl"],
+  [
+    "base",
+    "depth",
+    "hetero",
+    "sparse",
+    "scale",
+    "gkt",
+    "coldstart",
+    "spatl",
+    "remote",
+  ],
   "Benchmark suite.",
 )
 _GKT_ROUNDS = flags.DEFINE_integer(

@@ -186,6 +186,20 @@ def test_row_sums_by_hand():
   np.testing.assert_allclose(sums.weight_sum[1], [3, 3])
 
 
+def test_without_rows_by_hand():
+  # The running sums (row sums above, plus a third row's 1.0 everywhere at
+  # weight 1) less rows A and B: that third row alone.
+  running = MaskedSums(
+    weighted_sum=[np.array([2.5, 1.6, 0.5, 1.0]), np.array([6.0, 1.0])],
+    weight_sum=[np.array([4.0, 3.0, 2.0, 1.0]), np.array([4.0, 4.0])],
+  )
+  left = computations.without_rows(_LAYOUT, running, _ROWS)
+  for part in (left.weighted_sum, left.weight_sum):
+    for array in part:
+      assert isinstance(array, np.ndarray) and array.dtype == np.float32
+      np.testing.assert_allclose(array, np.ones_like(array), atol=1e-6)
+
+
 @pytest.mark.parametrize(
   "memory, kernel, directions",
   [

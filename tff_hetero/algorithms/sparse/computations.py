@@ -259,11 +259,25 @@ def without_rows(
   layout: masks_lib.MaskLayout, running: MaskedSums, rows: MemoryRows
 ) -> MaskedSums:
   """On the driver (NumPy in and out): the running sums less the
-  contributions of `rows` (the round's argument R, module docstring)."""
-  old = row_sums(layout, tf.nest.map_structure(tf.constant, rows))
-  return tf.nest.map_structure(
-    lambda r, o: np.asarray(r, np.float32) - o.numpy(), running, old
-  )
+  contributions of `rows` (the round's argument R, module docstring).
+
+  `row_sums` in NumPy: on the driver, TensorFlow's eager ops cost more than
+  the arithmetic (about 60 small ops a round)."""
+  weight = np.asarray(rows.weight, np.float32)
+  kernel_of = {k.trainable_index: j for j, k in enumerate(layout.kernels)}
+  weighted, counts = [], []
+  for i, (values, total, count) in enumerate(
+    zip(rows.values, running.weighted_sum, running.weight_sum)
+  ):
+    values = np.asarray(values, np.float32)
+    n = weight.reshape((-1,) + (1,) * (values.ndim - 1))
+    if i in kernel_of:
+      nm = n * np.asarray(rows.masks[kernel_of[i]], np.float32)
+    else:
+      nm = np.broadcast_to(n, values.shape)
+    weighted.append(np.asarray(total, np.float32) - (nm * values).sum(axis=0))
+    counts.append(np.asarray(count, np.float32) - nm.sum(axis=0))
+  return MaskedSums(weighted, counts)
 
 
 def server_aggregate(
