@@ -147,11 +147,12 @@ class PackedRow(NamedTuple):
 
 
 def _kept_elements(layout: masks_lib.MaskLayout, trainable, kernel_masks):
-  """Per trainable tensor, the flat positions its mask keeps (NumPy)."""
-  return [
-    np.flatnonzero(np.reshape(np.asarray(m), [-1]) > 0)
-    for m in full_masks(layout, trainable, kernel_masks)
-  ]
+  """Per trainable tensor, the flat positions its mask keeps (NumPy, on
+  the driver: every element of an unmasked tensor)."""
+  kept = [np.arange(np.size(w)) for w in trainable]
+  for kernel, mask in zip(layout.kernels, kernel_masks):
+    kept[kernel.trainable_index] = np.flatnonzero(np.ravel(mask))
+  return kept
 
 
 def packed_values(layout: masks_lib.MaskLayout, values, kernel_masks):
