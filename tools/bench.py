@@ -59,7 +59,8 @@ after one warm-up; `server_step_s`: InclusiveFL's server step alone (every
 group present); and the ratios of the first two to the third (median of
 the per-cycle ratios, with their min and max).
 Suite `remote` times a FedAvg round and an AdaptiveFL round (default pool
-and selection) of suite hetero's cohort and model in each of
+and selection) of suite hetero's cohort (model mnist_cnn unless `--model`)
+in each of
 `REMOTE_SETTINGS`: the local runtime, one and three workers on loopback
 (plaintext), three on loopback with mutual TLS, and one and three workers
 with TLS each on a host of its own (a network namespace joined to this one
@@ -289,7 +290,6 @@ def _config(**overrides):
 
 _DEFAULT_MODELS = {
   "hetero": "vgg16_eighth",
-  "remote": "vgg16_eighth",
   "gkt": "fedgkt_edge_resnet8",
 }
 

@@ -6,9 +6,12 @@ with it), so round 3 loses it mid-round.
 
 * `stop` (the default): the run ends with one line naming the worker, and
   `--resume` on the two that are left continues from round 2's checkpoint.
-* `redistribute`: round 3 runs again on the two that answer, a new worker
-  started on the lost one's port after round 4 is used again from round 5,
-  and each row says how many workers its round ran on.
+* `redistribute`: round 3 runs again on the two that answer. The third
+  worker is then frozen (SIGSTOP) after round 3: round 4 hangs on it, which
+  is noticed within `--worker_timeout_s`, and runs again on the first
+  worker alone. After round 4 a new worker is started on the killed one's
+  port and the frozen one resumes (SIGCONT): round 5 runs on all three
+  again. Each row says how many workers its round ran on.
 
 Either way the run ends with the weights and measured bytes of the same run
 on the local runtime (float tolerance: the cohort's split changes the order
@@ -81,12 +84,18 @@ class _Workers:
     worker.stop(signal.SIGKILL)
     proc_testing.assert_all_gone([worker.worker_pid], timeout_s=5)
 
+  def freeze(self, index, sig):
+    worker = self.workers[index]
+    os.kill(worker.proc.pid, sig)  # The front: the address drivers use.
+
   def restart(self, index):
     old = self.workers[index]
     self.workers[index] = proc_testing.CliWorker(port=old.port)
 
   def close(self):
     for worker in self.workers:
+      if worker.proc.poll() is None:
+        os.kill(worker.proc.pid, signal.SIGCONT)  # In case a test froze it.
       worker.stop()
     for worker in self.workers:
       proc_testing.assert_no_workers_left(worker.tag, timeout_s=5)
@@ -137,8 +146,11 @@ def test_redistribute_finishes_the_round_and_takes_the_worker_back(
       del row
       if round_num == 2:
         workers.kill(1)
+      if round_num == 3:
+        workers.freeze(2, signal.SIGSTOP)
       if round_num == 4:
         workers.restart(1)
+        workers.freeze(2, signal.SIGCONT)
 
     result = run_experiment(
       _config(
@@ -153,7 +165,7 @@ def test_redistribute_finishes_the_round_and_takes_the_worker_back(
     )
   finally:
     workers.close()
-  assert _column(tmp_path, "redistribute", "workers") == [3, 3, 2, 2, 3, 3]
+  assert _column(tmp_path, "redistribute", "workers") == [3, 3, 2, 1, 3, 3]
   _assert_same_as_local(result, local_run)
   warnings = [
     l for l in capfd.readouterr().err.splitlines() if l.startswith("warning: ")
@@ -163,7 +175,11 @@ def test_redistribute_finishes_the_round_and_takes_the_worker_back(
     for l in warnings
   ), warnings
   assert any(
-    f"TFF worker at {workers.addresses[1]} answers again: running round 5 on"
-    " 3 of 3" in l
+    "round 4 again on 1 of 3 workers" in l and workers.addresses[2] in l
+    for l in warnings
+  ), warnings
+  assert any(
+    f"TFF workers at {workers.addresses[1]}, {workers.addresses[2]} answer"
+    " again: running round 5 on 3 of 3" in l
     for l in warnings
   ), warnings
