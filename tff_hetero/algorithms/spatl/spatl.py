@@ -289,7 +289,7 @@ def load_policy(path: str) -> agent_lib.PolicyParams:
   """A policy written by `save_policy`; `UsageError` naming `--spatl_agent`
   if the file is missing or not one."""
   try:
-    with np.load(path) as data:
+    with np.load(path, allow_pickle=False) as data:
       parts = {}
       for part in agent_lib.PolicyParams._fields:
         count = sum(1 for key in data.files if key.startswith(part + "_"))
