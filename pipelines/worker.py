@@ -23,10 +23,12 @@ Security (README "Security"): a worker runs whatever TensorFlow graph an
 accepted driver sends, as this user; TensorFlow is not a sandbox. A
 non-loopback `--listen_address` needs mutual TLS (`--tls_cert`, `--tls_key`,
 `--tls_ca`: drivers must present a certificate signed by that CA) unless
-`--insecure` is given. Isolating the binary needs root, CAP_SYS_ADMIN or
-unprivileged user namespaces; without them the worker does not start unless
-`--insecure` is given, and then its binary also listens on every interface
-(said on stderr).
+`--insecure` is given. On loopback without TLS, any user of this host can
+reach the front. Isolating the binary needs root, or CAP_SYS_ADMIN and
+CAP_NET_ADMIN; without them the worker does not start unless
+`--allow_unisolated_worker` is given (refused with TLS on a non-loopback
+address), and then its binary also listens on every interface (said on
+stderr and in the ready line).
 
 Exit status 2 with a one-line error for bad flags, a busy port or a worker
 that cannot start; 1 if the worker dies on its own while serving, or if
@@ -62,8 +64,15 @@ _TLS_CA = flags.DEFINE_string(
 _INSECURE = flags.DEFINE_bool(
   "insecure",
   False,
-  "Allow plaintext on a non-loopback --listen_address, and a worker binary"
-  " this host cannot isolate.",
+  "Allow plaintext on a non-loopback --listen_address.",
+)
+_ALLOW_UNISOLATED = flags.DEFINE_bool(
+  "allow_unisolated_worker",
+  False,
+  "When this host cannot put the worker binary in a network namespace of"
+  " its own, run it anyway: it then also listens on every interface,"
+  " plaintext. Refused with TLS on a non-loopback --listen_address (it"
+  " would bypass the TLS).",
 )
 _PROBE = flags.DEFINE_string(
   "probe",
@@ -142,7 +151,7 @@ def _tls_or_fail():
 
 def _probe(address: str) -> None:
   from tff_hetero.runtime import WorkerUnavailableError  # pylint: disable=g-import-not-at-top
-  from tff_hetero.runtime import front  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import bounded_stub  # pylint: disable=g-import-not-at-top
   from tff_hetero.runtime import parse_address  # pylint: disable=g-import-not-at-top
 
   try:
@@ -153,15 +162,16 @@ def _probe(address: str) -> None:
     _cli.fail("--probe_timeout_s must be > 0")
   tls = _tls_or_fail()
   try:
-    print(front.probe(address, _PROBE_TIMEOUT.value, tls), flush=True)
+    print(bounded_stub.probe(address, _PROBE_TIMEOUT.value, tls), flush=True)
   except WorkerUnavailableError as e:
     _cli.fail(str(e), 1)
   sys.exit(0)
 
 
-def _start_worker(runtime, insecure: bool):
-  """The worker in a private network; with `insecure`, on every interface
-  when this host cannot isolate it."""
+def _start_worker(runtime, allow_unisolated: bool):
+  """(worker, isolated): the worker in a private network; with
+  `allow_unisolated`, on every interface when this host cannot isolate
+  it."""
   kwargs = dict(
     max_message_mb=_MAX_MESSAGE_MB.value,
     max_concurrent_computation_calls=_MAX_CONCURRENT.value,
@@ -171,14 +181,20 @@ def _start_worker(runtime, insecure: bool):
   try:
     worker.start()
     worker.wait_ready(_READY_TIMEOUT.value)
-    return worker
+    return worker, True
+  except runtime.WorkerIsolationError as e:
+    worker.stop()
+    if not allow_unisolated:
+      _cli.fail(
+        f"{e}; --allow_unisolated_worker runs it on every interface anyway"
+      )
+    print(f"warning: {e}", file=sys.stderr, flush=True)
   except runtime.WorkerStartError as e:
     worker.stop()
-    if "network namespace" not in str(e) or not insecure:
-      if "network namespace" in str(e):
-        _cli.fail(f"{e}; pass --insecure to run it on every interface anyway")
-      _cli.fail(str(e))
-    print(f"warning: {e}", file=sys.stderr, flush=True)
+    _cli.fail(str(e))
+  except BaseException:
+    worker.stop()
+    raise
   worker = runtime.WorkerProcess(**kwargs)
   try:
     worker.start()
@@ -186,13 +202,16 @@ def _start_worker(runtime, insecure: bool):
   except runtime.WorkerStartError as e:
     worker.stop()
     _cli.fail(str(e))
+  except BaseException:
+    worker.stop()
+    raise
   print(
     f"warning: the TFF worker binary also listens on [::]:{worker.port}"
     " (every interface, plaintext, no authentication)",
     file=sys.stderr,
     flush=True,
   )
-  return worker
+  return worker, False
 
 
 def main(argv: list[str]) -> None:
@@ -215,6 +234,12 @@ def main(argv: list[str]) -> None:
   if not listen:
     _cli.fail("--listen_address must not be empty")
   tls = _tls_or_fail()
+  if tls is not None and not _is_loopback(listen) and _ALLOW_UNISOLATED.value:
+    _cli.fail(
+      "--allow_unisolated_worker: refused with TLS on a non-loopback"
+      f" --listen_address={listen} (the unisolated worker binary would take"
+      " plaintext connections on every interface, bypassing the TLS)"
+    )
   if tls is None and not _is_loopback(listen) and not _INSECURE.value:
     _cli.fail(
       f"--listen_address={listen} is not loopback: serving it needs mutual"
@@ -231,7 +256,7 @@ def main(argv: list[str]) -> None:
   front = None
   try:
     with runtime.handle_termination():
-      worker = _start_worker(runtime, _INSECURE.value)
+      worker, isolated = _start_worker(runtime, _ALLOW_UNISOLATED.value)
       front = front_lib.WorkerFront(
         worker.address,
         listen_address=listen,
@@ -244,6 +269,8 @@ def main(argv: list[str]) -> None:
       except runtime.PortInUseError as e:
         _cli.fail(str(e))
       mode = "mutual TLS" if tls else "plaintext"
+      if not isolated:
+        mode += ", unisolated worker"
       print(
         f"TFF worker ready on {front.bind_address} ({mode}; worker pid"
         f" {worker.pid})",

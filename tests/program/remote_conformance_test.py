@@ -3,13 +3,12 @@
 `tests/program/executors_test.py` runs FedAvg (one and two workers),
 AdaptiveFL, SCAFFOLD, FedGKT, FedSGC and the FedDST process across workers.
 Here SPATL (per-client predictors and selections returned by cohort
-position) and split learning (the server's half trained on the driver
-between worker calls) run on the local runtime and on three workers started
-as an operator would, and must end with the same weights, bytes and accuracy
+position), InclusiveFL (one computation per depth group) and split learning
+(the server's half trained on the driver between worker calls) run on the
+local runtime and on three workers started as an operator would, and must
+end with the same weights, bytes and accuracy
 (`tff_hetero.program.conformance`). `tools/remote_conformance.py` checks
-every registered algorithm the same way, on one worker as well (InclusiveFL,
-one computation per depth group like AdaptiveFL's per sub-model, costs two
-minutes here and is left to it).
+every registered algorithm the same way, on one worker as well.
 """
 
 import pytest

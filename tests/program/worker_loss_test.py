@@ -7,9 +7,10 @@ with it), so round 3 loses it mid-round.
 * `stop` (the default): the run ends with one line naming the worker, and
   `--resume` on the two that are left continues from round 2's checkpoint.
 * `redistribute`: round 3 runs again on the two that answer. The third
-  worker is then frozen (SIGSTOP) after round 3: round 4 hangs on it, which
-  is noticed within `--worker_timeout_s`, and runs again on the first
-  worker alone. After round 4 a new worker is started on the killed one's
+  worker's binary is then frozen (SIGSTOP) after round 3, behind its front,
+  which stays up: round 4 hangs on it, which is noticed within
+  `--worker_timeout_s` (the front's readiness probe times out), and runs
+  again on the first worker alone. After round 4 a new worker is started on the killed one's
   port and the frozen one resumes (SIGCONT): round 5 runs on all three
   again. Each row says how many workers its round ran on.
 
@@ -85,8 +86,9 @@ class _Workers:
     proc_testing.assert_all_gone([worker.worker_pid], timeout_s=5)
 
   def freeze(self, index, sig):
-    worker = self.workers[index]
-    os.kill(worker.proc.pid, sig)  # The front: the address drivers use.
+    # The worker binary behind the front: the front stays up and keeps its
+    # connection, but calls hang; its readiness probe times out.
+    os.kill(self.workers[index].worker_pid, sig)
 
   def restart(self, index):
     old = self.workers[index]
@@ -94,8 +96,10 @@ class _Workers:
 
   def close(self):
     for worker in self.workers:
-      if worker.proc.poll() is None:
-        os.kill(worker.proc.pid, signal.SIGCONT)  # In case a test froze it.
+      try:
+        os.kill(worker.worker_pid, signal.SIGCONT)  # In case a test froze it.
+      except ProcessLookupError:
+        pass
       worker.stop()
     for worker in self.workers:
       proc_testing.assert_no_workers_left(worker.tag, timeout_s=5)

@@ -23,6 +23,7 @@ import attrs
 
 from tff_hetero.errors import UsageError
 from tff_hetero.parsing import parse_number_list
+from tff_hetero.runtime import tls as tls_lib
 from tff_hetero.settings import AlgorithmSettings
 from tff_hetero.settings import non_negative_int
 from tff_hetero.settings import optional
@@ -356,17 +357,20 @@ class ExperimentConfig:
         raise UsageError(
           "--workers", f"port {port} of {address!r} is not in 1..65535"
         )
-    if (self.tls_cert or self.tls_key or self.tls_ca) and not self.workers:
+    given = [
+      f"--{name}"
+      for name in ("tls_cert", "tls_key", "tls_ca")
+      if getattr(self, name)
+    ]
+    if given and not self.workers:
       raise UsageError(
-        "--tls_cert", "mutual TLS is for --executor=remote --workers=..."
+        given[0], "mutual TLS is for --executor=remote --workers=..."
       )
     self.tls()  # Checks the files.
     return self
 
   def tls(self):
     """The driver's `runtime.tls.TlsConfig`, or None without the flags."""
-    from tff_hetero.runtime import tls as tls_lib  # pylint: disable=g-import-not-at-top
-
     try:
       return tls_lib.TlsConfig.from_flags(
         self.tls_cert, self.tls_key, self.tls_ca

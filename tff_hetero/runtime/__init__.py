@@ -28,6 +28,7 @@ from tff_hetero.runtime.signals import handle_termination
 from tff_hetero.runtime.signals import run_to_completion
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import PortInUseError
+from tff_hetero.runtime.workers import WorkerIsolationError
 from tff_hetero.runtime.workers import WorkerProcess
 from tff_hetero.runtime.workers import WorkerStartError
 from tff_hetero.runtime.workers import WorkerUnavailableError
@@ -44,6 +45,7 @@ __all__ = [
   "ExecutionHandle",
   "PortInUseError",
   "Terminated",
+  "WorkerIsolationError",
   "WorkerProcess",
   "WorkerStartError",
   "WorkerUnavailableError",

@@ -10,9 +10,12 @@ the signal would never come), then replaces itself with PROGRAM.
 With `--private-network` it first moves itself into a network namespace of
 its own whose only interface is loopback (brought up here), so that PROGRAM
 can be reached from nowhere but that namespace (`netns.py` bridges into it).
-`unshare(CLONE_NEWNET)` needs CAP_SYS_ADMIN; without it the helper tries a
-user namespace as well (unprivileged user namespaces), and exits with status
-3 and a one-line reason on stderr when neither is allowed.
+That needs CAP_SYS_ADMIN (`unshare`) and CAP_NET_ADMIN (loopback up); the
+helper exits with status 3 and a one-line reason on stderr without them.
+Then, before PROGRAM runs, it clears its ambient capabilities and sets
+no-new-privileges: a non-root PROGRAM (the TFF worker, which runs whatever
+graph it is sent) starts with no capability at all, even when the launcher
+was granted some to make the namespace.
 
 Why a helper process instead of `subprocess.Popen(preexec_fn=...)`: a
 `preexec_fn` makes Python use `fork()`, which runs gRPC's `pthread_atfork`
@@ -32,7 +35,9 @@ import sys
 
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
-_CLONE_NEWUSER = 0x10000000
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -44,13 +49,7 @@ def _enter_private_network(libc) -> str:
   """Unshares the network namespace and brings loopback up; '' on success,
   else the reason."""
   if libc.unshare(_CLONE_NEWNET) != 0:
-    first = os.strerror(ctypes.get_errno())
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-      second = os.strerror(ctypes.get_errno())
-      return (
-        f"unshare(CLONE_NEWNET) failed ({first}) and so did a user"
-        f" namespace ({second})"
-      )
+    return f"unshare(CLONE_NEWNET) failed ({os.strerror(ctypes.get_errno())})"
   try:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
       request = struct.pack(_IFREQ, b"lo", 0)
@@ -77,6 +76,11 @@ def main(argv):
     reason = _enter_private_network(libc)
     if reason:
       sys.stderr.write(f"cannot isolate the TFF worker: {reason}\n")
+      return PRIVATE_NETWORK_FAILED
+    # PROGRAM gets none of the capabilities that made the namespace.
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+      sys.stderr.write("cannot set no-new-privileges for the TFF worker\n")
       return PRIVATE_NETWORK_FAILED
   if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
     errno = ctypes.get_errno()

@@ -63,6 +63,7 @@ from tff_hetero.runtime import workers as workers_lib
 from tff_hetero.runtime.tls import TlsConfig
 from tff_hetero.runtime.tls import secure_or_insecure_channel
 from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
+from tff_hetero.runtime.workers import READY_METHOD
 from tff_hetero.runtime.workers import WorkerUnavailableError
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
   "DEFAULT_WORKER_TIMEOUT_S",
   "check_workers",
   "parse_address",
+  "probe",
 ]
 
 DEFAULT_WORKER_TIMEOUT_S = 60.0
@@ -131,36 +133,67 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class _Probe:
-  """A fresh gRPC connection attempt to `address` (own subchannel)."""
+  """Is the worker at `address` alive? A fresh connection (own subchannel)
+  and a call of the readiness method (`front.READY_METHOD`): a front
+  answers it only while its worker answers, a bare `worker_binary` with
+  UNIMPLEMENTED. Either is proof of life; an error from the front (its
+  worker does not answer) is not, and the call is made again."""
 
   def __init__(self, address: str, tls: Optional[TlsConfig] = None):
     self.started = time.monotonic()
     self._channel = secure_or_insecure_channel(
       address, _PROBE_CHANNEL_OPTIONS, tls
     )
-    self._future = grpc.channel_ready_future(self._channel)
+    self._ready = self._channel.unary_unary(READY_METHOD)
+    self._future = self._call()
+    self.kind = ""  # "front" or "bare" once alive.
+    self._last_error = ""
 
-  def succeeded(self) -> bool:
+  def _call(self):
+    return self._ready.future(b"", wait_for_ready=True)
+
+  def _settle(self) -> Optional[bool]:
+    """True/False once the current call has an answer, None before."""
     if not self._future.done() or self._future.cancelled():
-      return False
+      return None
     try:
       self._future.result(timeout=0)
+      self.kind = "front"
       return True
-    except Exception:  # pylint: disable=broad-except
+    except grpc.RpcError as e:
+      if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+        self.kind = "bare"
+        return True
+      self._last_error = _one_line(e.details() or e.code().name)
+      self._future = self._call()  # Ask again.
       return False
+
+  def succeeded(self) -> bool:
+    return bool(self._settle())
 
   def wait(self, timeout_s: float) -> bool:
-    try:
-      self._future.result(timeout=max(0.0, timeout_s))
-      return True
-    except grpc.FutureTimeoutError:
-      return False
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+      try:
+        self._future.result(timeout=max(0.0, deadline - time.monotonic()))
+      except grpc.FutureTimeoutError:
+        return False
+      except grpc.RpcError:
+        pass
+      if self._settle():
+        return True
+      if time.monotonic() >= deadline:
+        return False
+      time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
   def reason(self) -> str:
-    """gRPC's reason the connection is not up (refused, TLS handshake
-    failed, ...), from one fail-fast call; '' if it gives none."""
+    """Why the worker is not alive: the front's answer, or gRPC's reason
+    the connection is not up (refused, TLS handshake failed, ...), from one
+    fail-fast call; '' if there is none."""
+    if self._last_error:
+      return self._last_error
     try:
-      self._channel.unary_unary("/tff_hetero.Probe/Reason")(
+      self._channel.unary_unary(READY_METHOD)(
         b"", timeout=1.0, wait_for_ready=False
       )
     except grpc.RpcError as e:
@@ -179,11 +212,12 @@ def check_workers(
   *,
   flag_name: str = "--workers",
   tls: Optional[TlsConfig] = None,
-) -> None:
-  """Raises `WorkerUnavailableError` unless every address accepts a gRPC
-  connection (with `tls`: a mutual-TLS handshake) within `timeout_s`, all
-  probed in parallel. One-line message: `--workers: cannot reach TFF worker
-  at host:port within Ns (gRPC's reason)`."""
+) -> list[str]:
+  """Raises `WorkerUnavailableError` unless every address answers the
+  readiness probe (`_Probe`; with `tls` over a mutual-TLS handshake) within
+  `timeout_s`, all probed in parallel. One-line message: `--workers: cannot
+  reach TFF worker at host:port within Ns (the reason)`. Returns each
+  worker's kind: 'front' or 'bare' (a `worker_binary` without our front)."""
   for address in addresses:
     parse_address(address)
   probes = [(address, _Probe(address, tls)) for address in addresses]
@@ -196,16 +230,34 @@ def check_workers(
   finally:
     for _, probe in probes:
       probe.close()
-  if failed:
-    noun = "worker" if len(failed) == 1 else "workers"
-    reasons = "; ".join(r for _, r in failed if r)
-    if tls is None and "Socket closed" in reasons:
-      reasons += " (a worker serving TLS closes plaintext connections: pass --tls_cert, --tls_key and --tls_ca)"
-    raise WorkerUnavailableError(
-      f"{flag_name}: cannot reach TFF {noun} at"
-      f" {', '.join(a for a, _ in failed)} within {timeout_s:g}s"
-      + (f" ({reasons})" if reasons else "")
-    )
+  if not failed:
+    return [probe.kind for _, probe in probes]
+  noun = "worker" if len(failed) == 1 else "workers"
+  reasons = "; ".join(r for _, r in failed if r)
+  if tls is None and "Socket closed" in reasons:
+    reasons += " (a worker serving TLS closes plaintext connections: pass --tls_cert, --tls_key and --tls_ca)"
+  raise WorkerUnavailableError(
+    f"{flag_name}: cannot reach TFF {noun} at"
+    f" {', '.join(a for a, _ in failed)} within {timeout_s:g}s"
+    + (f" ({reasons})" if reasons else "")
+  )
+
+
+def probe(
+  address: str,
+  timeout_s: float,
+  tls: Optional[TlsConfig] = None,
+) -> str:
+  """Asks the worker at `address` whether it is ready: a `WorkerFront`
+  whose worker answers, or a bare `worker_binary` (which answers the probe
+  with UNIMPLEMENTED). Returns a one-line description; raises
+  `WorkerUnavailableError` (one line, with the reason: refused connection,
+  failed TLS handshake, a worker that does not answer...) otherwise."""
+  kind = check_workers([address], timeout_s, flag_name="--probe", tls=tls)[0]
+  if kind == "bare":
+    return f"{address}: ready (a TFF worker without our front)"
+  mode = "mutual TLS" if tls else "plaintext"
+  return f"{address}: ready (tff-hetero worker front, {mode})"
 
 
 # ---------------------------------------------------------------------------

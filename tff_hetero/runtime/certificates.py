@@ -111,14 +111,15 @@ def make_test_certificates(
     "tff-hetero driver", ExtendedKeyUsageOID.CLIENT_AUTH, []
   )
   os.makedirs(out_dir, mode=0o700, exist_ok=True)
+  os.chmod(out_dir, 0o700)
   paths = {}
 
   def write(name: str, data: bytes, mode: int) -> None:
     path = os.path.join(out_dir, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # Before writing: an existing file keeps its mode.
     with os.fdopen(fd, "wb") as f:
       f.write(data)
-    os.chmod(path, mode)
     paths[name] = path
 
   pem = serialization.Encoding.PEM

@@ -303,14 +303,20 @@ class ExecutionHandle:
     old.close(dispose=False)
 
   def _reachable(self, addresses: Sequence[str], timeout_s: float) -> list[str]:
-    reachable = []
-    for address in addresses:
+    """Those of `addresses` that answer the readiness probe within
+    `timeout_s` (probed in parallel), in their order."""
+    from concurrent import futures  # pylint: disable=g-import-not-at-top
+
+    def answers(address):
       try:
         check_workers([address], timeout_s, tls=self._tls)
-        reachable.append(address)
+        return True
       except workers_lib.WorkerUnavailableError:
-        pass
-    return reachable
+        return False
+
+    with futures.ThreadPoolExecutor(max(1, len(addresses))) as pool:
+      flags = list(pool.map(answers, addresses))
+    return [a for a, ok in zip(addresses, flags) if ok]
 
   def run_round(
     self,
@@ -327,8 +333,9 @@ class ExecutionHandle:
     again within 1 s is taken back first. If `fn` fails because a worker
     became unavailable, the configured workers are probed; when some answer
     and they are not the set that failed, `fn` runs again on them (the
-    cohort split among them), with one line to `log`. Otherwise, and
-    without `redistribute`, the `WorkerUnavailableError` propagates.
+    cohort split among them), with one line to `log`, at most once per set
+    of workers. Otherwise, and without `redistribute`, the
+    `WorkerUnavailableError` propagates.
     """
     if not redistribute or self.kind == "local":
       return fn()
@@ -347,6 +354,7 @@ class ExecutionHandle:
           f" {len(use)} of {len(self.configured_addresses)}"
         )
         self._use(use)
+    tried = {self.addresses}
     while True:
       try:
         return fn()
@@ -354,8 +362,11 @@ class ExecutionHandle:
         alive = self._reachable(
           self.configured_addresses, min(5.0, self.worker_timeout_s)
         )
-        if not alive or tuple(alive) == self.addresses:
+        # At most one try per set of workers: workers that come and go
+        # cannot keep a round going forever.
+        if not alive or tuple(alive) in tried:
           raise
+        tried.add(tuple(alive))
         lost = [a for a in self.addresses if a not in alive]
         log(
           f"{e}; running {what} again on {len(alive)} of"

@@ -12,9 +12,13 @@ operator's `--listen_address:--port` instead. The front
   replies are never parsed, their status codes and details are passed back
   unchanged (the driver's `BoundedExecutorStub` reads them);
 * answers nothing else but `READY_METHOD`, a readiness probe that succeeds
-  only when the worker behind it answers too (`probe`);
+  only when the worker behind it answers a call within 2 s
+  (`bounded_stub.probe`; the
+  driver's liveness probes call it too, so a worker that hangs behind a
+  live front is noticed within `--worker_timeout_s`);
 * logs one line per computation result the driver fetches (`Compute`), with
-  its duration, the bytes returned, and the RPCs since the previous line.
+  its duration, the bytes returned, and the RPCs since the previous line,
+  and one line per forwarded call the worker answered with an error.
 
 A connection that fails the TLS handshake (plaintext, no client certificate,
 a certificate from another CA) never reaches a handler: nothing is forwarded
@@ -35,14 +39,14 @@ import grpc
 
 from tff_hetero.runtime import tls as tls_lib
 from tff_hetero.runtime import workers as workers_lib
-from tff_hetero.runtime.workers import WorkerUnavailableError
 
-__all__ = ["READY_METHOD", "WorkerFront", "probe"]
+__all__ = ["READY_METHOD", "WorkerFront"]
 
 EXECUTOR_SERVICE = "/tensorflow_federated.v0.ExecutorGroup/"
-READY_METHOD = "/tff_hetero.WorkerFront/Ready"
+READY_METHOD = workers_lib.READY_METHOD
 _COMPUTE = EXECUTOR_SERVICE + "Compute"
 _READY_WAIT_S = 2.0
+_UPSTREAM_PING = "/tff_hetero.WorkerFront/Ping"
 _NO_DEADLINE_S = 1e9
 
 
@@ -65,6 +69,14 @@ class _CallLog:
     self._since = collections.Counter()
     self._bytes_in = 0
     self.computations = 0
+    self.failures = 0
+
+  def failed(self, method: str, seconds: float, code) -> None:
+    """A forwarded call the worker answered with an error: one line."""
+    name = method[len(EXECUTOR_SERVICE) :]
+    with self._lock:
+      self.failures += 1
+    self._write(f"call {name} failed after {seconds:.3f} s: {code.name}")
 
   def record(self, method: str, seconds: float, sent: int, received: int):
     name = method[len(EXECUTOR_SERVICE) :]
@@ -113,6 +125,7 @@ class _Forwarder(grpc.GenericRpcHandler):
           request, timeout=remaining if remaining < _NO_DEADLINE_S else None
         )
       except grpc.RpcError as e:
+        self._log.failed(method, time.monotonic() - started, e.code())
         context.abort(e.code(), e.details() or "")
       self._log.record(
         method, time.monotonic() - started, len(reply), len(request)
@@ -122,14 +135,18 @@ class _Forwarder(grpc.GenericRpcHandler):
     return grpc.unary_unary_rpc_method_handler(forward)
 
   def _ready(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+    """OK only if the worker itself answers a call now (a method it does
+    not have: UNIMPLEMENTED is its answer). A frozen or deadlocked worker
+    keeps its connection up but answers nothing: the call times out."""
     del request
     try:
-      grpc.channel_ready_future(self._upstream).result(timeout=_READY_WAIT_S)
-    except grpc.FutureTimeoutError:
-      context.abort(
-        grpc.StatusCode.UNAVAILABLE,
-        "the TFF worker behind this front does not answer",
-      )
+      self._upstream.unary_unary(_UPSTREAM_PING)(b"", timeout=_READY_WAIT_S)
+    except grpc.RpcError as e:
+      if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+        context.abort(
+          grpc.StatusCode.UNAVAILABLE,
+          f"the TFF worker behind this front does not answer ({e.code().name})",
+        )
     return b"ready"
 
 
@@ -211,35 +228,3 @@ class WorkerFront:
       self._server.stop(grace_s).wait()
       self._started = False
     workers_lib.close_channel(self._upstream)
-
-
-def probe(
-  address: str,
-  timeout_s: float,
-  tls: Optional[tls_lib.TlsConfig] = None,
-) -> str:
-  """Asks the worker at `address` whether it is ready: a `WorkerFront`
-  whose worker answers, or a bare `worker_binary` (which answers the probe
-  with UNIMPLEMENTED). Returns a one-line description; raises
-  `WorkerUnavailableError` (one line, with gRPC's reason: refused
-  connection, failed TLS handshake...) otherwise."""
-  # pylint: disable=g-import-not-at-top
-  from tff_hetero.runtime.bounded_stub import check_workers
-
-  check_workers([address], timeout_s, flag_name="--probe", tls=tls)
-  channel = tls_lib.secure_or_insecure_channel(
-    address, [("grpc.use_local_subchannel_pool", 1)], tls
-  )
-  try:
-    channel.unary_unary(READY_METHOD)(b"", timeout=timeout_s)
-  except grpc.RpcError as e:
-    if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-      reason = " ".join(str(e.details() or e.code()).split())
-      raise WorkerUnavailableError(
-        f"--probe: TFF worker at {address} is not ready: {reason}"
-      ) from None
-    return f"{address}: ready (a TFF worker without our front)"
-  finally:
-    workers_lib.close_channel(channel)
-  mode = "mutual TLS" if tls else "plaintext"
-  return f"{address}: ready (tff-hetero worker front, {mode})"

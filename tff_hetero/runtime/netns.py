@@ -26,10 +26,14 @@ import threading
 import time
 from typing import Optional
 
-__all__ = ["UnixBridge", "wait_until_isolated"]
+__all__ = ["NamespaceEntryError", "UnixBridge", "wait_until_isolated"]
 
 _CLONE_NEWNET = 0x40000000
 _CHUNK = 1 << 20
+
+
+class NamespaceEntryError(OSError):
+  """`setns` into the worker's network namespace failed (privileges)."""
 
 
 def _namespace_inode(pid) -> int:
@@ -163,9 +167,11 @@ class UnixBridge:
       except OSError:
         pass
     with self._lock:
-      if src in self._connections and dst in self._connections:
-        self._connections.discard(src)  # First of the pair to finish.
+      first = src in self._connections and dst in self._connections
+      if first:  # The other pump of the pair still runs: mark this one.
+        self._connections.discard(src)
         return
+      self._connections.discard(src)
       self._connections.discard(dst)
     src.close()
     dst.close()

@@ -33,6 +33,8 @@ import uuid
 
 import psutil
 
+from tff_hetero.runtime import workers
+
 __all__ = [
   "CliWorker",
   "namespaces_unavailable",
@@ -269,8 +271,6 @@ class CliWorker:
     namespace: Optional[str] = None,
     host: str = "127.0.0.1",
   ):
-    from tff_hetero.runtime import workers  # pylint: disable=g-import-not-at-top
-
     self.port = port or workers.find_free_port()
     self.tag, env = tagged_env()
     env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")

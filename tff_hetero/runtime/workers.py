@@ -72,11 +72,13 @@ import psutil
 
 from tff_hetero.errors import WorkerError
 from tff_hetero.runtime import heap
+from tff_hetero.runtime import netns
 
 __all__ = [
   "DEFAULT_MAX_MESSAGE_MB",
   "PortInUseError",
   "WorkerProcess",
+  "WorkerIsolationError",
   "WorkerStartError",
   "WorkerUnavailableError",
   "find_free_port",
@@ -100,6 +102,10 @@ class WorkerUnavailableError(WorkerError):
 
 class WorkerStartError(WorkerUnavailableError):
   """A `WorkerProcess` could not be started or did not become ready."""
+
+
+class WorkerIsolationError(WorkerStartError):
+  """A worker could not be put in a network namespace of its own."""
 
 
 class PortInUseError(WorkerStartError):
@@ -269,6 +275,9 @@ def find_free_port() -> int:
 # Spawning with PR_SET_PDEATHSIG from a thread that lives as long as we do.
 
 _PDEATHSIG_EXEC = os.path.join(os.path.dirname(__file__), "_pdeathsig_exec.py")
+# The readiness method of our worker front (`front.py`); a bare
+# `worker_binary` answers it with UNIMPLEMENTED (`bounded_stub._Probe`).
+READY_METHOD = "/tff_hetero.WorkerFront/Ready"
 # `_pdeathsig_exec.py`'s exit status when it cannot isolate the worker.
 _PRIVATE_NETWORK_FAILED = 3
 # The worker's port inside a private network namespace.
@@ -564,7 +573,7 @@ class WorkerProcess:
           self._forget()
           tail = _tail(self._log_path)
           raise WorkerStartError(
-            f"TFF worker on port {self._port} exited with code {code} before"
+            f"TFF worker {self._where()} exited with code {code} before"
             " answering" + (f": {tail}" if tail else "")
           )
         remaining = deadline - time.monotonic()
@@ -572,7 +581,7 @@ class WorkerProcess:
           ready.cancel()
           self.stop()
           raise WorkerStartError(
-            f"TFF worker on port {self._port} (pid {self.pid}) did not answer"
+            f"TFF worker {self._where()} (pid {self.pid}) did not answer"
             f" within {timeout_s:g}s"
           )
         try:
@@ -602,11 +611,16 @@ class WorkerProcess:
         ready.cancel()
       close_channel(channel)
 
+  def _where(self) -> str:
+    """How errors name the worker: its port, or that it has a private
+    network (whose port means nothing outside)."""
+    return (
+      "in its private network" if self._private else f"on port {self._port}"
+    )
+
   def _open_bridge(self, timeout_s: float) -> None:
     """Starts the Unix-socket bridge into the worker's namespace once the
     helper has entered it and exec'd the binary."""
-    from tff_hetero.runtime import netns  # pylint: disable=g-import-not-at-top
-
     isolated = netns.wait_until_isolated(
       self._proc.pid, worker_binary_path(), timeout_s
     )
@@ -618,9 +632,9 @@ class WorkerProcess:
       self.stop()
       tail = _tail(self._log_path)
       if code == _PRIVATE_NETWORK_FAILED:
-        raise WorkerStartError(
+        raise WorkerIsolationError(
           "cannot start the TFF worker in a network namespace of its own"
-          " (needs root, CAP_SYS_ADMIN or unprivileged user namespaces)"
+          " (needs root, or CAP_SYS_ADMIN and CAP_NET_ADMIN)"
           + (f": {tail}" if tail else "")
         )
       raise WorkerStartError(
@@ -630,10 +644,15 @@ class WorkerProcess:
     bridge = netns.UnixBridge(self._proc.pid, self._port, self._socket_path)
     try:
       bridge.start()
+    except netns.NamespaceEntryError as e:
+      self.stop()
+      raise WorkerIsolationError(
+        f"cannot reach the TFF worker's network namespace: {e}"
+      ) from None
     except OSError as e:
       self.stop()
       raise WorkerStartError(
-        f"cannot reach the TFF worker's network namespace: {e}"
+        f"cannot serve the TFF worker on Unix socket {self._socket_path}: {e}"
       ) from None
     self._bridge = bridge
 
