@@ -37,11 +37,14 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # Longest first (sums of their tests' durations on the two-core VM,
 # 2026-11-27: 162 s down to 35 s).
 LONGEST_FILES = (
+  "program/remote_conformance_test.py",
   "program/executors_test.py",
+  "program/worker_loss_test.py",
   "algorithms/fedgkt_test.py",
   "algorithms/width_rounds_test.py",
   "algorithms/sparse/rounds_test.py",
   "pipelines/reproduce_inclusivefl_test.py",
+  "runtime/runtime_netns_test.py",
   "pipelines/train_run_test.py",
   "examples/custom_keras_model_test.py",
   "algorithms/sparse/sparse_process_test.py",

@@ -3,12 +3,13 @@
 `tests/program/executors_test.py` runs FedAvg (one and two workers),
 AdaptiveFL, SCAFFOLD, FedGKT, FedSGC and the FedDST process across workers.
 Here SPATL (per-client predictors and selections returned by cohort
-position), InclusiveFL (one computation per depth group) and split learning
-(the server's half trained on the driver between worker calls) run on the
-local runtime and on three workers started as an operator would, and must
-end with the same weights, bytes and accuracy
+position) and split learning (the server's half trained on the driver
+between worker calls) run on the local runtime and on three workers started
+as an operator would, and must end with the same weights, bytes and accuracy
 (`tff_hetero.program.conformance`). `tools/remote_conformance.py` checks
-every registered algorithm the same way, on one worker as well.
+every registered algorithm the same way, on one worker as well; InclusiveFL
+(one computation per depth group, like AdaptiveFL's one per sub-model
+above) took 66 s of CI here and is left to the tool.
 """
 
 import pytest
@@ -33,9 +34,7 @@ def three_workers():
       proc_testing.assert_no_workers_left(worker.tag)
 
 
-@pytest.mark.parametrize(
-  "algorithm", ["spatl", "inclusivefl", "split_learning"]
-)
+@pytest.mark.parametrize("algorithm", ["spatl", "split_learning"])
 def test_three_workers_end_where_the_local_runtime_ends(
   algorithm, three_workers, tmp_path
 ):
