@@ -73,7 +73,6 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
       addresses = [f"{address}:{PORT}" for _, address in workers]
       runs = {
         "local": train,
-        "one": train + ["--executor=remote", f"--workers={addresses[0]}"] + tls,
         "three": train
         + ["--executor=remote", f"--workers={','.join(addresses)}"]
         + tls,
