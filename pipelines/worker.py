@@ -168,6 +168,25 @@ def _probe(address: str) -> None:
   sys.exit(0)
 
 
+def _ready_worker(runtime, **kwargs):
+  """A started `WorkerProcess` that answers; stopped on any failure.
+  `WorkerIsolationError` propagates, any other start error is one line."""
+  worker = runtime.WorkerProcess(**kwargs)
+  try:
+    worker.start()
+    return worker.wait_ready(_READY_TIMEOUT.value)
+  except runtime.WorkerIsolationError:
+    worker.stop()
+    raise
+  except runtime.WorkerStartError as e:
+    worker.stop()
+    _cli.fail(str(e))
+  except BaseException:
+    worker.stop()
+    raise
+  return worker  # Unreachable.
+
+
 def _start_worker(runtime, allow_unisolated: bool):
   """(worker, isolated): the worker in a private network; with
   `allow_unisolated`, on every interface when this host cannot isolate
@@ -177,34 +196,15 @@ def _start_worker(runtime, allow_unisolated: bool):
     max_concurrent_computation_calls=_MAX_CONCURRENT.value,
     log_path=_LOG_FILE.value or None,
   )
-  worker = runtime.WorkerProcess(private_network=True, **kwargs)
   try:
-    worker.start()
-    worker.wait_ready(_READY_TIMEOUT.value)
-    return worker, True
+    return _ready_worker(runtime, private_network=True, **kwargs), True
   except runtime.WorkerIsolationError as e:
-    worker.stop()
     if not allow_unisolated:
       _cli.fail(
         f"{e}; --allow_unisolated_worker runs it on every interface anyway"
       )
     print(f"warning: {e}", file=sys.stderr, flush=True)
-  except runtime.WorkerStartError as e:
-    worker.stop()
-    _cli.fail(str(e))
-  except BaseException:
-    worker.stop()
-    raise
-  worker = runtime.WorkerProcess(**kwargs)
-  try:
-    worker.start()
-    worker.wait_ready(_READY_TIMEOUT.value)
-  except runtime.WorkerStartError as e:
-    worker.stop()
-    _cli.fail(str(e))
-  except BaseException:
-    worker.stop()
-    raise
+  worker = _ready_worker(runtime, **kwargs)
   print(
     f"warning: the TFF worker binary also listens on [::]:{worker.port}"
     " (every interface, plaintext, no authentication)",

@@ -43,8 +43,6 @@ _OUTPUT = flags.DEFINE_string(
   "output", "", "JSON file for the rows (default: none)."
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def start_workers(count: int) -> list:
   """`count` workers on loopback (`runtime.testing.CliWorker`)."""
