@@ -5,6 +5,7 @@ import collections
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_hetero import aggregators
 from tff_hetero.accounting import tff_measure
 
 _VALUE = tff.StructWithPythonType(
@@ -31,7 +32,8 @@ def test_upload_factory_composes_with_clipping_on_either_side():
   process = inside.create(_VALUE, tff.TensorType(np.float32))
   assert str(process.next.type_signature.result.measurements.member) == (
     "<clipping=<inner=<mean_value=<>,mean_weight=<>>,bytes_up=int64,"
-    "clients=int64>,clipping_norm=float32,clipped_count=int32>"
+    "clients=int64,zero_weight_clients=int64>,clipping_norm=float32,"
+    "clipped_count=int32>"
   )
   outside = tff_measure.MeasuredUploadFactory(
     tff.aggregators.clipping_factory(1.0, tff.aggregators.MeanFactory())
@@ -39,7 +41,8 @@ def test_upload_factory_composes_with_clipping_on_either_side():
   process = outside.create(_VALUE, tff.TensorType(np.float32))
   assert str(process.next.type_signature.result.measurements.member) == (
     "<inner=<clipping=<mean_value=<>,mean_weight=<>>,clipping_norm=float32,"
-    "clipped_count=int32>,bytes_up=int64,clients=int64>"
+    "clipped_count=int32>,bytes_up=int64,clients=int64,"
+    "zero_weight_clients=int64>"
   )
 
 
@@ -79,5 +82,49 @@ def test_upload_measures_value_and_weight_per_client(tff_context):
   # (8 floats + 1 weight) * 4 bytes, from each of the two clients.
   assert output.measurements["bytes_up"] == 2 * 36
   assert output.measurements["clients"] == 2
+  assert output.measurements["zero_weight_clients"] == 0
   # The inner mean is untouched: (1*1 + 3*3) / 4 = 2.5.
   np.testing.assert_allclose(output.result["w"], np.full([3, 2], 2.5))
+
+
+def test_upload_counts_zero_weight_clients(tff_context):
+  del tff_context
+  process = tff_measure.MeasuredUploadFactory().create(
+    _VALUE, tff.TensorType(np.float32)
+  )
+  values = [
+    collections.OrderedDict(
+      w=np.full([3, 2], i, np.float32), b=np.full([2], i, np.float32)
+    )
+    for i in (1.0, 0.0, 5.0)
+  ]
+  output = process.next(process.initialize(), values, [2.0, 0.0, 0.0])
+  assert output.measurements["zero_weight_clients"] == 2
+  assert output.measurements["clients"] == 3
+  # Only the first client weighs: the mean is its value.
+  np.testing.assert_allclose(output.result["w"], np.full([3, 2], 1.0))
+
+
+def test_upload_counts_zero_masked_weights(tff_context):
+  del tff_context
+  mask_type = tff.StructWithPythonType(
+    [
+      ("w", tff.TensorType(np.float32, [3, 2])),
+      ("b", tff.TensorType(np.float32, [2])),
+    ],
+    collections.OrderedDict,
+  )
+  weight_type = tff.StructWithPythonType(
+    [("weight", np.float32), ("mask", mask_type)], aggregators.MaskedWeight
+  )
+  process = tff_measure.MeasuredUploadFactory(
+    aggregators.MaskedMeanFactory()
+  ).create(_VALUE, weight_type)
+  ones = collections.OrderedDict(
+    w=np.ones([3, 2], np.float32), b=np.ones([2], np.float32)
+  )
+  weights = [
+    aggregators.MaskedWeight(np.float32(w), ones) for w in (0.0, 3.0, 0.0)
+  ]
+  output = process.next(process.initialize(), [ones] * 3, weights)
+  assert output.measurements["zero_weight_clients"] == 2

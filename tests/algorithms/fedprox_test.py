@@ -108,7 +108,8 @@ def test_signatures_match_measured_fedavg(processes):
     "num_examples=int64,num_batches=int64>,uploaded_bytes=int64>"
   )
   assert str(metrics.aggregator) == (
-    "<inner=<mean_value=<>,mean_weight=<>>,bytes_up=int64,clients=int64>"
+    "<inner=<mean_value=<>,mean_weight=<>>,bytes_up=int64,clients=int64,"
+    "zero_weight_clients=int64>"
   )
   assert str(prox.next.type_signature.parameter.client_data) == (
     "{<x=float32[?,3],y=int32[?]>*}@CLIENTS"

@@ -14,8 +14,11 @@ computation and on the actual tensors, the bytes each client received or sent:
   `bytes_down` is the sum over clients of the size of what each received.
 * `MeasuredUploadFactory(inner, nbytes_fn=None)`: a
   `tff.aggregators.WeightedAggregationFactory` whose process wraps `inner`'s
-  and adds `bytes_up` (sum over clients of the size of value and weight) to
-  the measurements as `<inner=..., bytes_up=int64, clients=int64>`.
+  and adds `bytes_up` (sum over clients of the size of value and weight) and
+  `zero_weight_clients` (how many clients sent weight 0: TFF's client work
+  gives it to a client whose update was not finite, and, when weighting by
+  examples, to an empty one) to the measurements as
+  `<inner=..., bytes_up=int64, clients=int64, zero_weight_clients=int64>`.
   Stateless itself; composes with TFF's clipping, zeroing and DP factories on
   either side.
 
@@ -37,6 +40,7 @@ from typing import Any
 from typing import Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hetero.accounting import payload
@@ -57,6 +61,21 @@ def _client_nbytes_fn(value_type: tff.Type, nbytes_fn=None) -> tff.Computation:
     return (nbytes_fn or dense_nbytes)(value)
 
   return client_nbytes
+
+
+def _zero_weight_fn(weight_type: tff.Type) -> tff.Computation:
+  """`weight -> int64`: 1 if the client's weight (or a `MaskedWeight`'s
+  `weight`) is 0, else 0."""
+
+  masked = isinstance(weight_type, tff.StructType)
+
+  @tff.tensorflow.computation(weight_type)
+  def is_zero_weight(weight):
+    if masked:
+      weight = weight.weight
+    return tf.cast(tf.equal(weight, 0.0), tf.int64)
+
+  return is_zero_weight
 
 
 def _sum_over_clients(nbytes_at_clients) -> Any:
@@ -124,6 +143,7 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
     client_nbytes = _client_nbytes_fn(
       tff.StructType([value_type, weight_type]), pair_nbytes
     )
+    is_zero_weight = _zero_weight_fn(weight_type)
 
     @tff.federated_computation()
     def init_fn():
@@ -144,6 +164,9 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
           inner=inner_output.measurements,
           bytes_up=_sum_over_clients(nbytes),
           clients=_count_clients(nbytes),
+          zero_weight_clients=tff.federated_sum(
+            tff.federated_map(is_zero_weight, weight)
+          ),
         )
       )
       return tff.templates.MeasuredProcessOutput(

@@ -24,6 +24,7 @@ from typing import Optional
 import attrs
 import numpy as np
 import tensorflow as tf
+import tree
 
 from tff_hetero import data
 from tff_hetero import models as models_lib
@@ -45,6 +46,15 @@ def keras_model_of(name: str, model_fn) -> tf.keras.Model:
       f"{name} must return a tf.keras.Model, got {type(model).__name__}"
     )
   return model
+
+
+def all_finite(structure) -> bool:
+  """Whether every floating-point leaf of `structure` is finite (NumPy)."""
+  return all(
+    np.all(np.isfinite(np.asarray(leaf)))
+    for leaf in tree.flatten(structure)
+    if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+  )
 
 
 @attrs.frozen

@@ -169,8 +169,7 @@ class Decoupled(api.FederatedAlgorithm):
         by_level[level].append(client)
     models = list(state.models)
     traffic = []
-    processed = loss_sum = accuracy_sum = 0.0
-    diverged = False
+    processed = loss_sum = accuracy_sum = non_finite = 0.0
     for i, runner in enumerate(self.runners):
       if not by_level[i]:
         continue
@@ -184,15 +183,19 @@ class Decoupled(api.FederatedAlgorithm):
       )
       models[i] = result.model
       traffic.extend(result.traffic)
+      # A client that trains several models counts once per model whose
+      # update it sent non-finite (zeroed; the others' loss is kept).
+      non_finite += result.metrics["non_finite_updates"]
       n = result.examples_processed
-      diverged |= n != result.examples_expected
-      processed += n
-      loss_sum += result.metrics["loss"] * n
-      accuracy_sum += result.metrics["train_accuracy"] * n
+      if n:
+        processed += n
+        loss_sum += result.metrics["loss"] * n
+        accuracy_sum += result.metrics["train_accuracy"] * n
     nan = float("nan")
     metrics = collections.OrderedDict(
-      loss=nan if diverged or not processed else loss_sum / processed,
+      loss=loss_sum / processed if processed else nan,
       train_accuracy=accuracy_sum / processed if processed else nan,
+      non_finite_updates=non_finite,
     )
     for i, member in enumerate(self.members):
       metrics[f"{member.level}_clients"] = float(len(by_level[i]))

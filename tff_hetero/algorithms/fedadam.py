@@ -69,11 +69,18 @@ def build_fedadam(
   config, task: api.Task, client_ids=()
 ) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedadam.
+  options = learning_process.process_options(config)
   process = build_fedadam_process(
     task.model_fn,
     input_spec=task.element_spec,
-    **learning_process.process_options(config),
+    **options,
     server_learning_rate=config.server_lr,
     epsilon=config.settings.server_adam_epsilon,
   )
-  return learning_process.LearningProcessAlgorithm("fedadam", process, task)
+  return learning_process.LearningProcessAlgorithm(
+    "fedadam",
+    process,
+    task,
+    empties_weigh_zero=options["client_weighting"]
+    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )

@@ -101,12 +101,19 @@ def build_fedavg(
   config, task: api.Task, client_ids=()
 ) -> api.FederatedAlgorithm:
   del client_ids  # Every client is alike to fedavg.
+  options = learning_process.process_options(config)
   process = build_fedavg_process(
     task.model_fn,
     input_spec=task.element_spec,
-    **learning_process.process_options(config),
+    **options,
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(
       learning_rate=config.server_lr
     ),
   )
-  return learning_process.LearningProcessAlgorithm("fedavg", process, task)
+  return learning_process.LearningProcessAlgorithm(
+    "fedavg",
+    process,
+    task,
+    empties_weigh_zero=options["client_weighting"]
+    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )

@@ -299,4 +299,7 @@ def build_fednova(
       learning_rate=config.server_lr
     ),
   )
-  return learning_process.LearningProcessAlgorithm("fednova", process, task)
+  # FedNova's client work weighs an empty client 0 (no steps to normalize).
+  return learning_process.LearningProcessAlgorithm(
+    "fednova", process, task, empties_weigh_zero=True
+  )

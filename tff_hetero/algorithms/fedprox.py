@@ -306,13 +306,20 @@ def build_fedprox(
   del client_ids  # Every client is alike to fedprox.
   prox_mu = config.settings.prox_mu
   prox_mu = DEFAULT_PROX_MU if prox_mu is None else prox_mu
+  options = learning_process.process_options(config)
   process = build_fedprox_process(
     task.model_fn,
     input_spec=task.element_spec,
     prox_mu=prox_mu,
-    **learning_process.process_options(config),
+    **options,
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(
       learning_rate=config.server_lr
     ),
   )
-  return learning_process.LearningProcessAlgorithm("fedprox", process, task)
+  return learning_process.LearningProcessAlgorithm(
+    "fedprox",
+    process,
+    task,
+    empties_weigh_zero=options["client_weighting"]
+    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )

@@ -342,7 +342,7 @@ class InclusiveFL(api.FederatedAlgorithm):
     updates, traffic = [], []
     counts = np.zeros([len(self.groups)], np.float32)
     loss_sum = accuracy_sum = 0.0
-    processed = expected = 0
+    processed = expected = non_finite = 0
     metrics = collections.OrderedDict()
     for j, group in enumerate(self.groups):
       cohort = members[j]
@@ -353,8 +353,17 @@ class InclusiveFL(api.FederatedAlgorithm):
       update, measured = self.computations.group_round(j)(
         state["models"][j], [c.dataset for c in cohort]
       )
-      updates.append([np.asarray(u) for u in update])
-      counts[j] = len(cohort)
+      # A client whose update was not finite sent zeros of weight 0 (the
+      # group's client work weighs the others 1: no empty one weighs 0).
+      zeroed = learning_process.non_finite_count(
+        measured["aggregator"], cohort, empties_weigh_zero=False
+      )
+      non_finite += zeroed
+      counts[j] = len(cohort) - zeroed
+      if counts[j]:
+        updates.append([np.asarray(u) for u in update])
+      else:  # The mean of no update is 0/0: the group counts as absent.
+        updates.append([np.zeros_like(w) for w in state["models"][j]])
       traffic.extend(
         learning_process.dense_cohort_traffic(
           f"group {group.name}",
@@ -367,19 +376,19 @@ class InclusiveFL(api.FederatedAlgorithm):
       examples = int(train["num_examples"])
       processed += examples
       expected += sum(c.num_examples for c in cohort)
-      loss_sum += float(train["loss"]) * examples
-      # Absent when the task's metrics hold no accuracy.
-      accuracy = train.get("sparse_categorical_accuracy", math.nan)
-      accuracy_sum += float(accuracy) * examples
+      if examples:
+        loss_sum += float(train["loss"]) * examples
+        # Absent when the task's metrics hold no accuracy.
+        accuracy = train.get("sparse_categorical_accuracy", math.nan)
+        accuracy_sum += float(accuracy) * examples
     new_state = tf.nest.map_structure(
       np.asarray, self.computations.server_step(state, updates, counts)
     )
-    loss = loss_sum / processed if processed else math.nan
-    if processed != expected:
-      loss = math.nan  # A client diverged: TFF zeroed its update.
+    learning_process.check_examples(processed, expected, non_finite)
     out = collections.OrderedDict(
-      loss=loss,
+      loss=loss_sum / processed if processed else math.nan,
       train_accuracy=accuracy_sum / processed if processed else math.nan,
+      non_finite_updates=float(non_finite),
       idle_clients=float(idle),
     )
     out.update(metrics)

@@ -396,20 +396,62 @@ def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   return share
 
 
-def train_metrics(train, expected_examples: int) -> collections.OrderedDict:
-  """The round's `loss` and `train_accuracy` from measured training metrics
-  (`<metrics=<loss, sparse_categorical_accuracy, num_examples, ...>, ...>`).
+def non_finite_count(
+  aggregator_measurements,
+  clients: Sequence[api.ClientRound],
+  empties_weigh_zero: bool,
+) -> int:
+  """How many clients' updates were not finite, from a `MeasuredUploadFactory`
+  measurement (`<..., zero_weight_clients>`).
 
-  TFF's client work zeroes the weight and example count of a client whose
-  update is not finite: training diverged on that client. The loss is then
-  NaN, so that the program stops, naming the round.
+  TFF's client work (and ours, in its form) zeroes a non-finite update and
+  gives it weight 0, as TFF's zeroing factory does. The only other client of
+  weight 0 is an empty one when the weight is its example count
+  (`empties_weigh_zero`), so the count is exact.
   """
-  loss = float(train["metrics"]["loss"])
-  if int(train["metrics"]["num_examples"]) != expected_examples:
-    loss = math.nan
+  zeroed = int(aggregator_measurements["zero_weight_clients"])
+  if empties_weigh_zero:
+    zeroed -= sum(1 for c in clients if c.num_examples == 0)
+  if zeroed < 0:
+    raise RuntimeError(
+      f"{int(aggregator_measurements['zero_weight_clients'])} clients of"
+      " weight 0, fewer than the empty clients in the cohort"
+    )
+  return zeroed
+
+
+def check_examples(processed: int, expected: int, non_finite_updates: int):
+  """`RuntimeError` unless the training metrics miss examples exactly when
+  some client's update was non-finite (its metrics were reset)."""
+  if (processed == expected) != (non_finite_updates == 0):
+    raise RuntimeError(
+      f"{processed} of {expected} examples in the training metrics, but"
+      f" {non_finite_updates} non-finite client updates"
+    )
+
+
+def train_metrics(
+  train, clients: Sequence[api.ClientRound], non_finite_updates: int
+) -> collections.OrderedDict:
+  """The round's `loss`, `train_accuracy` and `non_finite_updates` from
+  measured training metrics (`<metrics=<loss, sparse_categorical_accuracy,
+  num_examples, ...>, ...>`).
+
+  A client whose update was not finite was zeroed and reset its metrics
+  (TFF's `model_delta_client_work`), so the loss covers the finite updates.
+  It is NaN only when none is left (no client with examples had a finite
+  update): the program then stops, naming the round. That the example count
+  falls short exactly when some update was zeroed is checked.
+  """
+  examples = int(train["metrics"]["num_examples"])
+  check_examples(
+    examples, sum(c.num_examples for c in clients), non_finite_updates
+  )
+  loss = float(train["metrics"]["loss"]) if examples else math.nan
   return collections.OrderedDict(
     loss=loss,
     train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+    non_finite_updates=float(non_finite_updates),
   )
 
 
@@ -421,9 +463,14 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     name: str,
     process: tff.learning.templates.LearningProcess,
     task: api.Task,
+    *,
+    empties_weigh_zero: bool,
   ):
+    """`empties_weigh_zero`: the client work gives an empty client weight 0
+    (TFF's, when weighting by examples), so it is no non-finite update."""
     self.name = name
     self.process = process
+    self._empties_weigh_zero = empties_weigh_zero
     self._task = task
     self._static_bn = static_batch_norm.StaticBatchNorm(
       task.model_fn, task.element_spec
@@ -451,7 +498,13 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     )
     return api.RoundOutput(
       state=output.state,
-      metrics=train_metrics(train, sum(c.num_examples for c in clients)),
+      metrics=train_metrics(
+        train,
+        clients,
+        non_finite_count(
+          metrics["aggregator"], clients, self._empties_weigh_zero
+        ),
+      ),
       traffic=traffic,
     )
 

@@ -430,8 +430,11 @@ class Scaffold(api.FederatedAlgorithm):
     )
     return api.RoundOutput(
       state=output.state,
+      # An empty client takes no step and weighs 0 (`client_update`).
       metrics=learning_process.train_metrics(
-        measured["train"], sum(c.num_examples for c in clients)
+        measured["train"],
+        clients,
+        learning_process.non_finite_count(up, clients, empties_weigh_zero=True),
       ),
       traffic=traffic,
       client_states={

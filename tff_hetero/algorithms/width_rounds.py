@@ -80,14 +80,15 @@ class GroupedRoundResult:
 
   Attributes:
     model: The new server model (`ModelWeights`; non-trainable unchanged).
-    metrics: `loss`, `train_accuracy` (example-weighted over all groups;
-      absent when the task's metrics hold no accuracy).
+    metrics: `loss`, `train_accuracy` (example-weighted over all groups'
+      finite updates; accuracy absent when the task's metrics hold none),
+      `non_finite_updates` (clients whose update was zeroed).
     traffic: One measured `ClientTraffic` per client, in `groups` order.
     sent_model_bytes: Sum over clients of the sub-model bytes received.
     returned_model_bytes: Sum over clients of the update bytes returned
       (model values only: weight and metrics excluded).
-    examples_expected / examples_processed: For divergence detection: TFF's
-      client work zeroes a client whose update is not finite.
+    examples_expected / examples_processed: The cohort's examples, and
+      those in the metrics (a zeroed client's are not).
   """
 
   model: Any
@@ -187,7 +188,11 @@ class HeterogeneousRounds:
     traffic = []
     loss_sum = accuracy_sum = 0.0
     has_accuracy = True
-    processed = expected = 0
+    processed = expected = non_finite = 0
+    empties_weigh_zero = (
+      self.computations.aggregation.client_weighting
+      is tff.learning.ClientWeighting.NUM_EXAMPLES
+    )
     sent_bytes = returned_bytes = 0
     for group in groups:
       clients = list(group.clients)
@@ -217,6 +222,9 @@ class HeterogeneousRounds:
       group_examples = int(train["metrics"]["num_examples"])
       processed += group_examples
       expected += sum(c.num_examples for c in clients)
+      non_finite += learning_process.non_finite_count(
+        measured["aggregator"], clients, empties_weigh_zero
+      )
       loss_sum += float(train["metrics"]["loss"]) * group_examples
       # Absent when the task's metrics do not include accuracy.
       accuracy = train["metrics"].get("sparse_categorical_accuracy")
@@ -248,14 +256,16 @@ class HeterogeneousRounds:
       new_trainable = self.computations.apply_sums(
         trainable, sums, np.float32(self._server_lr)
       )
+    # A client whose update was not finite was zeroed (weight 0) and its
+    # metrics reset: the loss covers the others.
+    learning_process.check_examples(processed, expected, non_finite)
     loss = loss_sum / processed if processed else math.nan
-    if processed != expected:
-      loss = math.nan  # A client diverged: TFF zeroed its update.
     metrics = collections.OrderedDict(loss=loss)
     if has_accuracy:
       metrics["train_accuracy"] = (
         accuracy_sum / processed if processed else math.nan
       )
+    metrics["non_finite_updates"] = float(non_finite)
     return GroupedRoundResult(
       model=tff.learning.models.ModelWeights(
         trainable=[np.asarray(w) for w in new_trainable],

@@ -42,7 +42,6 @@ from typing import Optional
 
 import attrs
 import numpy as np
-import tree
 
 from tff_hetero import data as data_lib
 from tff_hetero import devices as devices_lib
@@ -306,14 +305,6 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
 
 def _warn(line: str) -> None:
   print(f"warning: {line}", file=sys.stderr, flush=True)
-
-
-def _all_finite(structure) -> bool:
-  return all(
-    np.all(np.isfinite(np.asarray(leaf)))
-    for leaf in tree.flatten(structure)
-    if np.issubdtype(np.asarray(leaf).dtype, np.floating)
-  )
 
 
 class ClientTrainingData(api.EvaluationData):
@@ -694,12 +685,19 @@ def _check_not_diverged(
   checkpoint_dir: str,
 ) -> None:
   """`DivergenceError` naming the round and the last good checkpoint if the
-  round's loss or new weights are not finite."""
+  round's loss or new weights are not finite.
+
+  A client whose update was not finite is zeroed and counted by the
+  algorithm (`non_finite_updates`), and the round goes on with the others;
+  its loss is NaN only when no client that had examples sent a finite
+  update. That ends the run, checked before the weights (a mean of no
+  update may already have made them NaN).
+  """
   loss = float(output.metrics.get("loss", float("nan")))
   # A round where no client could train anything (e.g. every sampled
   # device too small for any sub-model) has no loss, and is no failure.
   trained = any(t.examples > 0 for t in output.traffic)
-  if (trained and not math.isfinite(loss)) or not _all_finite(
+  if (trained and not math.isfinite(loss)) or not api.all_finite(
     algorithm.model_weights(output.state)
   ):
     where = (
@@ -707,9 +705,15 @@ def _check_not_diverged(
       if last_checkpoint >= 1
       else "none"
     )
+    zeroed = output.metrics.get("non_finite_updates")
+    why = (
+      f"every client's update was non-finite ({int(zeroed)} zeroed)"
+      if trained and not math.isfinite(loss) and zeroed
+      else "non-finite loss or weights"
+    )
     raise DivergenceError(
-      f"round {round_num}: training diverged (loss={loss}, non-finite"
-      f" loss or weights); last good checkpoint: {where}"
+      f"round {round_num}: training diverged (loss={loss}, {why});"
+      f" last good checkpoint: {where}"
     )
 
 
@@ -853,6 +857,10 @@ def _build_report(
     bytes_down_total=totals.bytes_down,
     client_flops_total=totals.flops,
     examples_processed_total=totals.examples,
+    # Client updates zeroed for non-finite values, over the run.
+    non_finite_updates_total=int(
+      sum(r.get("non_finite_updates", 0.0) for r in history)
+    ),
     rounds_completed=len(history),
     wall_time_s=round(elapsed_s, 3),
     per_client=ledger.per_client_totals(),

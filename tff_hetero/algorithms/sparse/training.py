@@ -322,7 +322,7 @@ class SparseTraining(api.FederatedAlgorithm):
       *[float(v) for v in measured["readjust"]]
     )
     metrics = learning_process.train_metrics(
-      train, sum(c.num_examples for c in clients)
+      train, clients, int(measured["non_finite_updates"])
     )
     metrics.update(
       readjust_requested=float(requested),
@@ -338,7 +338,6 @@ class SparseTraining(api.FederatedAlgorithm):
         counts.candidates_with_direction, counts.grow_candidates
       ),
       direction_nonzero_inactive=float(measured["direction_informed"]),
-      non_finite_updates=float(measured["non_finite_updates"]),
     )
     densities = [float(d) for d in measured["density"]]
     sizes = [k.size for k in self.layout.kernels]

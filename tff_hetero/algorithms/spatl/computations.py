@@ -82,8 +82,9 @@ class ClientReport(NamedTuple):
   each prunable layer's output channels, the MACs per example of the model
   its selection leaves (`subnetwork.selected_macs`, float64; 0 without a
   layer graph), the selected sub-network's reward, the agent's mean reward
-  over the episodes, the local SGD steps and the validation examples the
-  search evaluated."""
+  over the episodes, the local SGD steps, the validation examples the
+  search evaluated, and 1 if its update was not finite (then zeroed, of
+  weight 0, and its predictor left as it was), else 0."""
 
   bytes_up: Any
   keep_fractions: Any
@@ -92,6 +93,7 @@ class ClientReport(NamedTuple):
   mean_reward: Any
   steps: Any
   evaluated_examples: Any
+  non_finite: Any
 
 
 @attrs.frozen
@@ -345,12 +347,21 @@ def build_spatl_client_update(
       ]
     masks = element_masks(layout, trained, channel)
     update = [u * m for u, m in zip(update, masks)]
-    (update, control_delta), non_finite = (
-      local_training.zero_all_if_any_non_finite((update, control_delta))
+    # The BN statistics and the predictor are checked with the update: a
+    # NaN in either would reach the global statistics (NaN x 0 is NaN) or
+    # the client's next rounds.
+    (update, control_delta, statistics, checked_predictor), non_finite = (
+      local_training.zero_all_if_any_non_finite(
+        (update, control_delta, statistics, predictor)
+      )
     )
     weight = (
       tf.constant(1.0, tf.float32) if uniform else tf.cast(examples, tf.float32)
     )
+    if non_finite > 0:
+      predictor = list(state.predictor)
+    else:
+      predictor = checked_predictor
     if non_finite > 0 or steps == 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()
@@ -386,6 +397,7 @@ def build_spatl_client_update(
       mean_reward=mean_reward,
       steps=steps,
       evaluated_examples=evaluated,
+      non_finite=non_finite,
     )
     return (
       update,

@@ -569,7 +569,9 @@ class Spatl(api.FederatedAlgorithm):
       for c, r in zip(clients, output.reports)
     )
     metrics = learning_process.train_metrics(
-      measured["train"], sum(c.num_examples for c in clients)
+      measured["train"],
+      clients,
+      sum(int(r.non_finite) for r in output.reports),
     )
     if self._layers:
       keep = np.mean([np.asarray(r.keep_fractions) for r in output.reports], 0)
