@@ -398,3 +398,35 @@ def test_a_model_without_depth_knob_is_a_one_line_error():
     " depth-scalable model: .*transformer",
   ):
     inclusivefl.build_inclusivefl(config, task)
+
+
+def test_group_whose_only_update_is_non_finite_keeps_its_state(tff_context):
+  del tff_context
+  algorithm = build({"weak": 1, "medium": 2, "strong": 3})
+  state = algorithm.initialize()
+  nan = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.full([10, 3], np.nan, np.float32), y=np.zeros([10], np.int32)
+    )
+  ).batch(2)
+  b = api.ClientRound("b", nan, num_examples=10, tier="strong")
+  others = [client("a", "weak", 1), client("m", "medium", 2)]
+  with_b = algorithm.next(state, 0, others + [b])
+  without_b = algorithm.next(state, 0, others)
+  assert with_b.metrics["non_finite_updates"] == 1.0
+  assert np.isfinite(with_b.metrics["loss"])
+  assert with_b.metrics["loss"] == without_b.metrics["loss"]
+  # Bit for bit the round without b, where the deepest group is absent:
+  # its Adam state and momentum as before the round (its layers shared with
+  # the shallower groups take their new value, Algorithm 1).
+  for x, y in zip(
+    tf.nest.flatten(with_b.state), tf.nest.flatten(without_b.state)
+  ):
+    np.testing.assert_array_equal(x, y)
+  for x, y in zip(
+    tf.nest.flatten(with_b.state["optimizer_states"][2]),
+    tf.nest.flatten(state["optimizer_states"][2]),
+  ):
+    np.testing.assert_array_equal(x, y)
+  for x, y in zip(with_b.state["momenta"][1], state["momenta"][1]):
+    np.testing.assert_array_equal(x, y)

@@ -18,6 +18,7 @@ from tff_hetero.algorithms import api
 from tff_hetero.algorithms import fedadam
 from tff_hetero.algorithms import fedavg
 from tff_hetero.algorithms import fedprox
+from tff_hetero.algorithms import registry
 from tff_hetero.program import make_config
 
 _SPEC = collections.OrderedDict(
@@ -315,3 +316,62 @@ def test_model_weights_read_from_the_state_equal_tffs_get_model_weights(
   called = algorithm.process.get_model_weights(state)
   for a, b in zip(tf.nest.flatten(read), tf.nest.flatten(called)):
     np.testing.assert_array_equal(a, b)
+
+
+def _nan_client(cid="b", n=10):
+  """A client whose features are NaN: its update cannot be finite."""
+  dataset = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.full([n, 3], np.nan, np.float32), y=np.zeros([n], np.int32)
+    )
+  ).batch(2)
+  return api.ClientRound(client_id=cid, dataset=dataset, num_examples=n)
+
+
+def _empty_client(cid="e"):
+  dataset = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.zeros([0, 3], np.float32), y=np.zeros([0], np.int32)
+    )
+  ).batch(2)
+  return api.ClientRound(client_id=cid, dataset=dataset, num_examples=0)
+
+
+@pytest.mark.parametrize(
+  "name, aggregator",
+  [
+    ("fedavg", "mean"),
+    ("fedavg", "dp"),  # Uniform weights: an empty client weighs 1.
+    ("fedprox", "mean"),
+    ("fednova", "mean"),
+    ("scaffold", "mean"),
+  ],
+)
+def test_a_non_finite_update_is_zeroed_counted_and_left_out(
+  name, aggregator, tff_context
+):
+  del tff_context
+  options = dict(algorithm=name, client_lr=0.1, client_momentum=0.0)
+  if aggregator == "dp":
+    options.update(
+      aggregator="dp", clip_norm=1e6, noise_multiplier=0.0, clients_per_round=3
+    )
+  algorithm = registry.ALGORITHMS[name].builder(make_config(**options), _TASK)
+  state = algorithm.initialize()
+  a = _clients()[0]
+  with_b = algorithm.next(state, 1, [a, _nan_client(), _empty_client()])
+  without_b = algorithm.next(state, 1, [a, _empty_client()])
+  # Not "2": the empty client's weight 0 (by examples) is no failure.
+  assert with_b.metrics["non_finite_updates"] == 1.0
+  assert without_b.metrics["non_finite_updates"] == 0.0
+  assert np.isfinite(with_b.metrics["loss"])
+  assert with_b.metrics["loss"] == pytest.approx(
+    without_b.metrics["loss"], rel=1e-6
+  )
+  for x, y in zip(
+    algorithm.model_weights(with_b.state).trainable,
+    algorithm.model_weights(without_b.state).trainable,
+  ):
+    np.testing.assert_allclose(x, y, rtol=0, atol=1e-7)
+  # b still counts as a client that took part (it downloaded, trained).
+  assert [t.client_id for t in with_b.traffic] == ["c0", "b", "e"]

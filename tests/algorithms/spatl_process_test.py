@@ -442,3 +442,49 @@ def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
   np.testing.assert_allclose(
     state.non_trainable[1], np.mean(variances, 0), atol=1e-5
   )
+
+
+def test_non_finite_client_is_zeroed_and_keeps_its_predictor(tff_context):
+  del tff_context
+  process = spatl.build_spatl_process(
+    _bn_model,
+    input_spec=_SPEC,
+    encoder_layers=("features", "conv", "bn", "relu", "flatten"),
+    predictor_layers=("logits",),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+    total_clients=2,
+    options=_KEEP_ALL,
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
+  state = process.initialize()
+  fresh = process.initial_client_state()
+  nan = (np.full([8, 6, 6, 1], np.nan, np.float32), np.zeros([8], np.int32))
+
+  def round_of(arrays):
+    return process.next(
+      state,
+      [_dataset(a) for a in arrays],
+      [_dataset(_VALIDATION[0])] * len(arrays),
+      [fresh] * len(arrays),
+      [spatl.RoundInfo(True, np.array([0, k])) for k in range(len(arrays))],
+      server_lr=1.0,
+    )
+
+  with_b = round_of([_CLIENTS[0], nan])
+  alone = round_of([_CLIENTS[0]])
+  assert [int(r.non_finite) for r in with_b.reports] == [0, 1]
+  # b sent zeros of weight 0, its BN statistics too: the server's model and
+  # statistics are client 0's round alone, and finite.
+  for x, y in zip(
+    list(with_b.state.encoder) + list(with_b.state.non_trainable),
+    list(alone.state.encoder) + list(alone.state.non_trainable),
+  ):
+    assert np.all(np.isfinite(x))
+    np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
+  # b keeps the predictor and control it had.
+  b = with_b.client_states[1]
+  for x, y in zip(
+    list(b.predictor) + list(b.control),
+    list(fresh.predictor) + list(fresh.control),
+  ):
+    np.testing.assert_array_equal(x, y)

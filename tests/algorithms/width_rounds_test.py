@@ -807,3 +807,57 @@ def test_four_algorithms_train_within_one_population(tff_context, monkeypatch):
       seen_capacities.update(c.params for c in capacities.values())
   # The population did reach below S1 / M1 / L1 in some rounds.
   assert min(seen_capacities) < 155 and max(seen_capacities) > 155
+
+
+def _nan_client(assignment, capacity=None):
+  """Client "b": NaN features, so its update cannot be finite."""
+  dataset = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.full([10, *_SHAPE], np.nan, np.float32),
+      y=np.zeros([10], np.int32),
+    )
+  ).batch(3)
+  return api.ClientRound(
+    client_id="b",
+    dataset=dataset,
+    num_examples=10,
+    capacity=None if capacity is None else Capacity(capacity, None),
+    tier="strong",
+    assignment=assignment,
+  )
+
+
+def test_non_finite_update_is_left_out_of_its_group(tff_context):
+  del tff_context
+  algorithm = adaptivefl.AdaptiveFL(
+    _TASK, _POOL, ["c0", "c1", "c2", "b"], client_lr=_LR
+  )
+  state = algorithm.initialize()
+  clients = _clients(assignments=(1, 0, 1))
+  # b trains level 0 beside c1: two groups, b in one.
+  with_b = algorithm.next(state, 1, clients + [_nan_client(0)])
+  without_b = algorithm.next(state, 1, clients)
+  assert with_b.metrics["non_finite_updates"] == 1.0
+  assert without_b.metrics["non_finite_updates"] == 0.0
+  assert with_b.metrics["loss"] == pytest.approx(
+    without_b.metrics["loss"], rel=1e-6
+  )
+  _assert_close(
+    with_b.state.model.trainable, without_b.state.model.trainable, atol=0
+  )
+
+
+def test_decoupled_counts_a_non_finite_update_per_model(tff_context):
+  del tff_context
+  algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+  state = algorithm.initialize()
+  small = algorithm.runners[2].catalog.outer.params
+  c1 = _clients(assignments=(None,) * 3, capacities=(None, small, None))[1]
+  with_b = algorithm.next(state, 1, [c1, _nan_client(None, small)])
+  without_b = algorithm.next(state, 1, [c1])
+  assert with_b.metrics["non_finite_updates"] == 1.0
+  assert with_b.metrics["loss"] == pytest.approx(
+    without_b.metrics["loss"], rel=1e-6
+  )
+  for a, b in zip(with_b.state.models, without_b.state.models):
+    _assert_close(a.trainable, b.trainable, atol=0)
