@@ -254,6 +254,7 @@ def test_server_step_by_hand(transfer):
     fedgkt_steps.TaggedUpload(
       fedgkt_steps.GKTUpload(features, client_logits, labels),
       np.zeros(n, np.int32),
+      np.ones(n, np.float32),
     ),
     fedgkt_steps.server_plan([1], [n], [np.arange(n)]),
   )
@@ -328,6 +329,7 @@ def test_server_step_trains_and_answers_group_after_group():
       np.concatenate([labels[k] for k in arrival]),
     ),
     np.concatenate([np.full(sizes[k], k, np.int32) for k in arrival]),
+    np.ones(sum(sizes), np.float32),
   )
   orders = [np.arange(5)[::-1], np.array([6, 0, 2, 4, 1, 3, 5])]
   update, initial = _server_update(algorithm)
@@ -580,6 +582,7 @@ def test_type_signatures():
     "bytes_up",
     "samples",
     "feature_bytes",
+    "non_finite",
   ]
   client = comps.client_step.type_signature
   assert client.result[1].upload.features.shape == (None, 8, 8, 16)
@@ -625,6 +628,59 @@ def test_sync_rounds_answer_each_client_with_its_samples_logits(tff_context):
   slow = max(algorithm.simulation.duration(c, 1) for c in fed.client_ids)
   assert first["sim_time"] == pytest.approx(slow)
   assert outputs[2][1].metrics["sim_time"] == pytest.approx(3 * slow)
+
+
+@pytest.mark.slow
+def test_a_client_whose_round_is_not_finite_is_rolled_back(tff_context):
+  del tff_context
+  experiment, state, stored, _ = _rounds("sync")
+  algorithm, fed = experiment.algorithm, experiment.federated_data
+  bad = fed.client_ids[0]
+  clients = []
+  for cid in fed.client_ids:
+    train = fed.client_train(cid)
+    if cid == bad:  # NaN images: its gradients and features are NaN.
+      train = data_lib.ArrayDataset(np.full_like(train.x, np.nan), train.y)
+    clients.append(
+      api.ClientRound(
+        client_id=cid,
+        num_examples=len(train),
+        dataset=algorithm.client_dataset(
+          train,
+          batch_size=32,
+          local_epochs=1,
+          shuffle_seed=9,
+          state=stored[cid],
+        ),
+        state=stored[cid],
+      )
+    )
+  output = algorithm.next(state, 4, clients)
+  assert output.metrics["non_finite_updates"] == 1.0
+  assert np.isfinite(output.metrics["loss"])
+  assert api.all_finite(algorithm.model_weights(output.state))
+  # The bad client keeps its edge model, answer and version as they were;
+  # no answer goes down to it.
+  for x, y in zip(
+    tf.nest.flatten(tuple(output.client_states[bad])),
+    tf.nest.flatten(tuple(stored[bad])),
+  ):
+    np.testing.assert_array_equal(x, y)
+  traffic = {t.client_id: t for t in output.traffic}
+  assert traffic[bad].bytes_down == 0
+  assert all(traffic[c].bytes_down > 0 for c in fed.client_ids if c != bad)
+  # The others' answers are the new server model's on their features.
+  for cid in fed.client_ids[1:]:
+    np.testing.assert_allclose(
+      output.client_states[cid].server_logits,
+      _composed_logits(
+        algorithm,
+        output.state,
+        output.client_states[cid],
+        fed.client_train(cid).x,
+      ),
+      atol=1e-4,
+    )
 
 
 @pytest.mark.slow

@@ -577,7 +577,9 @@ class FedGKT(api.FederatedAlgorithm):
     ]
     if not clients:
       return api.RoundOutput(
-        state=state, metrics=collections.OrderedDict(loss=math.nan), traffic=()
+        state=state,
+        metrics=collections.OrderedDict(loss=math.nan, non_finite_updates=0.0),
+        traffic=(),
       )
     # The cohort is padded to K clients that train on nothing: async rounds
     # hold 1..K arrivals, and the worker keeps an executor stack per cohort
@@ -652,11 +654,17 @@ class FedGKT(api.FederatedAlgorithm):
         f"FedGKT: the clients uploaded {[z.samples for z in sizes]} samples,"
         f" their data holds {samples}"
       )
+    # A client whose round was not finite sent zeros the server left out
+    # (`fedgkt_steps.build_edge_update`); it keeps its state as it was: no
+    # new model, answer or version.
+    finite = [z.non_finite == 0 for z in sizes]
     server = tff.learning.models.ModelWeights(*result.weights)
     optimizer_state = result.optimizer_state
     answered = np.asarray(result.answers, np.float32)
     owners = np.asarray(result.answer_owners)
-    answers = [answered[owners == k] for k in range(len(clients))]
+    answers = [
+      answered[owners == k] if finite[k] else None for k in range(len(clients))
+    ]
     # Group g's clients are answered by the server after its g + 1-th update
     # of the round.
     version = int(state.version)
@@ -664,6 +672,8 @@ class FedGKT(api.FederatedAlgorithm):
     staleness = []
     for g, group in enumerate(groups):
       for k in group:
+        if not finite[k]:
+          continue
         if int(states[k].logits_version) >= 0:
           staleness.append(version + g - int(states[k].logits_version))
         answered_at[k] = version + g + 1
@@ -671,10 +681,18 @@ class FedGKT(api.FederatedAlgorithm):
     server_sums = {key: float(v) for key, v in result.sums.items()}
     fresh_correct = float(result.fresh_correct)
     server_seconds = float(result.seconds)
-    fresh_accuracy = fresh_correct / sum(samples) if sum(samples) else math.nan
+    fresh_samples = sum(n for n, ok in zip(samples, finite) if ok)
+    fresh_accuracy = (
+      fresh_correct / fresh_samples if fresh_samples else math.nan
+    )
     plateau = self._plateau_step(plateau, fresh_accuracy)
     client_states = collections.OrderedDict()
-    for c, model, answer, at in zip(clients, models, answers, answered_at):
+    for k, (c, model, answer, at) in enumerate(
+      zip(clients, models, answers, answered_at)
+    ):
+      if not finite[k]:
+        client_states[c.client_id] = states[k]
+        continue
       client_states[c.client_id] = EdgeState(
         [np.asarray(t) for t in model.trainable],
         [np.asarray(t) for t in model.non_trainable],
@@ -705,7 +723,8 @@ class FedGKT(api.FederatedAlgorithm):
       traffic=tuple(
         ClientTraffic(
           client_id=c.client_id,
-          bytes_down=int(answer.nbytes),
+          # No answer reaches a client whose round was not finite.
+          bytes_down=0 if answer is None else int(answer.nbytes),
           bytes_up=z.bytes_up,
           flops=self._client_flops(c, z.samples),
           examples=c.num_examples,
@@ -798,14 +817,16 @@ class FedGKT(api.FederatedAlgorithm):
     self, clients, sizes, client_sums, server_sums
   ) -> collections.OrderedDict:
     examples = float(client_sums["examples"])
-    expected = sum(c.num_examples for c in clients)
+    non_finite = sum(z.non_finite for z in sizes)
+    learning_process.check_examples(
+      examples, sum(c.num_examples for c in clients), non_finite
+    )
     mean = lambda sums, key, n: float(sums[key]) / n if n else math.nan
     server_n = server_sums["examples"]
     samples = sum(z.samples for z in sizes)
     return collections.OrderedDict(
-      loss=mean(client_sums, "loss", examples)
-      if examples == expected
-      else math.nan,
+      loss=mean(client_sums, "loss", examples),
+      non_finite_updates=float(non_finite),
       train_accuracy=mean(client_sums, "correct", examples),
       client_ce=mean(client_sums, "ce", examples),
       client_kd=mean(client_sums, "kd", examples),

@@ -9,8 +9,8 @@ Types, with M = <trainable, non_trainable, optimizer_state> of the edge,
 D = a client's batches <x, y, index=int64[?], train=bool, has_teacher=bool,
 teacher=float32[?, C]>, U = `GKTUpload` <features=float32[?, h, w, c],
 logits=float32[?, C], labels=int32[?]>, T = `TaggedUpload` <U,
-owners=int32[?]>, Z = `UploadSizes` <bytes_up=int64, samples=int64,
-feature_bytes=int64>, P = `ServerPlan` <group_ends=int32[?],
+owners=int32[?], valid=float32[?]>, Z = `UploadSizes` <bytes_up=int64,
+samples=int64, feature_bytes=int64, non_finite=int32>, P = `ServerPlan` <group_ends=int32[?],
 group_samples=int32[?], orders=int64[?], order_ends=int32[?]>, S = the
 server's `ModelWeights`, O = its optimizer state and R = `ServerResult`
 <S, O, train sums, fresh correct=float32, answers=float32[?, C],
@@ -98,7 +98,11 @@ class GKTComputations:
       labels=tf.TensorSpec([None], tf.int32),
     )
     tagged_type = learning_process.type_of(
-      steps.TaggedUpload(upload_spec, tf.TensorSpec([None], tf.int32))
+      steps.TaggedUpload(
+        upload_spec,
+        tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([None], tf.float32),
+      )
     )
     plan_type = learning_process.type_of(
       steps.ServerPlan(
@@ -126,7 +130,9 @@ class GKTComputations:
       return update(
         tff.learning.models.ModelWeights(*weights),
         optimizer_state,
-        steps.TaggedUpload(steps.GKTUpload(*received.upload), received.owners),
+        steps.TaggedUpload(
+          steps.GKTUpload(*received.upload), received.owners, received.valid
+        ),
         steps.ServerPlan(*plan),
       )
 

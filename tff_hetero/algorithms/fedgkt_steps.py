@@ -35,6 +35,7 @@ import tensorflow_federated as tff
 
 from tff_hetero import data as data_lib
 from tff_hetero.accounting import payload
+from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.distillation import soft_label_kl
 from tff_hetero.models import fedgkt as gkt_models
 
@@ -99,22 +100,27 @@ class GKTUpload(NamedTuple):
 
 class TaggedUpload(NamedTuple):
   """Uploads of one or more clients, concatenated, with each sample's
-  client: `owners` int32[?] holds its cohort position. Within a client the
-  samples keep their order; the clients may come in any order (the
-  aggregation over several TFF workers concatenates in the order the
-  workers finish)."""
+  client: `owners` int32[?] holds its cohort position, `valid` float32[?]
+  is 0 for the samples of a client whose round was not finite (their
+  features and logits zeroed), else 1. Within a client the samples keep
+  their order; the clients may come in any order (the aggregation over
+  several TFF workers concatenates in the order the workers finish)."""
 
   upload: Any
   owners: Any
+  valid: Any
 
 
 class UploadSizes(NamedTuple):
   """A client's upload, measured on its tensors: total bytes (features,
-  logits, labels and metric sums), samples, and the features' bytes."""
+  logits, labels and metric sums), samples, the features' bytes, and 1 if
+  its round was not finite (then rolled back and its upload zeroed), else
+  0."""
 
   bytes_up: Any
   samples: Any
   feature_bytes: Any
+  non_finite: Any
 
 
 class ServerPlan(NamedTuple):
@@ -175,13 +181,15 @@ def assign(variables, values) -> None:
     variable.assign(value)
 
 
-def correct(logits, labels) -> tf.Tensor:
-  return tf.reduce_sum(
-    tf.cast(
-      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
-      tf.float32,
-    )
+def correct(logits, labels, weights=None) -> tf.Tensor:
+  """How many rows' argmax is the label (each counted by its weight)."""
+  hits = tf.cast(
+    tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels),
+    tf.float32,
   )
+  if weights is not None:
+    hits *= weights
+  return tf.reduce_sum(hits)
 
 
 def train_pass(
@@ -295,14 +303,37 @@ def build_edge_update(
       [tf.identity(v) for v in edge.non_trainable_variables],
       optimizer_state,
     )
+    # A round that is not finite anywhere (the edge model, its optimizer,
+    # what it uploads, its metrics) is rolled back: the client keeps the
+    # model it had, and sends zeros the server leaves out (`valid`). The
+    # rows stay, so the plan's counts and the traffic hold.
+    finite = local_training.all_finite(
+      (new_model, upload.features, upload.logits, sums)
+    )
+    new_model = tf.nest.map_structure(
+      lambda new, old: tf.where(finite, new, old),
+      new_model,
+      model,
+      check_types=False,
+    )
+    upload = GKTUpload(
+      features=tf.where(finite, upload.features, 0.0),
+      logits=tf.where(finite, upload.logits, 0.0),
+      labels=upload.labels,
+    )
+    sums = collections.OrderedDict(
+      (key, tf.where(finite, value, 0.0)) for key, value in sums.items()
+    )
     sizes = UploadSizes(
       bytes_up=payload.tf_dense_nbytes(list(upload))
       + payload.tf_dense_nbytes(list(sums.values())),
       samples=tf.cast(tf.shape(upload.labels)[0], tf.int64),
       feature_bytes=payload.tf_dense_nbytes([upload.features]),
+      non_finite=1 - tf.cast(finite, tf.int32),
     )
     owners = tf.fill(tf.shape(upload.labels), tf.cast(position, tf.int32))
-    return new_model, TaggedUpload(upload, owners), sizes, sums
+    valid = tf.fill(tf.shape(upload.labels), tf.cast(finite, tf.float32))
+    return new_model, TaggedUpload(upload, owners, valid), sizes, sums
 
   return edge_update
 
@@ -341,6 +372,7 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
     by_owner = tf.argsort(received.owners, stable=True)
     upload = GKTUpload(*(tf.gather(t, by_owner) for t in received.upload))
     owners = tf.gather(received.owners, by_owner)
+    valid = tf.gather(received.valid, by_owner)
     group_starts = tf.concat([[0], plan.group_ends[:-1]], 0)
     sample_starts = tf.searchsorted(owners, group_starts, side="left")
     sample_ends = tf.searchsorted(owners, plan.group_ends, side="left")
@@ -368,11 +400,13 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
         shape_invariants=[(answers, tf.TensorShape([None, num_classes]))]
       )
       group = GKTUpload(*(t[sample_starts[g] : sample_ends[g]] for t in upload))
-      fresh += correct(inference(group.features), group.labels)
+      group_valid = valid[sample_starts[g] : sample_ends[g]]
+      fresh += correct(inference(group.features), group.labels, group_valid)
+      # The plan's order, without the samples of a client not finite.
+      order = plan.orders[order_starts[g] : plan.order_ends[g]]
+      order = tf.boolean_mask(order, tf.gather(group_valid, order) > 0)
       data = (
-        tf.data.Dataset.from_tensor_slices(
-          plan.orders[order_starts[g] : plan.order_ends[g]]
-        )
+        tf.data.Dataset.from_tensor_slices(order)
         .batch(batch_size)
         .map(
           lambda i, group=group: collections.OrderedDict(

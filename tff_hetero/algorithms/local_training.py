@@ -177,16 +177,25 @@ def option_two_control_delta(update, control, steps, learning_rate):
   ]
 
 
-def zero_all_if_any_non_finite(structure):
-  """`(structure, 0)` if all entries are finite, else `(zeros, 1)` (as TFF)."""
-  flat = tf.nest.flatten(structure)
+def all_finite(structure) -> tf.Tensor:
+  """A bool scalar: whether every floating-point entry of `structure` is
+  finite (integer leaves, e.g. optimizer step counts, are skipped)."""
+  flat = [
+    t for t in tf.nest.flatten(structure) if tf.as_dtype(t.dtype).is_floating
+  ]
   if not flat:
-    return structure, tf.constant(0)
-  all_finite = tf.reduce_all(
+    return tf.constant(True)
+  return tf.reduce_all(
     tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
   )
+
+
+def zero_all_if_any_non_finite(structure):
+  """`(structure, 0)` if all entries are finite, else `(zeros, 1)` (as TFF)."""
+  if not tf.nest.flatten(structure):
+    return structure, tf.constant(0)
   return tf.cond(
-    all_finite,
+    all_finite(structure),
     true_fn=lambda: (structure, tf.constant(0)),
     false_fn=lambda: (
       tf.nest.map_structure(tf.zeros_like, structure),
