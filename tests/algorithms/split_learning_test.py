@@ -30,10 +30,11 @@ def _task():
   )
 
 
-def _client(cid, n, seed):
+def _client(cid, n, seed, nan=False):
   rng = np.random.default_rng(seed)
+  x = rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32)
   arrays = data_lib.ArrayDataset(
-    x=rng.uniform(0, 1, (n,) + SHAPE).astype(np.float32),
+    x=np.full_like(x, np.nan) if nan else x,
     y=rng.integers(0, CLASSES, n).astype(np.int32),
   )
   dataset = data_lib.make_client_dataset(
@@ -84,6 +85,29 @@ def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
     assert traffic.examples == n
   assert output.metrics["activation_bytes"] == 32 * (activation + 4)
   assert output.metrics["gradient_bytes"] == 32 * activation
+
+
+def test_a_turn_that_is_not_finite_is_undone(tff_context):
+  del tff_context
+  algorithm = split_learning.SplitLearning.of_registry(
+    _task(), "fedgkt_server_resnet19", client_lr=LR
+  )
+  a, c = _client("a", 12, 1), _client("c", 8, 3)
+  with_b = algorithm.next(
+    algorithm.initialize(), 1, [a, _client("b", 8, 2, nan=True), c]
+  )
+  without_b = algorithm.next(algorithm.initialize(), 1, [a, c])
+  assert with_b.metrics["non_finite_updates"] == 1.0
+  assert without_b.metrics["non_finite_updates"] == 0.0
+  # b's turn undone: c trains on what a left, as if b had not come.
+  assert with_b.metrics["loss"] == without_b.metrics["loss"]
+  for x, y in zip(
+    tf.nest.flatten(with_b.state), tf.nest.flatten(without_b.state)
+  ):
+    np.testing.assert_array_equal(x, y)
+  # b's exchange happened: its traffic is charged.
+  assert [t.client_id for t in with_b.traffic] == ["a", "b", "c"]
+  assert with_b.traffic[1].bytes_up > 0
 
 
 def test_bad_flags_name_the_flag():

@@ -312,8 +312,10 @@ class SplitLearning(api.FederatedAlgorithm):
     server = tff.learning.models.ModelWeights(*state.server)
     optimizer_state = state.server_optimizer_state
     traffic, totals = [], collections.Counter()
+    non_finite = 0
     for client in clients:
       weights_bytes = payload.dense_nbytes(list(extractor))
+      before = (extractor, server, optimizer_state)
       extractor, server, optimizer_state, sums = self.turn(
         extractor, server, optimizer_state, client.dataset
       )
@@ -322,7 +324,17 @@ class SplitLearning(api.FederatedAlgorithm):
         tff.learning.models.ModelWeights(*server),
       )
       sums = {k: float(v) for k, v in sums.items()}
-      totals.update(sums)
+      if api.all_finite((extractor, server, optimizer_state)) and math.isfinite(
+        sums["loss"]
+      ):
+        totals.update(sums)
+      else:
+        # A turn that is not finite would poison both partitions for every
+        # later client: it is undone, counted, and left out of the metrics
+        # (its traffic happened, and stays).
+        extractor, server, optimizer_state = before
+        non_finite += 1
+        totals.update(bytes_up=sums["bytes_up"], bytes_down=sums["bytes_down"])
       traffic.append(
         ClientTraffic(
           client_id=client.client_id,
@@ -334,14 +346,13 @@ class SplitLearning(api.FederatedAlgorithm):
         )
       )
     examples = totals["examples"]
-    expected = sum(c.num_examples for c in clients)
+    learning_process.check_examples(
+      examples, sum(c.num_examples for c in clients), non_finite
+    )
     metrics = collections.OrderedDict(
-      loss=(
-        totals["loss"] / examples
-        if examples == expected and examples
-        else math.nan
-      ),
+      loss=totals["loss"] / examples if examples else math.nan,
       train_accuracy=(totals["correct"] / examples if examples else math.nan),
+      non_finite_updates=float(non_finite),
       activation_bytes=totals["bytes_up"],
       gradient_bytes=totals["bytes_down"],
     )

@@ -501,7 +501,7 @@ def run_experiment(
           functools.partial(algorithm.next, server_state, round_num, clients),
           f"round {round_num}",
         )
-        _check_not_diverged(
+        check_not_diverged(
           algorithm, output, round_num, last_checkpoint, checkpoints.root_dir
         )
         server_state = output.state
@@ -677,7 +677,7 @@ def _validation_dataset(fed, client_id: str, batch_size: int):
   )
 
 
-def _check_not_diverged(
+def check_not_diverged(
   algorithm: api.FederatedAlgorithm,
   output: api.RoundOutput,
   round_num: int,
