@@ -125,6 +125,12 @@ Deviations from the paper and the official code (FedML
 * Async mode simulates time instead of measuring it: the server's own time is
   not modelled (handled on arrival), devices work at their tier's MAC
   capacity, and network time is not modelled.
+* Not in the paper: a client whose round is not finite (its edge model or
+  optimizer, its features, logits or metrics) is rolled back in the client
+  computation; it uploads zeros that the server leaves out of its scoring
+  and training (`TaggedUpload.valid`), keeps its state (no answer is sent
+  to it), and counts in `non_finite_updates`. Without it one NaN client
+  would train the server on NaN features.
 
 State: the server model, its optimizer state, the plateau schedule, the
 update counter and the event simulation (`GKTState`); per client, in the

@@ -39,6 +39,11 @@ between placements; one TFF round trip per batch would add its overhead
 (and the server weights' transfer between driver and runtime) to every
 batch, which is not split learning's cost.
 
+Addition: a turn whose result is not finite (either partition, the server's
+optimizer state or the loss) is undone on the driver, counted in
+`non_finite_updates` and left out of the loss; its traffic stays. The
+papers do not say; one NaN turn would otherwise poison every later one.
+
 Typed computation, E = extractor <trainable, non_trainable>, S = server
 <trainable, non_trainable>, O = its optimizer state, D = the client's
 batches <x, y>:
