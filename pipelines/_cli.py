@@ -14,6 +14,9 @@ from absl import flags
 # unknown batch dimension (seen with TF 2.14 + absl). Its C++ start-up chatter
 # is silenced first, so that errors stay one line.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# So is gRPC's C core (every failed TLS handshake logs several lines); the
+# error it causes is reported once, in our one line.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # glibc keeps the arenas made before its limit is set
 # (tff_hetero/runtime/heap.py): set it before TensorFlow's thread pools run.
 from tff_hetero.runtime import heap  # noqa: E402

@@ -37,13 +37,17 @@ that cannot start; 1 if the worker dies on its own while serving, or if
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from absl import flags
 
 # Not `pipelines._cli`: it imports TensorFlow (seconds of start-up, C++ log
-# lines on stderr), which a launcher of `worker_binary` does not need.
+# lines on stderr), which a launcher of `worker_binary` does not need. gRPC's
+# C core is silenced as there: a refused handshake is logged in one line by
+# the front, not in several by gRPC.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 _PORT = flags.DEFINE_integer("port", None, "TCP port to serve on (1-65535).")
 _LISTEN_ADDRESS = flags.DEFINE_string(

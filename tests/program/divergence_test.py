@@ -18,6 +18,8 @@ from tff_hetero.program import loop
 class _Weights:
   """Stands in for an algorithm: only its model weights are read."""
 
+  name = "stand-in"
+
   def model_weights(self, state):
     return tff.learning.models.ModelWeights([state], [])
 
@@ -57,3 +59,10 @@ def test_every_update_zeroed_stops_naming_the_round_and_the_count():
 def test_non_finite_weights_stop_even_with_a_finite_loss():
   with pytest.raises(DivergenceError, match="non-finite loss or weights"):
     _check(_output(math.inf, 0.7, 0.0), last_checkpoint=0)
+
+
+def test_a_round_without_the_count_is_refused():
+  output = _output(1.0, 0.7, 0.0)
+  del output.metrics["non_finite_updates"]
+  with pytest.raises(RuntimeError, match="no non_finite_updates"):
+    _check(output)

@@ -251,7 +251,10 @@ class RoundOutput:
 
   Attributes:
     state: The new server state.
-    metrics: Scalar training metrics of the round (floats), e.g. `loss`.
+    metrics: Scalar training metrics of the round (floats): at least
+      `loss` (over the finite client updates; NaN if none) and
+      `non_finite_updates`, how many clients' updates were not finite and
+      were zeroed (the program's loop checks it is there).
     traffic: One `ClientTraffic` per participating client, measured.
     client_states: New persistent states of the clients that changed.
   """

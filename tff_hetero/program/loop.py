@@ -693,6 +693,12 @@ def check_not_diverged(
   update. That ends the run, checked before the weights (a mean of no
   update may already have made them NaN).
   """
+  if "non_finite_updates" not in output.metrics:
+    raise RuntimeError(
+      f"{algorithm.name}: round {round_num}'s metrics have no"
+      " non_finite_updates (every algorithm counts the client updates it"
+      " zeroed: api.RoundOutput)"
+    )
   loss = float(output.metrics.get("loss", float("nan")))
   # A round where no client could train anything (e.g. every sampled
   # device too small for any sub-model) has no loss, and is no failure.
@@ -705,7 +711,7 @@ def check_not_diverged(
       if last_checkpoint >= 1
       else "none"
     )
-    zeroed = output.metrics.get("non_finite_updates")
+    zeroed = output.metrics["non_finite_updates"]
     why = (
       f"every client's update was non-finite ({int(zeroed)} zeroed)"
       if trained and not math.isfinite(loss) and zeroed
@@ -857,7 +863,8 @@ def _build_report(
     bytes_down_total=totals.bytes_down,
     client_flops_total=totals.flops,
     examples_processed_total=totals.examples,
-    # Client updates zeroed for non-finite values, over the run.
+    # Client updates zeroed for non-finite values, over the run (rows of
+    # a run resumed from an older checkpoint may not have the column).
     non_finite_updates_total=int(
       sum(r.get("non_finite_updates", 0.0) for r in history)
     ),

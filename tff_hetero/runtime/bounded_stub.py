@@ -234,8 +234,15 @@ def check_workers(
     return [probe.kind for _, probe in probes]
   noun = "worker" if len(failed) == 1 else "workers"
   reasons = "; ".join(r for _, r in failed if r)
-  if tls is None and "Socket closed" in reasons:
-    reasons += " (a worker serving TLS closes plaintext connections: pass --tls_cert, --tls_key and --tls_ca)"
+  if "Socket closed" in reasons:
+    reasons += (
+      " (a worker serving TLS closes plaintext connections: pass"
+      " --tls_cert, --tls_key and --tls_ca)"
+      if tls is None
+      else " (the worker ended the TLS handshake: it may not accept this"
+      " driver's certificate; --tls_cert must be signed by the CA the"
+      " worker's --tls_ca names)"
+    )
   raise WorkerUnavailableError(
     f"{flag_name}: cannot reach TFF {noun} at"
     f" {', '.join(a for a, _ in failed)} within {timeout_s:g}s"
