@@ -93,6 +93,15 @@ def test_ready_line_and_isolation(tls_worker):
   )
   ours = [c for c in psutil.net_connections("inet") if c.pid == worker_pid]
   assert ours == []
+  # It runs whatever graph it is sent: with no capability, even when the
+  # launcher is root (it had CAP_SYS_ADMIN and CAP_NET_ADMIN to isolate it).
+  with open(f"/proc/{worker_pid}/status", encoding="ascii") as f:
+    status = dict(
+      l.split(":\t", 1) for l in f.read().splitlines() if ":\t" in l
+    )
+  for field in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+    assert int(status[field], 16) == 0, (field, status[field])
+  assert status["NoNewPrivs"].strip() == "1"
   # Only the front listens, on loopback.
   listening = [
     c.laddr.ip
@@ -202,6 +211,7 @@ def test_probe_command(tls_worker, certs):
   assert errors[0].startswith(
     f"error: --probe: cannot reach TFF worker at 127.0.0.1:{port} within 1s"
   )
+  assert "may not accept this driver's certificate" in errors[0], errors[0]
 
 
 def _worker_cli(*args):

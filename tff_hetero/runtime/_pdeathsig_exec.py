@@ -12,10 +12,13 @@ its own whose only interface is loopback (brought up here), so that PROGRAM
 can be reached from nowhere but that namespace (`netns.py` bridges into it).
 That needs CAP_SYS_ADMIN (`unshare`) and CAP_NET_ADMIN (loopback up); the
 helper exits with status 3 and a one-line reason on stderr without them.
-Then, before PROGRAM runs, it clears its ambient capabilities and sets
-no-new-privileges: a non-root PROGRAM (the TFF worker, which runs whatever
-graph it is sent) starts with no capability at all, even when the launcher
-was granted some to make the namespace.
+Then, before PROGRAM runs, it empties its capability bounding set (possible
+with CAP_SETPCAP, which root has), clears its ambient capabilities and sets
+no-new-privileges: PROGRAM (the TFF worker, which runs whatever graph it is
+sent) starts with no capability at all, whether the launcher runs as root
+or was granted some capabilities to make the namespace. (A root launcher
+whose bounding set cannot be emptied exits with status 3: its PROGRAM would
+get every capability back at `execv`.)
 
 Why a helper process instead of `subprocess.Popen(preexec_fn=...)`: a
 `preexec_fn` makes Python use `fork()`, which runs gRPC's `pthread_atfork`
@@ -38,6 +41,7 @@ _CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
+_PR_CAPBSET_DROP = 24
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -60,6 +64,26 @@ def _enter_private_network(libc) -> str:
   return ""
 
 
+def _drop_bounding_set(libc) -> str:
+  """Drops every capability from the bounding set; '' on success, else the
+  reason. Without CAP_SETPCAP (a non-root launcher) that fails, and is no
+  failure: a non-root PROGRAM gains nothing from the bounding set."""
+  try:
+    with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+      last = int(f.read())
+  except (OSError, ValueError) as e:
+    return f"cannot read the last capability number ({e})"
+  for cap in range(last + 1):
+    if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+      if os.geteuid() != 0:
+        return ""
+      return (
+        f"cannot drop capability {cap} from the bounding set"
+        f" ({os.strerror(ctypes.get_errno())})"
+      )
+  return ""
+
+
 def main(argv):
   private = len(argv) > 3 and argv[3] == "--private-network"
   if private:
@@ -78,6 +102,10 @@ def main(argv):
       sys.stderr.write(f"cannot isolate the TFF worker: {reason}\n")
       return PRIVATE_NETWORK_FAILED
     # PROGRAM gets none of the capabilities that made the namespace.
+    reason = _drop_bounding_set(libc)
+    if reason:
+      sys.stderr.write(f"cannot isolate the TFF worker: {reason}\n")
+      return PRIVATE_NETWORK_FAILED
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
       sys.stderr.write("cannot set no-new-privileges for the TFF worker\n")
