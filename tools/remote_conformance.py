@@ -44,45 +44,20 @@ _OUTPUT = flags.DEFINE_string(
 )
 
 
-def start_workers(count: int) -> list:
-  """`count` workers on loopback (`runtime.testing.CliWorker`)."""
-  # pylint: disable=g-import-not-at-top
-  from tff_hetero.runtime import testing as proc_testing
-
-  workers = []
-  try:
-    for _ in range(count):
-      workers.append(proc_testing.CliWorker(stderr=subprocess.DEVNULL))
-  except BaseException:
-    stop_workers(workers)
-    raise
-  return workers
-
-
-def stop_workers(workers) -> None:
-  # pylint: disable=g-import-not-at-top
-  from tff_hetero.runtime import testing as proc_testing
-
-  for worker in workers:
-    worker.stop()
-  for worker in workers:
-    proc_testing.assert_no_workers_left(worker.tag)
-
-
 def main(argv) -> None:
   del argv
   # pylint: disable=g-import-not-at-top
   from tff_hetero.algorithms import registry
   from tff_hetero.program import conformance
+  from tff_hetero.runtime import testing as proc_testing
 
   names = _ALGORITHMS.value or list(registry.ALGORITHMS)
   unknown = [n for n in names if n not in registry.ALGORITHMS]
   if unknown:
     sys.exit(f"error: --algorithms: unknown {', '.join(unknown)}")
-  workers = start_workers(3)
-  addresses = [w.address for w in workers]
   rows = []
-  try:
+  with proc_testing.cli_workers(3, stderr=subprocess.DEVNULL) as workers:
+    addresses = [w.address for w in workers]
     with tempfile.TemporaryDirectory() as root:
       for name in names:
         try:
@@ -94,8 +69,6 @@ def main(argv) -> None:
           )
         rows.append(row)
         print(json.dumps(row), flush=True)
-  finally:
-    stop_workers(workers)
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(rows, f, indent=1)

@@ -36,16 +36,8 @@ REPO = os.path.dirname(
 
 @pytest.fixture(scope="module")
 def two_workers():
-  workers = []
-  try:
-    for _ in range(2):
-      workers.append(proc_testing.CliWorker())
+  with proc_testing.cli_workers(2) as workers:
     yield [w.address for w in workers]
-  finally:
-    for worker in workers:
-      worker.stop()
-    for worker in workers:
-      proc_testing.assert_no_workers_left(worker.tag)
 
 
 def _run(tmp_path, name, algorithm, augment, model, **executor):

@@ -22,16 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def three_workers():
-  workers = []
-  try:
-    for _ in range(3):
-      workers.append(proc_testing.CliWorker())
+  with proc_testing.cli_workers(3) as workers:
     yield [w.address for w in workers]
-  finally:
-    for worker in workers:
-      worker.stop()
-    for worker in workers:
-      proc_testing.assert_no_workers_left(worker.tag)
 
 
 @pytest.mark.parametrize("algorithm", ["spatl", "split_learning"])

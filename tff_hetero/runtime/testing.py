@@ -308,6 +308,23 @@ class CliWorker:
     return self.proc.returncode, err or ""
 
 
+@contextlib.contextmanager
+def cli_workers(count: int, *args: str, stderr=None):
+  """`count` `CliWorker`s on loopback, started one after the other; on exit
+  (or if one fails to start) all are stopped and checked gone. Yields the
+  `CliWorker`s."""
+  started = []
+  try:
+    for _ in range(count):
+      started.append(CliWorker(*args, stderr=stderr))
+    yield started
+  finally:
+    for worker in started:
+      worker.stop()
+    for worker in started:
+      assert_no_workers_left(worker.tag)
+
+
 # ---------------------------------------------------------------------------
 # Hosts of our own: Linux network namespaces joined by veth links.
 
