@@ -6,7 +6,8 @@ listens on its host's address, a driver reaches it over that link and
 nowhere else. `python -m pipelines.worker` serves on each worker host with
 TLS on; `python -m pipelines.train --executor=remote` runs in the driver's
 namespace on the three workers, and must end where the same run on the
-local runtime ends (the report's accuracy, the measured bytes).
+local runtime ends (the saved weights, the report's accuracy, the measured
+bytes).
 
 Needs root and `ip` (iproute2); skipped with the reason otherwise.
 """
@@ -16,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tff_hetero.runtime import certificates
@@ -119,3 +121,15 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
     assert reports[name]["final_metrics"]["accuracy"] == pytest.approx(
       local["final_metrics"]["accuracy"], abs=1e-6
     )
+    # The saved final models: the same weights, to the order of summation.
+    with (
+      np.load(
+        tmp_path / "local" / "final_model_weights.npz", allow_pickle=False
+      ) as ours,
+      np.load(
+        tmp_path / name / "final_model_weights.npz", allow_pickle=False
+      ) as theirs,
+    ):
+      assert sorted(ours.files) == sorted(theirs.files)
+      for key in ours.files:
+        np.testing.assert_allclose(theirs[key], ours[key], rtol=0, atol=1e-5)
