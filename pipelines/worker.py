@@ -275,6 +275,14 @@ def main(argv: list[str]) -> None:
       mode = "mutual TLS" if tls else "plaintext"
       if not isolated:
         mode += ", unisolated worker"
+      if tls is None and not _is_loopback(listen):
+        print(
+          f"warning: --insecure: serving plaintext on {front.bind_address},"
+          " without authentication: whoever reaches it can run code on this"
+          " host",
+          file=sys.stderr,
+          flush=True,
+        )
       print(
         f"TFF worker ready on {front.bind_address} ({mode}; worker pid"
         f" {worker.pid})",

@@ -251,3 +251,20 @@ def test_network_address_needs_tls_or_insecure(certs):
   assert line.startswith(
     f"error: --tls_key: {ours['driver.key']} does not match --tls_cert"
   )
+
+
+def test_insecure_serves_plaintext_to_the_network_with_a_warning():
+  worker = proc_testing.CliWorker("--insecure", host="0.0.0.0")
+  try:
+    assert worker.ready_line.startswith(
+      f"TFF worker ready on 0.0.0.0:{worker.port} (plaintext; worker pid "
+    )
+    assert _federated_sum(None, worker.port) == pytest.approx(7.0)
+  finally:
+    _, err = worker.stop()
+    proc_testing.assert_no_workers_left(worker.tag)
+  warnings = [l for l in err.splitlines() if l.startswith("warning: ")]
+  assert warnings == [
+    f"warning: --insecure: serving plaintext on 0.0.0.0:{worker.port},"
+    " without authentication: whoever reaches it can run code on this host"
+  ]
