@@ -73,7 +73,7 @@ def _zero_weight_fn(weight_type: tff.Type) -> tff.Computation:
   def is_zero_weight(weight):
     if masked:
       weight = weight.weight
-    return tf.cast(tf.equal(weight, 0.0), tf.int64)
+    return tf.cast(tf.equal(weight, tf.zeros_like(weight)), tf.int64)
 
   return is_zero_weight
 

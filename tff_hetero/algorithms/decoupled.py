@@ -170,6 +170,7 @@ class Decoupled(api.FederatedAlgorithm):
     models = list(state.models)
     traffic = []
     processed = loss_sum = accuracy_sum = non_finite = 0.0
+    starved = False  # A model whose every update with examples was zeroed.
     for i, runner in enumerate(self.runners):
       if not by_level[i]:
         continue
@@ -187,13 +188,16 @@ class Decoupled(api.FederatedAlgorithm):
       # update it sent non-finite (zeroed; the others' loss is kept).
       non_finite += result.metrics["non_finite_updates"]
       n = result.examples_processed
+      starved |= n == 0 and result.metrics["non_finite_updates"] > 0
       if n:
         processed += n
         loss_sum += result.metrics["loss"] * n
         accuracy_sum += result.metrics["train_accuracy"] * n
     nan = float("nan")
     metrics = collections.OrderedDict(
-      loss=loss_sum / processed if processed else nan,
+      # NaN (the round diverged) if a model had clients with examples but
+      # no finite update: it could not train.
+      loss=loss_sum / processed if processed and not starved else nan,
       train_accuracy=accuracy_sum / processed if processed else nan,
       non_finite_updates=non_finite,
     )

@@ -343,6 +343,7 @@ class InclusiveFL(api.FederatedAlgorithm):
     counts = np.zeros([len(self.groups)], np.float32)
     loss_sum = accuracy_sum = 0.0
     processed = expected = non_finite = 0
+    starved = False  # A group whose every update with examples was zeroed.
     metrics = collections.OrderedDict()
     for j, group in enumerate(self.groups):
       cohort = members[j]
@@ -376,6 +377,7 @@ class InclusiveFL(api.FederatedAlgorithm):
       examples = int(train["num_examples"])
       processed += examples
       expected += sum(c.num_examples for c in cohort)
+      starved |= examples == 0 and zeroed > 0
       if examples:
         loss_sum += float(train["loss"]) * examples
         # Absent when the task's metrics hold no accuracy.
@@ -386,7 +388,9 @@ class InclusiveFL(api.FederatedAlgorithm):
     )
     learning_process.check_examples(processed, expected, non_finite)
     out = collections.OrderedDict(
-      loss=loss_sum / processed if processed else math.nan,
+      # NaN (the round diverged) if a group had clients with examples but
+      # no finite update: its model could not train.
+      loss=loss_sum / processed if processed and not starved else math.nan,
       train_accuracy=accuracy_sum / processed if processed else math.nan,
       non_finite_updates=float(non_finite),
       idle_clients=float(idle),

@@ -447,10 +447,10 @@ def train_metrics(
   check_examples(
     examples, sum(c.num_examples for c in clients), non_finite_updates
   )
-  loss = float(train["metrics"]["loss"]) if examples else math.nan
+  nan_if_none = lambda v: float(v) if examples else math.nan
   return collections.OrderedDict(
-    loss=loss,
-    train_accuracy=float(train["metrics"]["sparse_categorical_accuracy"]),
+    loss=nan_if_none(train["metrics"]["loss"]),
+    train_accuracy=nan_if_none(train["metrics"]["sparse_categorical_accuracy"]),
     non_finite_updates=float(non_finite_updates),
   )
 

@@ -689,8 +689,9 @@ def check_not_diverged(
 
   A client whose update was not finite is zeroed and counted by the
   algorithm (`non_finite_updates`), and the round goes on with the others;
-  its loss is NaN only when no client that had examples sent a finite
-  update. That ends the run, checked before the weights (a mean of no
+  its loss is NaN only when that left no finite update to train on (no
+  client with examples sent one; with several models, one of them got
+  none). That ends the run, checked before the weights (a mean of no
   update may already have made them NaN).
   """
   if "non_finite_updates" not in output.metrics:
@@ -713,7 +714,8 @@ def check_not_diverged(
     )
     zeroed = output.metrics["non_finite_updates"]
     why = (
-      f"every client's update was non-finite ({int(zeroed)} zeroed)"
+      f"{int(zeroed)} client updates non-finite and zeroed left no finite"
+      " update to train on"
       if trained and not math.isfinite(loss) and zeroed
       else "non-finite loss or weights"
     )

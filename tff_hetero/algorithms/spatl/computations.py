@@ -362,6 +362,14 @@ def build_spatl_client_update(
       predictor = list(state.predictor)
     else:
       predictor = checked_predictor
+    # The agent searched a broken model: its step is undone too.
+    actor, actor_optimizer = tf.nest.map_structure(
+      lambda new, old: tf.where(non_finite > 0, old, new),
+      (actor, actor_optimizer),
+      (list(state.actor), state.actor_optimizer),
+      check_types=False,
+    )
+    actor = list(actor)
     if non_finite > 0 or steps == 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()

@@ -573,19 +573,21 @@ class Spatl(api.FederatedAlgorithm):
       clients,
       sum(int(r.non_finite) for r in output.reports),
     )
-    if self._layers:
-      keep = np.mean([np.asarray(r.keep_fractions) for r in output.reports], 0)
+    # Selections of clients whose round was not finite were undone.
+    selected = [r for r in output.reports if not int(r.non_finite)]
+    if self._layers and selected:
+      keep = np.mean([np.asarray(r.keep_fractions) for r in selected], 0)
       metrics["selection_reward"] = float(
-        np.mean([float(r.reward) for r in output.reports])
+        np.mean([float(r.reward) for r in selected])
       )
       metrics["agent_mean_reward"] = float(
-        np.mean([float(r.mean_reward) for r in output.reports])
+        np.mean([float(r.mean_reward) for r in selected])
       )
       # The compute each client's selection saves on the whole model (the
       # sub-network it leaves, counted layer by layer: `subnetwork`).
       saved = [
         subnetwork.saved_fraction(self.process.layout.flow, r.macs)
-        for r in output.reports
+        for r in selected
       ]
       metrics["model_flops_saved"] = float(np.mean(saved))
       metrics["model_flops_saved_max"] = float(np.max(saved))
