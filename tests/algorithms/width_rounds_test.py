@@ -861,3 +861,11 @@ def test_decoupled_counts_a_non_finite_update_per_model(tff_context):
   )
   for a, b in zip(with_b.state.models, without_b.state.models):
     _assert_close(a.trainable, b.trainable, atol=0)
+  # b alone for S1: no finite update is left to train it, which the round
+  # reports as diverged (NaN loss); the model stays as it was.
+  alone = algorithm.next(state, 1, [_nan_client(None, small)])
+  assert alone.metrics["non_finite_updates"] == 1.0
+  assert np.isnan(alone.metrics["loss"])
+  _assert_close(
+    alone.state.models[2].trainable, state.models[2].trainable, atol=0
+  )
