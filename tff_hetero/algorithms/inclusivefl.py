@@ -65,8 +65,10 @@ each with its reason:
   optimizer is what a TFF user composes; its first step equals FedAdam's.
 * `inclusivefl_local` is the paper's "Local" in its cross-device form: each
   tier federated on its own (FedAdam within the tier), nothing shared.
-* A client whose update TFF zeroed as non-finite still counts in its
-  group's weight n_j (the round's loss is then NaN and the run stops).
+* Not in the paper: a client whose update TFF zeroed as non-finite does
+  not count in its group's n_j (nor in g_j's mean: its weight is 0) and is
+  counted in `non_finite_updates`. A group left with no finite update is
+  absent from the step, and the round reports a NaN loss (diverged).
 """
 
 from __future__ import annotations
