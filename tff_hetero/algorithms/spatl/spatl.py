@@ -135,6 +135,10 @@ Departures, each on purpose:
   driver with the round's results, as the simulation's client-state store;
   it is not counted as traffic, since in the paper it never leaves the
   client.
+* Not in the paper: a client whose round is not finite (its update,
+  Delta c_l, BN statistics or predictor) sends zeros of weight 0, keeps its
+  predictor, c_l and agent, and is counted in `non_finite_updates`; its
+  selection is left out of the round's selection metrics.
 * Ablations: `--nospatl_selection` (whole encoder sent),
   `--nospatl_transfer` (the predictor is shared and averaged too),
   `--nospatl_gradient_control` (no control variates).
