@@ -401,11 +401,10 @@ def _bn_model():
   return tf.keras.Model(inputs, outputs)
 
 
-def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
-  tff_context,
-):
-  del tff_context
-  process = spatl.build_spatl_process(
+@functools.lru_cache(maxsize=None)
+def _bn_process():
+  """The batch-norm model's process, uniform weights; built once."""
+  return spatl.build_spatl_process(
     _bn_model,
     input_spec=_SPEC,
     encoder_layers=("features", "conv", "bn", "relu", "flatten"),
@@ -415,6 +414,13 @@ def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
     options=_KEEP_ALL,
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
   )
+
+
+def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
+  tff_context,
+):
+  del tff_context
+  process = _bn_process()
   # conv kernel, conv bias, bn gamma, bn beta: all follow conv's channels.
   assert process.layout.channel_of == (0, 0, 0, 0)
   state, _, _ = _run(process, 1, [[0, 1]])
@@ -446,16 +452,7 @@ def test_batch_norm_follows_its_layer_and_statistics_are_averaged(
 
 def test_non_finite_client_is_zeroed_and_keeps_its_predictor(tff_context):
   del tff_context
-  process = spatl.build_spatl_process(
-    _bn_model,
-    input_spec=_SPEC,
-    encoder_layers=("features", "conv", "bn", "relu", "flatten"),
-    predictor_layers=("logits",),
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-    total_clients=2,
-    options=_KEEP_ALL,
-    client_weighting=tff.learning.ClientWeighting.UNIFORM,
-  )
+  process = _bn_process()
   state = process.initialize()
   fresh = process.initial_client_state()
   nan = (np.full([8, 6, 6, 1], np.nan, np.float32), np.zeros([8], np.int32))

@@ -77,10 +77,6 @@ def build_fedadam(
     server_learning_rate=config.server_lr,
     epsilon=config.settings.server_adam_epsilon,
   )
-  return learning_process.LearningProcessAlgorithm(
-    "fedadam",
-    process,
-    task,
-    empties_weigh_zero=options["client_weighting"]
-    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  return learning_process.LearningProcessAlgorithm.of_options(
+    "fedadam", process, task, options
   )

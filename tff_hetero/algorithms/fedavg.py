@@ -110,10 +110,6 @@ def build_fedavg(
       learning_rate=config.server_lr
     ),
   )
-  return learning_process.LearningProcessAlgorithm(
-    "fedavg",
-    process,
-    task,
-    empties_weigh_zero=options["client_weighting"]
-    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  return learning_process.LearningProcessAlgorithm.of_options(
+    "fedavg", process, task, options
   )

@@ -316,10 +316,6 @@ def build_fedprox(
       learning_rate=config.server_lr
     ),
   )
-  return learning_process.LearningProcessAlgorithm(
-    "fedprox",
-    process,
-    task,
-    empties_weigh_zero=options["client_weighting"]
-    is tff.learning.ClientWeighting.NUM_EXAMPLES,
+  return learning_process.LearningProcessAlgorithm.of_options(
+    "fedprox", process, task, options
   )

@@ -396,6 +396,12 @@ def per_client_bytes(total: int, num_clients: int, what: str) -> int:
   return share
 
 
+def weighs_empties_zero(weighting: tff.learning.ClientWeighting) -> bool:
+  """Whether TFF's client work gives an empty client weight 0 under
+  `weighting` (by examples: yes; uniform: it weighs 1)."""
+  return weighting is tff.learning.ClientWeighting.NUM_EXAMPLES
+
+
 def non_finite_count(
   aggregator_measurements,
   clients: Sequence[api.ClientRound],
@@ -474,6 +480,17 @@ class LearningProcessAlgorithm(api.FederatedAlgorithm):
     self._task = task
     self._static_bn = static_batch_norm.StaticBatchNorm(
       task.model_fn, task.element_spec
+    )
+
+  @classmethod
+  def of_options(cls, name: str, process, task: api.Task, options):
+    """For a process built from `process_options(config)` = `options`: TFF's
+    client work weighs an empty client 0 when it weighs by examples."""
+    return cls(
+      name,
+      process,
+      task,
+      empties_weigh_zero=weighs_empties_zero(options["client_weighting"]),
     )
 
   def initialize(self):

@@ -189,9 +189,8 @@ class HeterogeneousRounds:
     loss_sum = accuracy_sum = 0.0
     has_accuracy = True
     processed = expected = non_finite = 0
-    empties_weigh_zero = (
+    empties_weigh_zero = learning_process.weighs_empties_zero(
       self.computations.aggregation.client_weighting
-      is tff.learning.ClientWeighting.NUM_EXAMPLES
     )
     sent_bytes = returned_bytes = 0
     for group in groups:

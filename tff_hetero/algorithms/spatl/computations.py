@@ -350,7 +350,7 @@ def build_spatl_client_update(
     # The BN statistics and the predictor are checked with the update: a
     # NaN in either would reach the global statistics (NaN x 0 is NaN) or
     # the client's next rounds.
-    (update, control_delta, statistics, checked_predictor), non_finite = (
+    (update, control_delta, statistics, _), non_finite = (
       local_training.zero_all_if_any_non_finite(
         (update, control_delta, statistics, predictor)
       )
@@ -358,18 +358,15 @@ def build_spatl_client_update(
     weight = (
       tf.constant(1.0, tf.float32) if uniform else tf.cast(examples, tf.float32)
     )
-    if non_finite > 0:
-      predictor = list(state.predictor)
-    else:
-      predictor = checked_predictor
-    # The agent searched a broken model: its step is undone too.
-    actor, actor_optimizer = tf.nest.map_structure(
+    # The client keeps its predictor, and its agent (which searched a broken
+    # model), as they were.
+    predictor, actor, actor_optimizer = tf.nest.map_structure(
       lambda new, old: tf.where(non_finite > 0, old, new),
-      (actor, actor_optimizer),
-      (list(state.actor), state.actor_optimizer),
+      (predictor, actor, actor_optimizer),
+      (list(state.predictor), list(state.actor), state.actor_optimizer),
       check_types=False,
     )
-    actor = list(actor)
+    predictor, actor = list(predictor), list(actor)
     if non_finite > 0 or steps == 0:
       weight = tf.constant(0.0, tf.float32)
       model.reset_metrics()
