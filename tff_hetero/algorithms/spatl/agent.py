@@ -1,6 +1,6 @@
-"""SPATL's salient parameter agent (Yu et al., "Resource-Efficient Transfer
-Learning From Heterogeneous Federated Learning" — `shared/papers/spatl.txt`,
-Section IV-B "RL-based Topology-Aware Salient Parameter Selection" and
+"""SPATL's salient parameter agent (Yu et al., "SPATL: Salient Parameter
+Aggregation and Transfer Learning for Heterogeneous Federated Learning" —
+`shared/papers/spatl.txt`, Section IV-B "RL-based Topology-Aware Salient Parameter Selection" and
 Section V "RL Agent Settings").
 
 After local training a client picks, for each prunable layer of its encoder,

@@ -1,7 +1,8 @@
 """SPATL's client step, server step and round as TFF computations.
 
-Paper: Yu et al., "Resource-Efficient Transfer Learning From Heterogeneous
-Federated ..." (SPATL), `spatl.txt`, Section IV. What each step does, and
+Paper: Yu et al., "SPATL: Salient Parameter Aggregation and Transfer
+Learning for Heterogeneous Federated Learning", `spatl.txt`, Section IV.
+What each step does, and
 where it departs from the paper, is in `spatl.py`'s docstring; this module
 only computes it. Three layers, as TFF's `model_delta_client_work.py`:
 
@@ -12,24 +13,30 @@ only computes it. Three layers, as TFF's `model_delta_client_work.py`:
    the salient channels of the trained encoder with the client's agent
    (`agent.salient_search`, reward 100 x local validation accuracy of the
    selected sub-network), and return the encoder update masked to those
-   channels with a `MaskedWeight`, Delta c_l, the client's new state and its
-   `ClientReport` (bytes measured on the encoded upload). Also
-   `build_predictor_update`: the predictor-only pass of Eq. 4.
+   channels with a `MaskedWeight`, Delta c_l, its weighted batch-norm
+   statistics, the client's new state and its `ClientReport` (bytes
+   measured on the encoded upload). Also `build_predictor_update`: the
+   predictor-only pass of Eq. 4.
 2. `SpatlComputations` traces, with E the encoder's trainable variables,
-   N the model's non-trainable variables, S = `ClientState`, D the data's
+   N the model's non-trainable variables, C the control variate (E; an
+   empty struct without gradient control), S = `ClientState`, D the data's
    sequence type (validation: the same type), R = `RoundInfo`, M =
    `MaskedWeight<float32, E>`, U the model's unfinalized metrics:
-     client_work: (<<E, N, E>, S, D, D, R> -> <E, M, E, S, ClientReport, U>)
-       (the broadcast is <E, N> without gradient control)
-     server_update: (<E, MaskedSums<E, E>, float32, E, E> -> <E, E>)
+     client_work: (<<E, N, C>, S, D, D, R> -> <E, M, C, N, S, ClientReport, U>)
+       (update, its mask and weight, Delta c_l, the weighted statistics)
+     server_update: (<E, MaskedSums<E, E>, float32, C, C, N, N, float32> ->
+                     <E, C, N>)
+       (encoder, masked sums, total weight, c_g, sum of Delta c_l, the
+       statistics, their weighted sum, the server learning rate eta)
      predictor_update: (<E, N, P, D> -> P)   (P the predictor's variables)
 3. and the round, one federated computation:
-     round: (<E@SERVER, N@SERVER, E@SERVER, S@CLIENTS, D@CLIENTS, D@CLIENTS,
-              R@CLIENTS, int32@CLIENTS (cohort position)> ->
-             <E@SERVER, E@SERVER, <rows=<S, ClientReport>[n],
+     round: (<E@SERVER, N@SERVER, C@SERVER, float32@SERVER (eta),
+              S@CLIENTS, D@CLIENTS, D@CLIENTS, R@CLIENTS,
+              int32@CLIENTS (cohort position)> ->
+             <E@SERVER, C@SERVER, N@SERVER, <rows=<S, ClientReport>[n],
               positions=int32[n]>@SERVER, metrics@SERVER>)
-   returning the new encoder and c_g, and each client's new state and report
-   stacked by cohort position (`cohort_positions.gather`).
+   returning the new encoder, c_g and statistics, and each client's new
+   state and report stacked by cohort position (`cohort_positions.gather`).
 """
 
 from __future__ import annotations

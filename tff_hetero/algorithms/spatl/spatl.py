@@ -1,5 +1,6 @@
-"""SPATL (Yu et al., "Resource-Efficient Transfer Learning From
-Heterogeneous Federated Learning" — `shared/papers/spatl.txt`, Section IV):
+"""SPATL (Yu et al., "SPATL: Salient Parameter Aggregation and Transfer
+Learning for Heterogeneous Federated Learning" — `shared/papers/spatl.txt`,
+Section IV):
 a shared encoder learned by federated learning, a private predictor per
 client, salient channels chosen by an RL agent, and gradient control on the
 encoder.
@@ -51,7 +52,8 @@ Departures, each on purpose:
 
 * Eq. 12 as printed moves w_g *away* from the clients (w_g + eta mean(w_g -
   w^k)); the sign is fixed here. Its 1/|K| counts every client once
-  (`ClientWeighting.UNIFORM` on the CLI; the builder takes any weighting);
+  (`ClientWeighting.UNIFORM` on the CLI; the builder takes any weighting
+  and defaults to TFF's NUM_EXAMPLES);
   `--spatl_salient_mean=selected` divides by the clients that uploaded each
   element instead of |K|.
 * Delta c_l goes up at the selected channels only, like the encoder (the
@@ -77,15 +79,30 @@ Departures, each on purpose:
   start at zero and Eq. 11's 1/|N| (all clients) is kept, as SCAFFOLD
   and the paper say. It also damps the correction by 1/100 (here
   `--spatl_control_scale`, default 1, the paper's; 0.01 is the official
-  code's) and "corrects" batch-norm statistics (not done here). On the
-  offline reproduction's setting (lr 0.05, Dirichlet 0.1) the undamped
-  correction diverged, as SCAFFOLD did (`pipelines/reproduce/spatl.py`).
+  code's) and "corrects" batch-norm statistics (not done here). Since c_l
+  changes by what was sent (above), the undamped correction diverged on
+  none of 3 seeds of the offline reproduction's main setting and on 1 of 3
+  (round 42) of its 30-client setting (`docs/reproductions/spatl`).
 * The official code uploads the dense encoder with pruned channels zeroed
   and averages those zeros in; here only the selected channels are counted
   as sent and the others keep their global value. (Inside the simulation
   TFF carries dense tensors with a mask, its types being static; the bytes
   are measured on the channel-indexed encoding of the same values, gathered
   in the client computation.)
+* A kept output channel goes up with its whole input slice, also the
+  weights that read channels this client's selection dropped in the layer
+  before; the paper uploads "the parameter w ... of the target encoder Ê",
+  the pruned network, which has no such weights. The client trained them
+  (local training is on the whole encoder; the selection only decides the
+  upload), and the server's encoder keeps every channel, so they are
+  averaged in like the rest. The budget is therefore the uploaded fraction
+  of the kernel and bias parameters, larger than Ê's size; the FLOPs
+  metric (`subnetwork.py`) is Ê's, with those weights removed.
+* The agent's action is a keep ratio per layer (the paper: a sparsity
+  ratio, its complement; the same choice).
+* The agent's graph has the encoder's layers as nodes (the line graph of
+  the paper's, whose nodes are feature maps and edges operations;
+  `agent.py`).
 * Channels are ranked by L1 norm (the official code: L2).
 * The predictor is the classifier layer of the model (`ModelSpec.
   predictor_layers`); the official ResNet code also keeps the stem local.
@@ -119,7 +136,8 @@ Departures, each on purpose:
 * The shipped agent was pre-trained on our ResNet-56 pruning task on the
   embedded MNIST subset (`pipelines.pretrain_spatl_agent`; the paper's
   task is on ResNet-56, its data unnamed, presumably CIFAR-10 as in its
-  pruning table): its provenance file gives the data, commit and rewards.
+  pruning table): its provenance file gives the data, commit and rewards
+  (the commit had uncommitted changes, recorded as `dirty`).
 * The agent's reward and the reported accuracy use the same split, each
   client's local validation data (the paper's reward is "validation
   accuracy" and its metric the clients' local validation accuracy; it does
