@@ -41,7 +41,9 @@ nor an output, and the rows are reports only:
 
 On a round the server requests readjustment, G is packed on the server
 (`pack`: G -> P) and broadcast with the model when clients read it
-(congruity_lambda > 0: not FedDST); otherwise only the model is sent. The
+(congruity_lambda > 0: not FedDST); otherwise only the model is sent, and
+the client computation takes no map (a client that readjusts without
+guidance reads zero maps it makes itself). The
 memory rows are server state throughout: they come back SERVER-placed
 (TFF 0.87 has no federated collect; `gather` is one, a concatenating
 `tff.federated_aggregate`), the driver keeps them between rounds and takes
@@ -547,6 +549,35 @@ class SparseRounds:
       )
 
     packs_rows = self.packs_rows(readjust, importance)
+    # Only rounds that readjust with guidance send the direction maps; the
+    # other rounds' client computations take no such argument (the zero
+    # maps they would read are made on the client, and nothing travels).
+    takes_directions = bool(readjust) and sends_directions
+    # The client computations' types: the model, [the packed maps,] the
+    # clock and the data.
+    client_types = (
+      (self.model_type, self.packed_type)
+      if takes_directions
+      else (self.model_type,)
+    ) + (np.int64, self.data_type)
+
+    def client_computation(fn, *more_types):
+      """`fn(received, packed or None, clock, data, *more)` as a TF
+      computation of `client_types + more_types` (TFF takes no varargs)."""
+      if takes_directions:
+        return tff.tensorflow.computation(fn, *client_types, *more_types)
+      if more_types:
+
+        def without_maps(received, clock, data, more):
+          return fn(received, None, clock, data, more)
+      else:
+
+        def without_maps(received, clock, data):
+          return fn(received, None, clock, data)
+
+      return tff.tensorflow.computation(
+        without_maps, *client_types, *more_types
+      )
 
     def work(received, packed, clock, data):
       """`clock`: cumulative epochs before this round (`BY_ROUND`: the
@@ -554,9 +585,12 @@ class SparseRounds:
       update = client_lib.build_client_update(
         functools.partial(model_fn, masks_in_call=False), layout, **settings
       )
-      directions = [
-        prune_grow.unpack_ternary(p, s) for p, s in zip(packed, shapes)
-      ]
+      if packed is None:
+        directions = [tf.zeros(s, tf.float32) for s in shapes]
+      else:
+        directions = [
+          prune_grow.unpack_ternary(p, s) for p, s in zip(packed, shapes)
+        ]
       received = SparseModel(*received)
       if by_round:
         return update(
@@ -601,14 +635,7 @@ class SparseRounds:
 
     if self.remembers:
 
-      @tff.tensorflow.computation(
-        self.model_type,
-        self.packed_type,
-        np.int64,
-        self.data_type,
-        cohort_positions.POSITION_TYPE,
-      )
-      def client_round(received, packed, clock, data, position):
+      def client_round_fn(received, packed, clock, data, position):
         """Memory rounds: the client's work, its memory row and report (its
         `gather` row, with its position), its counts and metrics, in one
         computation."""
@@ -616,10 +643,12 @@ class SparseRounds:
         row = row_of(value_of(upload, received), upload, received)
         gathered = cohort_positions.as_gathered_row((row, report), position)
         return gathered, counts, metrics
-    else:
-      client_work = tff.tensorflow.computation(
-        work, self.model_type, self.packed_type, np.int64, self.data_type
+
+      client_round = client_computation(
+        client_round_fn, cohort_positions.POSITION_TYPE
       )
+    else:
+      client_work = client_computation(work)
       upload_type = client_work.type_signature.result[0]
       to_value = tff.tensorflow.computation(
         value_of, upload_type, self.model_type
@@ -641,10 +670,6 @@ class SparseRounds:
     @tff.tensorflow.computation(self.directions_type)
     def pack(directions):
       return [prune_grow.pack_ternary(d) for d in directions]
-
-    @tff.tensorflow.computation
-    def no_directions():
-      return [tf.zeros(t.shape, tf.uint8) for t in packed_type]
 
     distributor = tff_measure.build_measured_broadcast_process(
       self.model_type,
@@ -709,15 +734,15 @@ class SparseRounds:
     def body(model, directions, others, epochs, data, positions):
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(distributor=delivered.measurements)
-      if readjust and sends_directions:
+      if takes_directions:
         sent = directions_distributor.next(
           directions_distributor.initialize(),
           tff.federated_map(pack, directions),
         )
         measurements["directions_distributor"] = sent.measurements
-        client_directions = sent.result
-      else:  # Nothing but the model is sent; no client reads these.
-        client_directions = tff.federated_value(no_directions(), tff.CLIENTS)
+        client_directions = (sent.result,)
+      else:  # Nothing but the model is sent.
+        client_directions = ()
       if memory != "none":
         return remembering_body(
           model,
@@ -730,7 +755,7 @@ class SparseRounds:
           epochs,
         )
       uploads, reports, counts, metrics = tff.federated_map(
-        client_work, (delivered.result, client_directions, epochs, data)
+        client_work, (delivered.result, *client_directions, epochs, data)
       )
       values = tff.federated_map(to_value, (uploads, delivered.result))
       aggregated = aggregator.next(
@@ -804,7 +829,7 @@ class SparseRounds:
         raise ValueError("a round with server memory gathers its rows")
       gathered, counts, metrics = tff.federated_map(
         client_round,
-        (delivered.result, client_directions, epochs, data, positions),
+        (delivered.result, *client_directions, epochs, data, positions),
       )
       received = cohort_positions.concatenated(gathered)
       (
