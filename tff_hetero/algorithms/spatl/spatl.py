@@ -137,7 +137,8 @@ Departures, each on purpose:
   embedded MNIST subset (`pipelines.pretrain_spatl_agent`; the paper's
   task is on ResNet-56, its data unnamed, presumably CIFAR-10 as in its
   pruning table): its provenance file gives the data, commit and rewards
-  (the commit had uncommitted changes, recorded as `dirty`).
+  (that commit had uncommitted changes; a rerun on a clean commit wrote
+  the same file byte for byte, recorded there as `rerun_clean`).
 * The agent's reward and the reported accuracy use the same split, each
   client's local validation data (the paper's reward is "validation
   accuracy" and its metric the clients' local validation accuracy; it does
