@@ -731,6 +731,18 @@ class SparseRounds:
 
     self.server_steps[kind] = server_update
 
+    @tff.tensorflow.computation
+    def no_counts():
+      return prune_grow.ReadjustCounts.zeros()
+
+    def readjust_counts(counts):
+      """The clients' summed `ReadjustCounts`; zeros from the server in a
+      round built without readjustment (a client cannot readjust then, and
+      a sum over the clients would cost a call per client)."""
+      if readjust:
+        return tff.federated_sum(counts)
+      return tff.federated_eval(no_counts, tff.SERVER)
+
     def body(model, directions, others, epochs, data, positions):
       delivered = distributor.next(distributor.initialize(), model)
       measurements = collections.OrderedDict(distributor=delivered.measurements)
@@ -778,7 +790,7 @@ class SparseRounds:
         server_update, server_inputs
       )
       measurements["train"] = metrics_aggregate(metrics)
-      measurements["readjust"] = tff.federated_sum(counts)
+      measurements["readjust"] = readjust_counts(counts)
       measurements["upload_bytes"] = tff.federated_sum(
         tff.federated_map(
           tff.tensorflow.computation(
@@ -842,7 +854,7 @@ class SparseRounds:
         non_finite,
       ) = tff.federated_map(server_update, (model, others, received))
       measurements["train"] = metrics_aggregate(metrics)
-      measurements["readjust"] = tff.federated_sum(counts)
+      measurements["readjust"] = readjust_counts(counts)
       measurements["upload_bytes"] = upload_bytes
       measurements["non_finite_updates"] = non_finite
       measurements["density"] = density
