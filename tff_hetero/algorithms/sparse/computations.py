@@ -562,8 +562,11 @@ class SparseRounds:
     ) + (np.int64, self.data_type)
 
     def client_computation(fn, *more_types):
-      """`fn(received, packed or None, clock, data, *more)` as a TF
-      computation of `client_types + more_types` (TFF takes no varargs)."""
+      """`fn(received, packed or None, clock, data[, more])` as a TF
+      computation of `client_types + more_types`, with at most one more
+      type (TFF takes no varargs, so each arity is spelled out)."""
+      if len(more_types) > 1:
+        raise ValueError(f"at most one more type, got {more_types}")
       if takes_directions:
         return tff.tensorflow.computation(fn, *client_types, *more_types)
       if more_types:

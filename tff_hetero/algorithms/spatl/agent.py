@@ -1,7 +1,7 @@
 """SPATL's salient parameter agent (Yu et al., "SPATL: Salient Parameter
 Aggregation and Transfer Learning for Heterogeneous Federated Learning" —
-`shared/papers/spatl.txt`, Section IV-B "RL-based Topology-Aware Salient Parameter Selection" and
-Section V "RL Agent Settings").
+`shared/papers/spatl.txt`, Section IV-B "RL-based Topology-Aware Salient
+Parameter Selection" and Section V "RL Agent Settings").
 
 After local training a client picks, for each prunable layer of its encoder,
 the fraction of the layer's output channels it uploads: a GNN over the
