@@ -12,6 +12,12 @@ before the divergence and `diverged_at_round` (`diverged_report`). Several
 processes may work on one reproduction at once (start the same command once
 per core): each run is locked by the process doing it, the others move on and
 wait for it at the end.
+
+A reproduction also continues on another machine from what was committed:
+`--reuse_from=docs/reproductions/<paper>` restores each run not done under
+`--root_output_dir` whose record in that directory's `results.json` has the
+same settings and all its rounds, with its rows from `metrics/<run>.csv`
+(`restore_run`), instead of running it again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 import contextlib
+import csv
 import datetime
 import fcntl
 import json
@@ -58,8 +65,17 @@ SEEDS_FLAG = flags.DEFINE_list(
   "Seeds of the repeated runs (comma-separated integers;"
   " default the pipeline's).",
 )
+REUSE_FROM_FLAG = flags.DEFINE_string(
+  "reuse_from",
+  "",
+  "A reproduction's committed output directory (its results.json and"
+  " metrics/<run>.csv, e.g. docs/reproductions/inclusivefl): every run not"
+  " done under --root_output_dir whose record there has the same settings"
+  " and all its rounds is restored from it instead of run again.",
+)
 MIB = float(1 << 20)
 PROVENANCE_JSON = "provenance.json"
+RESULTS_JSON = "results.json"
 
 
 @attrs.frozen
@@ -212,8 +228,24 @@ def run_record(run: Run, report: Mapping[str, Any]) -> collections.OrderedDict:
     rounds_completed=report.get("rounds_completed"),
     bytes_up_total=report.get("bytes_up_total"),
     wall_time_s=report.get("wall_time_s"),
+    **{key: report[key] for key in _MORE_RECORDED if key in report},
     code=provenance(run.config.experiment_dir),
   )
+
+
+# Report totals a run's record keeps beyond those above (when the run has
+# them), so that a run restored from its record (`restore_run`) has them.
+_MORE_RECORDED = (
+  "final_round",
+  "bytes_down_total",
+  "client_flops_total",
+  "examples_processed_total",
+  "non_finite_updates_total",
+  "diverged_at_round",
+  "diverged",
+)
+# Record keys that are not report keys.
+_RECORD_ONLY = ("name", "seed", "settings", "code")
 
 
 def seed_stats(values: Sequence[float]) -> collections.OrderedDict:
@@ -293,23 +325,29 @@ def _csv_value(text: str):
   return text
 
 
+def _history_from_csv_file(path: str) -> list[dict]:
+  """The rows of a metrics CSV: numbers as numbers, an empty cell (a
+  metric not measured that round) as NaN."""
+  with open(path, newline="") as f:
+    return [
+      {key: _csv_value(value) for key, value in row.items()}
+      for row in csv.DictReader(f)
+    ]
+
+
+def _history_from_csv(run_dir: str) -> list[dict]:
+  """A run's rows from its `metrics.csv` ([] without one)."""
+  path = os.path.join(run_dir, "metrics.csv")
+  return _history_from_csv_file(path) if os.path.exists(path) else []
+
+
 def diverged_report(config, message: str) -> dict:
   """The report of a run that diverged (`DivergenceError`), written as its
   `report.json`: its settings, the rows it released before the round that
   diverged, `diverged_at_round` and the message, no final metrics. A
   diverged run is a result of the method (the paper's SCAFFOLD diverges
   too), reused as such on the next call (runs are seeded)."""
-  from tff_hetero.program import outputs  # pylint: disable=g-import-not-at-top
-
-  csv_path = os.path.join(config.experiment_dir, outputs.METRICS_CSV)
-  rows = (
-    outputs.read_metrics(config.experiment_dir)
-    if os.path.exists(csv_path)
-    else []
-  )
-  history = [
-    {key: _csv_value(value) for key, value in row.items()} for row in rows
-  ]
+  history = _history_from_csv(config.experiment_dir)
   done = int(history[-1]["round"]) if history else 0
   report = collections.OrderedDict(
     config=config.to_json_dict(),
@@ -353,6 +391,82 @@ def _saved_report(run: Run) -> dict | None:
   )
 
 
+def committed_records(directory: str) -> dict[str, Mapping[str, Any]]:
+  """Run name -> record of a reproduction's `results.json` in `directory`
+  (`run_record`); `UsageError` naming `--reuse_from` when it has none."""
+  path = os.path.join(directory, RESULTS_JSON)
+  try:
+    with open(path) as f:
+      records = json.load(f)["runs"]
+  except (OSError, ValueError, KeyError, TypeError) as error:
+    raise UsageError(
+      "--reuse_from",
+      f"{directory!r} holds no readable {RESULTS_JSON} with a runs list"
+      f" ({type(error).__name__}); give a reproduction's output directory",
+    ) from None
+  return {record["name"]: record for record in records}
+
+
+def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
+  """Restores a committed run into `run`'s directory; whether it did.
+
+  Restored when `record` (the run's entry of `source_dir`'s `results.json`)
+  was made with settings that give the same results as `run`'s and holds
+  all its rounds (or diverged within them), and `metrics/<name>.csv` has
+  one row per completed round. Writes the run's `metrics.csv`, a
+  `report.json` of the record's totals and the CSV's rows (an empty cell as
+  NaN, as in `diverged_report`; `restored_from` names the source) and
+  `provenance.json` (the commits the record ran at, then this restore).
+  """
+  config = run.config
+  if not config.same_results_as(record.get("settings") or {}):
+    return False
+  done, diverged = (
+    record.get("rounds_completed"),
+    record.get("diverged_at_round"),
+  )
+  if not (done == config.rounds or (diverged and diverged <= config.rounds)):
+    return False
+  source_csv = os.path.join(source_dir, "metrics", f"{run.name}.csv")
+  if not os.path.exists(source_csv):
+    return False
+  run_dir = config.experiment_dir
+  prepare_run_dir(run_dir)
+  os.makedirs(run_dir, exist_ok=True)
+  staged = os.path.join(run_dir, "metrics.csv.restoring")
+  shutil.copyfile(source_csv, staged)
+  history = _history_from_csv_file(staged)
+  if len(history) != done:
+    os.remove(staged)
+    return False
+  os.replace(staged, os.path.join(run_dir, "metrics.csv"))
+  segment = collections.OrderedDict(
+    action="restored",
+    source=os.path.abspath(source_dir),
+    at=datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec="seconds"
+    ),
+  )
+  atomic_files.write_text(
+    os.path.join(run_dir, PROVENANCE_JSON),
+    json.dumps(
+      {"segments": list(record.get("code") or []) + [segment]}, indent=1
+    ),
+  )
+  report = collections.OrderedDict(config=record["settings"])
+  report.update(
+    (key, value)
+    for key, value in record.items()
+    if key not in _RECORD_ONLY and value is not None
+  )
+  report.update(history=history, restored_from=segment["source"])
+  atomic_files.write_text(
+    os.path.join(run_dir, REPORT_JSON),
+    json.dumps(report, indent=1, allow_nan=True),
+  )
+  return True
+
+
 @contextlib.contextmanager
 def _run_lock(run: Run, *, wait: bool) -> Iterator[bool]:
   """An exclusive lock on the run (`runs/.locks/<name>`); yields whether held.
@@ -375,12 +489,18 @@ def _run_lock(run: Run, *, wait: bool) -> Iterator[bool]:
 
 
 def run_all(
-  runs: Sequence[Run], *, log: Callable[[str], None] = print
+  runs: Sequence[Run],
+  *,
+  log: Callable[[str], None] = print,
+  reuse_from: str | None = None,
 ) -> dict[str, dict]:
   """Runs (or reuses, or resumes) every run; returns name -> report.
 
   A run another process is doing (locked) is left for last, then waited for.
+  `reuse_from`: a committed reproduction directory whose runs are restored
+  (`restore_run`) where this one has neither a report nor a checkpoint.
   """
+  records = committed_records(reuse_from) if reuse_from else {}
   from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
 
   reports, busy = {}, []
@@ -397,6 +517,15 @@ def run_all(
         reports[run.name] = report
         continue
       config = run.config
+      if (
+        run.name in records
+        and not os.path.exists(os.path.join(config.experiment_dir, REPORT_JSON))
+        and not _has_checkpoint(config.experiment_dir)
+        and restore_run(run, records[run.name], reuse_from)
+      ):
+        log(f"{tag}: restored from {reuse_from}")
+        reports[run.name] = _saved_report(run)
+        continue
       action = (
         "resuming" if _has_checkpoint(config.experiment_dir) else "running"
       )
@@ -604,7 +733,11 @@ def reproduce_main(
     runs = plan_runs(base, parts)
     _check_given_settings_are_read(runs)
     print(f"{len(runs)} runs under {out_dir}/runs", flush=True)
-    return run_all(runs, log=lambda m: print(m, flush=True))
+    return run_all(
+      runs,
+      log=lambda m: print(m, flush=True),
+      reuse_from=REUSE_FROM_FLAG.value or None,
+    )
 
   reports = _cli.run_guarded(run, resume_hint="run again to continue")
   text, results = build_tables(base, reports, parts)

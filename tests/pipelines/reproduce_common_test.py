@@ -2,6 +2,7 @@
 resumed, or started afresh."""
 
 import json
+import math
 import os
 import threading
 import time
@@ -196,3 +197,90 @@ def test_a_diverging_run_is_a_result_kept_and_reused(tmp_path):
   logged.clear()
   assert _common.run_all([run], log=logged.append)["diverges"] == saved
   assert logged == ["[1/1] diverges: done before, reused"]
+
+
+def test_a_committed_run_is_restored_on_another_machine(tmp_path):
+  def plan(root, **changes):
+    settings = dict(
+      algorithm="fedavg",
+      dataset="synthetic",
+      model="mlp",
+      num_clients=4,
+      clients_per_round=2,
+      rounds=3,
+      eval_every=2,
+      progress=False,
+      root_output_dir=str(root),
+      experiment_name="repro",
+    )
+    return _common.RunPlan(make_config(**{**settings, **changes}))
+
+  first = plan(tmp_path / "first")
+  first.add("a", seed=1)
+  (run,) = first.runs()
+  reports = _common.run_all([run], log=lambda _: None)
+  # What a pipeline commits: results.json's records and metrics/<run>.csv.
+  committed = tmp_path / "committed"
+  committed.mkdir()
+  (committed / "results.json").write_text(
+    json.dumps({"runs": [_common.run_record(run, reports["a"])]})
+  )
+  (committed / "metrics").mkdir()
+  (committed / "metrics" / "a.csv").write_text(
+    (tmp_path / "first" / "repro" / "runs" / "a" / "metrics.csv").read_text()
+  )
+
+  elsewhere = plan(tmp_path / "second")
+  elsewhere.add("a", seed=1)
+  elsewhere.add("b", seed=2)  # Not committed: runs.
+  logged = []
+  restored = _common.run_all(
+    elsewhere.runs(), log=logged.append, reuse_from=str(committed)
+  )
+  assert logged[0] == f"[1/2] a: restored from {committed}"
+  assert logged[1] == "[2/2] b: running (fedavg, 3 rounds)"
+  original, copy = reports["a"], restored["a"]
+  assert copy["rounds_completed"] == 3
+  assert copy["best_accuracy"] == original["best_accuracy"]
+  assert copy["final_metrics"] == original["final_metrics"]
+  assert copy["bytes_down_total"] == original["bytes_down_total"]
+  # Every measured value of every round survives; unmeasured ones are NaN.
+  assert len(copy["history"]) == len(original["history"]) == 3
+  for before, after in zip(original["history"], copy["history"]):
+    for key, value in after.items():
+      if key in before:
+        assert value == pytest.approx(before[key], rel=1e-12, nan_ok=True)
+      else:
+        assert math.isnan(value), key
+  assert [math.isnan(r["accuracy"]) for r in copy["history"]] == [
+    True,
+    False,
+    False,
+  ]
+  segments = json.loads(
+    (tmp_path / "second/repro/runs/a/provenance.json").read_text()
+  )["segments"]
+  assert [s["action"] for s in segments] == ["started", "restored"]
+  # The restored run is now done here: the next call reuses it.
+  logged.clear()
+  _common.run_all(
+    elsewhere.runs(), log=logged.append, reuse_from=str(committed)
+  )
+  assert logged == [
+    "[1/2] a: done before, reused",
+    "[2/2] b: done before, reused",
+  ]
+
+  # Other settings, or more rounds than the record holds: not restored.
+  for changes in (dict(client_lr=0.5), dict(rounds=4)):
+    other = plan(
+      tmp_path / f"other{len(changes)}{changes.get('rounds', 0)}", **changes
+    )
+    other.add("a", seed=1)
+    assert not _common.restore_run(
+      other.runs()[0],
+      _common.committed_records(str(committed))["a"],
+      str(committed),
+    )
+  with pytest.raises(UsageError, match="--reuse_from: .* holds no readable"):
+    _common.committed_records(str(tmp_path / "nowhere"))
