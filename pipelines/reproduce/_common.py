@@ -13,11 +13,13 @@ processes may work on one reproduction at once (start the same command once
 per core): each run is locked by the process doing it, the others move on and
 wait for it at the end.
 
-A reproduction also continues on another machine from what was committed:
+A reproduction also continues on another machine from what was committed.
+Each finished run leaves its record and rows beside the tables as soon as it
+ends (`records/<run>.json`, `metrics/<run>.csv`: `keep_record`), and
 `--reuse_from=docs/reproductions/<paper>` restores each run not done under
-`--root_output_dir` whose record in that directory's `results.json` has the
-same settings and all its rounds, with its rows from `metrics/<run>.csv`
-(`restore_run`), instead of running it again.
+`--root_output_dir` whose record there (in `results.json` or `records/`) has
+the same settings and all its rounds (`restore_run`), instead of running it
+again.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ REUSE_FROM_FLAG = flags.DEFINE_string(
 MIB = float(1 << 20)
 PROVENANCE_JSON = "provenance.json"
 RESULTS_JSON = "results.json"
+RECORDS_DIR = "records"
 
 
 @attrs.frozen
@@ -392,19 +395,48 @@ def _saved_report(run: Run) -> dict | None:
 
 
 def committed_records(directory: str) -> dict[str, Mapping[str, Any]]:
-  """Run name -> record of a reproduction's `results.json` in `directory`
-  (`run_record`); `UsageError` naming `--reuse_from` when it has none."""
+  """Run name -> record (`run_record`) of a reproduction's output directory:
+  its `results.json` runs, and the `records/<run>.json` of runs finished
+  since (`keep_record`); `UsageError` naming `--reuse_from` when it has
+  neither."""
+  records = {}
   path = os.path.join(directory, RESULTS_JSON)
+  records_dir = os.path.join(directory, RECORDS_DIR)
   try:
-    with open(path) as f:
-      records = json.load(f)["runs"]
+    if os.path.exists(path) or not os.path.isdir(records_dir):
+      with open(path) as f:
+        records.update((r["name"], r) for r in json.load(f)["runs"])
+    if os.path.isdir(records_dir):
+      for name in sorted(os.listdir(records_dir)):
+        if name.endswith(".json"):
+          with open(os.path.join(records_dir, name)) as f:
+            record = json.load(f)
+          records.setdefault(record["name"], record)
   except (OSError, ValueError, KeyError, TypeError) as error:
     raise UsageError(
       "--reuse_from",
       f"{directory!r} holds no readable {RESULTS_JSON} with a runs list"
-      f" ({type(error).__name__}); give a reproduction's output directory",
+      f" or {RECORDS_DIR}/ ({type(error).__name__}); give a reproduction's"
+      " output directory",
     ) from None
-  return {record["name"]: record for record in records}
+  return records
+
+
+def keep_record(run: Run, report: Mapping[str, Any]) -> None:
+  """Writes a finished run's record and rows where a later session can
+  restore it from (`restore_run`) before the tables are written:
+  `<output dir>/records/<run>.json` and `<output dir>/metrics/<run>.csv`."""
+  run_dir = run.config.experiment_dir
+  out_dir = os.path.dirname(os.path.dirname(run_dir))
+  os.makedirs(os.path.join(out_dir, RECORDS_DIR), exist_ok=True)
+  atomic_files.write_text(
+    os.path.join(out_dir, RECORDS_DIR, f"{run.name}.json"),
+    json.dumps(run_record(run, report), indent=1, allow_nan=True),
+  )
+  source = os.path.join(run_dir, "metrics.csv")
+  if os.path.exists(source):
+    os.makedirs(os.path.join(out_dir, "metrics"), exist_ok=True)
+    shutil.copyfile(source, os.path.join(out_dir, "metrics", f"{run.name}.csv"))
 
 
 def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
@@ -515,6 +547,7 @@ def run_all(
       if report is not None:
         log(f"{tag}: done before, reused")
         reports[run.name] = report
+        keep_record(run, report)
         continue
       config = run.config
       if (
@@ -525,6 +558,7 @@ def run_all(
       ):
         log(f"{tag}: restored from {reuse_from}")
         reports[run.name] = _saved_report(run)
+        keep_record(run, reports[run.name])
         continue
       action = (
         "resuming" if _has_checkpoint(config.experiment_dir) else "running"
@@ -536,9 +570,11 @@ def run_all(
         result = loop.run_experiment(attrs.evolve(config, resume=resume))
       except DivergenceError as error:
         reports[run.name] = diverged_report(config, str(error))
+        keep_record(run, reports[run.name])
         log(f"    {error}: kept as a result (report.json says so)")
         continue
       reports[run.name] = result.report
+      keep_record(run, result.report)
       accuracy = result.report["final_metrics"].get("accuracy")
       log(f"    final accuracy {accuracy:.4f}")
   for run in busy:
@@ -551,6 +587,7 @@ def run_all(
         " run again to continue it"
       )
     reports[run.name] = report
+    keep_record(run, report)
   return {run.name: reports[run.name] for run in runs}
 
 

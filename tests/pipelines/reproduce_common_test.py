@@ -271,6 +271,22 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
     "[2/2] b: done before, reused",
   ]
 
+  # Each finished run left its record and rows beside the tables: a third
+  # machine restores both runs from them alone (no results.json yet).
+  kept = tmp_path / "second" / "repro"
+  assert sorted(os.listdir(kept / "records")) == ["a.json", "b.json"]
+  assert not (kept / "results.json").exists()
+  third = plan(tmp_path / "third")
+  third.add("a", seed=1)
+  third.add("b", seed=2)
+  logged.clear()
+  again = _common.run_all(third.runs(), log=logged.append, reuse_from=str(kept))
+  assert logged == [
+    f"[1/2] a: restored from {kept}",
+    f"[2/2] b: restored from {kept}",
+  ]
+  assert again["b"]["best_accuracy"] == restored["b"]["best_accuracy"]
+
   # Other settings, or more rounds than the record holds: not restored.
   for changes in (dict(client_lr=0.5), dict(rounds=4)):
     other = plan(
