@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tff_hetero import models as models_lib
 from tff_hetero.algorithms import api
 from tff_hetero.algorithms import inclusivefl
+from tff_hetero.algorithms import task_devices
 from tff_hetero.errors import UsageError
 
 WIDTH = 4
@@ -438,3 +439,36 @@ def test_a_non_finite_update_is_left_out_of_its_group(tff_context):
     tf.nest.flatten(state["optimizer_states"][2]) + list(state["momenta"][1]),
   ):
     np.testing.assert_array_equal(x, y)
+
+
+def test_tier_capacities_are_the_depth_models_sizes_each_built_once():
+  from tff_hetero.program import make_config  # pylint: disable=g-import-not-at-top
+
+  built = collections.Counter()
+
+  def depth_model_fn(depth):
+    built[depth] += 1
+    return toy_model(depth)
+
+  def model_fn():
+    built["full"] += 1
+    return toy_model(3)
+
+  task = api.Task(
+    model_name="toy",
+    model_fn=model_fn,
+    input_shape=(3,),
+    num_classes=2,
+    element_spec=ELEMENT_SPEC,
+    training_flops_per_example=1,
+    depth_model_fn=depth_model_fn,
+    depths=(1, 2, 3),
+  )
+  config = make_config(algorithm="inclusivefl", model="transformer")
+  depths = inclusivefl.tier_depths_from_config(config, task)
+  assert depths == {"weak": 1, "medium": 2, "strong": 3}
+  # By hand: embed 3*4+4 = 16, each block 4*4+4 = 20, head 4*2+2 = 10.
+  tiers = task_devices.resolve_tiers(config, task)
+  assert [t.capacity_params for t in tiers] == [46, 66, 86]
+  # The population and the capacity check asked again: nothing rebuilt.
+  assert built == {1: 1, 2: 1, 3: 1, "full": 1}

@@ -461,7 +461,7 @@ def tier_depths_from_config(config, task: api.Task, check_capacity=True):
     for tier, depth in zip(tiers, depths):
       if not depth:
         continue
-      params = models_lib.count_params(task.depth_model_fn(depth)).trainable
+      params = task_devices.model_size(task, depth)[0]
       if tier.capacity_params is not None and params > tier.capacity_params:
         raise UsageError(
           flag,

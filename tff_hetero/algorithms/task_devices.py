@@ -13,6 +13,8 @@ same tiers from here.
 from __future__ import annotations
 
 from typing import Any
+from typing import Optional
+import weakref
 
 from tff_hetero import devices as devices_lib
 from tff_hetero import models as models_lib
@@ -35,12 +37,30 @@ def resolve_tiers(
     availability=settings.tier_availability or None,
     fluctuation=settings.tier_fluctuation or None,
   )
-  model = task.model_fn()
-  return devices_lib.resolve_capacities(
-    tiers,
-    models_lib.count_params(model).trainable,
-    models_lib.count_flops(model),
-  )
+  return devices_lib.resolve_capacities(tiers, *model_size(task))
+
+
+# id(task) -> {depth (None: the full model): (trainable parameters, MACs)},
+# dropped with the task (a `Task` holds dicts: it is not hashable).
+_SIZES: dict[int, dict] = {}
+
+
+def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
+  """(trainable parameters, forward MACs per example) of the task's model,
+  or of its `depth`-block model; each built once per task (a transformer
+  takes seconds to build, and the program asks for these several times)."""
+  key = id(task)
+  if key not in _SIZES:
+    _SIZES[key] = {}
+    weakref.finalize(task, _SIZES.pop, key, None)
+  sizes = _SIZES[key]
+  if depth not in sizes:
+    model = task.model_fn() if depth is None else task.depth_model_fn(depth)
+    sizes[depth] = (
+      models_lib.count_params(model).trainable,
+      models_lib.count_flops(model),
+    )
+  return sizes[depth]
 
 
 def depth_capacities(settings: Any, task: api.Task) -> str | None:
@@ -52,10 +72,7 @@ def depth_capacities(settings: Any, task: api.Task) -> str | None:
   names = [n for n in str(settings.tiers).split(",") if n.strip()]
   if not task.depths or len(names) != len(task.depths):
     return None
-  return ":".join(
-    str(models_lib.count_params(task.depth_model_fn(d)).trainable)
-    for d in task.depths
-  )
+  return ":".join(str(model_size(task, d)[0]) for d in task.depths)
 
 
 def build_population(
