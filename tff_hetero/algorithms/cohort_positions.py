@@ -69,6 +69,17 @@ def padded(values: Sequence, size: int, fill) -> list:
   return list(values) + [fill] * (size - len(values))
 
 
+def empty_dataset(element_spec) -> tf.data.Dataset:
+  """A padding client's dataset: no batches, of `element_spec` (a structure
+  of `tf.TensorSpec`s with a leading batch axis of any size)."""
+  return tf.data.Dataset.from_tensor_slices(
+    tf.nest.map_structure(
+      lambda s: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype),
+      element_spec,
+    )
+  ).batch(1)
+
+
 def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:
   """For each cohort position k, the index of its result in the output.
 
