@@ -2,6 +2,7 @@ r"""Benchmarks of the training pipeline (not part of the test suite).
 
   python tools/bench.py                 # --suite=base
   python tools/bench.py --suite=base --rounds=5 --rss_rounds=100
+  python tools/bench.py --suite=rss --rss_rounds=500
   python tools/bench.py --suite=coldstart
   python tools/bench.py --suite=scale
   python tools/bench.py --suite=depth
@@ -46,7 +47,8 @@ tiers, pool and selection): growth of resident memory (driver plus its TFF
 worker) of our pipeline on the `overhead` configuration from rounds 10-14
 to the last 5 rounds of `--rss_rounds` (medians of the 5 per-round readings
 at each end: a round's transient buffers move a single reading by tens of
-MiB).
+MiB). Suite `rss` runs only these (memory does not depend on the
+machine's load the way times do).
 Suite `depth` runs, on the same cohort of `--clients_per_round` clients
 (their tiers from the population, proportions 1:1:1, transformer 4/8/12
 blocks unless `--model`), a round of InclusiveFL (`inclusivefl_round_s`:
@@ -196,6 +198,7 @@ _SUITE = flags.DEFINE_enum(
     "coldstart",
     "spatl",
     "remote",
+    "rss",
   ],
   "Benchmark suite.",
 )
@@ -584,40 +587,52 @@ def _bench_config(
 
 
 def bench_base() -> collections.OrderedDict:
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
   results = collections.OrderedDict()
   with tempfile.TemporaryDirectory() as root:
     for name, (model, epochs, batch) in BASE_CONFIGS.items():
       for key, value in _bench_config(name, model, epochs, batch, root).items():
         results[f"{name}_{key}"] = value
 
-    # Memory growth over long runs of our pipeline (overhead configuration):
-    # FedAvg, then AdaptiveFL (default tiers and pool, RL selection).
-    model, epochs, batch = BASE_CONFIGS["overhead"]
-    rss_rounds = max(_RSS_ROUNDS.value, 20)
-    for algorithm, prefix in RSS_ALGORITHMS.items():
-      rss = {}
-
-      def record(round_num, row, rss=rss):
-        del row
-        rss[round_num] = _rss_bytes()
-
-      loop.run_experiment(
-        _config(
-          algorithm=algorithm,
-          rounds=rss_rounds,
-          eval_every=10,
-          root_output_dir=root,
-          experiment_name=prefix,
-          model=model,
-          local_epochs=epochs,
-          batch_size=batch,
-        ),
-        on_round=record,
-      )
-      results.update(_rss_growth(rss, prefix))
+    results.update(_memory_growth(root))
   return results
+
+
+def _memory_growth(root: str) -> collections.OrderedDict:
+  """Memory growth over long runs of our pipeline (overhead configuration):
+  FedAvg, then AdaptiveFL (default tiers and pool, RL selection)."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  results = collections.OrderedDict()
+  model, epochs, batch = BASE_CONFIGS["overhead"]
+  rss_rounds = max(_RSS_ROUNDS.value, 20)
+  for algorithm, prefix in RSS_ALGORITHMS.items():
+    rss = {}
+
+    def record(round_num, row, rss=rss):
+      del row
+      rss[round_num] = _rss_bytes()
+
+    loop.run_experiment(
+      _config(
+        algorithm=algorithm,
+        rounds=rss_rounds,
+        eval_every=10,
+        root_output_dir=root,
+        experiment_name=prefix,
+        model=model,
+        local_epochs=epochs,
+        batch_size=batch,
+      ),
+      on_round=record,
+    )
+    results.update(_rss_growth(rss, prefix))
+  return results
+
+
+def bench_rss() -> collections.OrderedDict:
+  """Suite `rss`: only the memory-growth runs of suite `base`."""
+  with tempfile.TemporaryDirectory() as root:
+    return _memory_growth(root)
 
 
 # `rss_*` runs of suite base: algorithm -> key prefix.
@@ -1687,6 +1702,7 @@ SUITES = collections.OrderedDict(
   spatl=bench_spatl,
   remote=bench_remote,
   base=bench_base,
+  rss=bench_rss,
   depth=bench_depth,
   hetero=bench_hetero,
   sparse=bench_sparse,
