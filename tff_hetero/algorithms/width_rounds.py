@@ -39,10 +39,10 @@ executor stack per CLIENTS cardinality it is sent, each with its own
 compiled copy of every computation run on it, so groups of every size from
 1 to the cohort kept adding copies for hundreds of rounds. Measured with
 AdaptiveFL (default pool and tiers, mnist_cnn, cohort 10, RL selection, 200
-rounds, a scratch run recording the worker's resident memory): unpadded
-235 MiB at rounds 10-14 and 354 MiB at rounds 196-200 (15 (sent, trained,
+rounds, a scratch run recording the worker's resident memory, medians of
+rounds 10-14 and 196-200): unpadded 235 -> 354 MiB (15 (sent, trained,
 size) triples, the last first seen at round 65); padded to powers of two
-220 -> 266 MiB; padded to the cohort 177 -> 175 MiB. A padding client
+220 -> 254 MiB; padded to the cohort 176 -> 185 MiB. A padding client
 weighs 0 (its weight is its example count, 0), so the sums, the metrics
 and the examples are unchanged, bit for bit (the known-answer tests); its
 traffic is measured like the others' and left out of the ledger. With a
