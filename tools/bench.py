@@ -246,6 +246,11 @@ _COLDSTART_TIMEOUT = flags.DEFINE_float(
 _RSS_ROUNDS = flags.DEFINE_integer(
   "rss_rounds", 100, "Rounds of the memory-growth run."
 )
+_RSS_ALGORITHMS_FLAG = flags.DEFINE_list(
+  "rss_algorithms",
+  ["fedavg", "adaptivefl"],
+  "Algorithms of the memory-growth runs (fedavg, adaptivefl).",
+)
 _DATASET = flags.DEFINE_string("dataset", "mnist5k", "Data set.")
 _MODEL = flags.DEFINE_string(
   "model",
@@ -605,7 +610,13 @@ def _memory_growth(root: str) -> collections.OrderedDict:
   results = collections.OrderedDict()
   model, epochs, batch = BASE_CONFIGS["overhead"]
   rss_rounds = max(_RSS_ROUNDS.value, 20)
-  for algorithm, prefix in RSS_ALGORITHMS.items():
+  for algorithm in _RSS_ALGORITHMS_FLAG.value:
+    if algorithm not in RSS_ALGORITHMS:
+      raise app.UsageError(
+        f"--rss_algorithms: {algorithm!r} is not one of"
+        f" {', '.join(RSS_ALGORITHMS)}"
+      )
+    prefix = RSS_ALGORITHMS[algorithm]
     rss = {}
 
     def record(round_num, row, rss=rss):
