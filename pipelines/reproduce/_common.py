@@ -70,10 +70,11 @@ SEEDS_FLAG = flags.DEFINE_list(
 REUSE_FROM_FLAG = flags.DEFINE_string(
   "reuse_from",
   "",
-  "A reproduction's committed output directory (its results.json and"
-  " metrics/<run>.csv, e.g. docs/reproductions/inclusivefl): every run not"
-  " done under --root_output_dir whose record there has the same settings"
-  " and all its rounds is restored from it instead of run again.",
+  "A reproduction's committed output directory (its results.json or"
+  " records/<run>.json, and metrics/<run>.csv; e.g."
+  " docs/reproductions/inclusivefl): every run not done under"
+  " --root_output_dir whose record there has the same settings and all its"
+  " rounds is restored from it instead of run again.",
 )
 MIB = float(1 << 20)
 PROVENANCE_JSON = "provenance.json"
@@ -239,6 +240,8 @@ def run_record(run: Run, report: Mapping[str, Any]) -> collections.OrderedDict:
 # Report totals a run's record keeps beyond those above (when the run has
 # them), so that a run restored from its record (`restore_run`) has them.
 _MORE_RECORDED = (
+  "algorithm",
+  "glue",
   "final_round",
   "bytes_down_total",
   "client_flops_total",
@@ -367,6 +370,15 @@ def diverged_report(config, message: str) -> dict:
   return report
 
 
+def _holds_all_rounds(done, diverged, rounds: int) -> bool:
+  """Whether a run that completed `done` rounds (and diverged at round
+  `diverged`, or None) is the result of a `rounds`-round run: it ran them
+  all, or diverged within them (one that diverged later finished these)."""
+  if diverged:
+    return diverged <= rounds
+  return done == rounds
+
+
 def _saved_report(run: Run) -> dict | None:
   """The run's report if it is complete with these settings, else None
   (also for a run that ended with these settings at fewer rounds and kept
@@ -380,7 +392,7 @@ def _saved_report(run: Run) -> dict | None:
   if config.same_results_as(report.get("config") or {}):
     done = report.get("rounds_completed")
     diverged = report.get("diverged_at_round")
-    if done == config.rounds or (diverged and diverged <= config.rounds):
+    if _holds_all_rounds(done, diverged, config.rounds):
       return report
     if (
       isinstance(done, int)
@@ -397,8 +409,8 @@ def _saved_report(run: Run) -> dict | None:
 def committed_records(directory: str) -> dict[str, Mapping[str, Any]]:
   """Run name -> record (`run_record`) of a reproduction's output directory:
   its `results.json` runs, and the `records/<run>.json` of runs finished
-  since (`keep_record`); `UsageError` naming `--reuse_from` when it has
-  neither."""
+  since (`keep_record`), which win; `UsageError` naming `--reuse_from` when
+  it has neither."""
   records = {}
   path = os.path.join(directory, RESULTS_JSON)
   records_dir = os.path.join(directory, RECORDS_DIR)
@@ -411,7 +423,7 @@ def committed_records(directory: str) -> dict[str, Mapping[str, Any]]:
         if name.endswith(".json"):
           with open(os.path.join(records_dir, name)) as f:
             record = json.load(f)
-          records.setdefault(record["name"], record)
+          records[record["name"]] = record  # Newer than results.json.
   except (OSError, ValueError, KeyError, TypeError) as error:
     raise UsageError(
       "--reuse_from",
@@ -442,13 +454,17 @@ def keep_record(run: Run, report: Mapping[str, Any]) -> None:
 def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
   """Restores a committed run into `run`'s directory; whether it did.
 
-  Restored when `record` (the run's entry of `source_dir`'s `results.json`)
-  was made with settings that give the same results as `run`'s and holds
+  Restored when `record` (the run's entry of `source_dir`'s `results.json`
+  or `records/`) was made with settings that give the same results as `run`'s and holds
   all its rounds (or diverged within them), and `metrics/<name>.csv` has
   one row per completed round. Writes the run's `metrics.csv`, a
   `report.json` of the record's totals and the CSV's rows (an empty cell as
   NaN, as in `diverged_report`; `restored_from` names the source) and
   `provenance.json` (the commits the record ran at, then this restore).
+  Records written before 2026-11-27 lack `algorithm` and
+  `examples_processed_total` (FedGKT's tables read them: rerun those runs);
+  their byte and FLOP totals are taken from the rows. A restored run has no
+  checkpoint: it cannot be extended to more rounds.
   """
   config = run.config
   if not config.same_results_as(record.get("settings") or {}):
@@ -457,7 +473,7 @@ def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
     record.get("rounds_completed"),
     record.get("diverged_at_round"),
   )
-  if not (done == config.rounds or (diverged and diverged <= config.rounds)):
+  if not _holds_all_rounds(done, diverged, config.rounds):
     return False
   source_csv = os.path.join(source_dir, "metrics", f"{run.name}.csv")
   if not os.path.exists(source_csv):
@@ -468,7 +484,16 @@ def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
   staged = os.path.join(run_dir, "metrics.csv.restoring")
   shutil.copyfile(source_csv, staged)
   history = _history_from_csv_file(staged)
-  if len(history) != done:
+  last = history[-1] if history else {}
+  if (
+    len(history) != done
+    or (done and last.get("round") != done)
+    or (
+      record.get("bytes_up_total") is not None
+      and last.get("bytes_up_cumulative", record["bytes_up_total"])
+      != record["bytes_up_total"]
+    )
+  ):  # Rows of another run than the record's.
     os.remove(staged)
     return False
   os.replace(staged, os.path.join(run_dir, "metrics.csv"))
@@ -491,6 +516,13 @@ def restore_run(run: Run, record: Mapping[str, Any], source_dir: str) -> bool:
     for key, value in record.items()
     if key not in _RECORD_ONLY and value is not None
   )
+  # Records written before they kept these: the rows hold them.
+  if "bytes_down_total" not in report and "bytes_down_cumulative" in last:
+    report["bytes_down_total"] = last["bytes_down_cumulative"]
+  if "client_flops_total" not in report and "client_flops" in last:
+    report["client_flops_total"] = int(
+      sum(row.get("client_flops") or 0 for row in history)
+    )
   report.update(history=history, restored_from=segment["source"])
   atomic_files.write_text(
     os.path.join(run_dir, REPORT_JSON),

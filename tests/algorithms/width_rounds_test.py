@@ -220,7 +220,7 @@ def test_pool_of_the_toy():
 
 
 @pytest.mark.slow
-def test_mixed_round_equals_per_client_oracle(tff_context):
+def test_mixed_round_equals_per_client_oracle(tff_context, monkeypatch):
   del tff_context
   algorithm = adaptivefl.AdaptiveFL(
     _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
@@ -233,7 +233,23 @@ def test_mixed_round_equals_per_client_oracle(tff_context):
   clients = _clients(
     assignments=(2, 2, 1), capacities=(None, params[1], params[0])
   )
+  # Every group's call holds the cohort's 3 clients (the worker compiles a
+  # computation per CLIENTS cardinality), padded with clients of no data.
+  calls = []
+  group_round = WidthComputations.group_round
+
+  def counted(self, sent, trained):
+    computation = group_round(self, sent, trained)
+
+    def call(sent_slice, datasets):
+      calls.append([count_examples(d) for d in datasets])
+      return computation(sent_slice, datasets)
+
+    return call
+
+  monkeypatch.setattr(WidthComputations, "group_round", counted)
   output = algorithm.next(state, 1, clients)
+  assert sorted(calls) == sorted([[n, 0, 0] for n in _SIZES])
   trained_levels = (2, 1, 0)
 
   full = catalog.outer
@@ -871,45 +887,3 @@ def test_decoupled_counts_a_non_finite_update_per_model(tff_context):
   _assert_close(
     alone.state.models[2].trainable, state.models[2].trainable, atol=0
   )
-
-
-def test_every_group_runs_at_the_cohorts_cardinality(tff_context, monkeypatch):
-  # The TFF worker keeps one executor stack (and compiled computations) per
-  # CLIENTS cardinality: groups of 2 and 1 clients both run as 3 clients,
-  # the padding ones with no data, and the round's result is unchanged.
-  del tff_context
-  calls = []
-  group_round = WidthComputations.group_round
-
-  def counted(self, sent, trained):
-    computation = group_round(self, sent, trained)
-
-    def call(sent_slice, datasets):
-      calls.append(
-        (sent.name, trained.name, [count_examples(d) for d in datasets])
-      )
-      return computation(sent_slice, datasets)
-
-    return call
-
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
-  state = algorithm.initialize()
-  clients = _clients(assignments=(2, 2, 1))
-  with monkeypatch.context() as unpadding:
-    unpadding.setattr(
-      width_rounds.cohort_positions, "padded", lambda v, size, fill: list(v)
-    )
-    unpadded = algorithm.next(state, 1, clients)
-  monkeypatch.setattr(WidthComputations, "group_round", counted)
-  padded = algorithm.next(state, 1, clients)
-  assert sorted(calls) == [
-    ("L1", "L1", [_SIZES[0], _SIZES[1], 0]),
-    ("M1", "M1", [_SIZES[2], 0, 0]),
-  ]
-  for a, b in zip(padded.state.model.trainable, unpadded.state.model.trainable):
-    np.testing.assert_array_equal(a, b)
-  assert padded.traffic == unpadded.traffic
-  assert sorted(t.client_id for t in padded.traffic) == ["c0", "c1", "c2"]
-  assert padded.metrics == unpadded.metrics

@@ -244,6 +244,7 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
   assert copy["best_accuracy"] == original["best_accuracy"]
   assert copy["final_metrics"] == original["final_metrics"]
   assert copy["bytes_down_total"] == original["bytes_down_total"]
+  assert copy["algorithm"] == original["algorithm"]
   # Every measured value of every round survives; unmeasured ones are NaN.
   assert len(copy["history"]) == len(original["history"]) == 3
   for before, after in zip(original["history"], copy["history"]):
@@ -298,5 +299,12 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
       _common.committed_records(str(committed))["a"],
       str(committed),
     )
+  # A record that diverged after these rounds finished them: not a result
+  # of a run of this length.
+  record = _common.committed_records(str(committed))["a"]
+  later = dict(record, diverged_at_round=4, diverged="round 4: diverged")
+  fresh = plan(tmp_path / "fourth")
+  fresh.add("a", seed=1)
+  assert not _common.restore_run(fresh.runs()[0], later, str(committed))
   with pytest.raises(UsageError, match="--reuse_from: .* holds no readable"):
     _common.committed_records(str(tmp_path / "nowhere"))

@@ -46,11 +46,20 @@ def _by_hand(weights, x, y):
   )
 
 
-def test_accuracy_and_loss_of_the_test_split_and_of_given_data():
+def test_accuracy_and_loss_of_the_test_split_and_of_given_data(monkeypatch):
   rng = np.random.default_rng(0)
   x = rng.normal(size=(23, 3)).astype(np.float32)  # 3 batches: 10, 10, 3.
   y = rng.integers(0, 4, 23).astype(np.int32)
   evaluator = evaluation.CentralEvaluator(_model, x, y, batch_size=10)
+  # Keras gets datasets, never arrays (its array adapter leaks memory).
+  given = []
+  keras_evaluate = tf.keras.Model.evaluate
+
+  def evaluate(model, data=None, *args, **kwargs):
+    given.append(type(data))
+    return keras_evaluate(model, data, *args, **kwargs)
+
+  monkeypatch.setattr(tf.keras.Model, "evaluate", evaluate)
   oracle = _model()
   oracle.compile(
     loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -65,6 +74,7 @@ def test_accuracy_and_loss_of_the_test_split_and_of_given_data():
     oracle.set_weights(weights)
     keras_loss, keras_accuracy = oracle.evaluate(x, y, batch_size=10, verbose=0)
     assert (result["loss"], result["accuracy"]) == (keras_loss, keras_accuracy)
+  assert all(issubclass(t, tf.data.Dataset) for t in given[::2]), given
   # Given data (a client's split) instead of the test split.
   mine = evaluator(_Weights(weights), data=(x[:7], y[:7]))
   assert abs(mine["accuracy"] - _by_hand(weights, x[:7], y[:7])[0]) < 1e-6

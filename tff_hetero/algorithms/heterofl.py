@@ -166,7 +166,11 @@ class HeteroFL(api.FederatedAlgorithm):
       for i, members in sorted(by_level.items())
     ]
     result = self.rounds.run(
-      state.model, groups, round_num=round_num, noise_seed=state.noise_seed
+      state.model,
+      groups,
+      round_num=round_num,
+      noise_seed=state.noise_seed,
+      cohort_size=len(clients),  # Idle clients too: one cardinality.
     )
     metrics = result.metrics
     metrics["idle_clients"] = float(

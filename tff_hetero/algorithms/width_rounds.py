@@ -183,6 +183,7 @@ class HeterogeneousRounds:
     unserved: Sequence[tuple[Level, api.ClientRound]] = (),
     round_num: Optional[int] = None,
     noise_seed: Optional[int] = None,
+    cohort_size: Optional[int] = None,
   ) -> GroupedRoundResult:
     """Runs every group on the server model `weights`, then the server step.
 
@@ -191,6 +192,8 @@ class HeterogeneousRounds:
     aggregation the DP noise is drawn from `(noise_seed, round_num)`, so a
     resumed run draws what an uninterrupted one does; `round_num` is then
     required, and `noise_seed` (the state's; default: the constructor's).
+    Each group's call is padded to `cohort_size` clients (module
+    docstring; default: the groups' and the unserved clients).
     """
     noise_seed = self._noise_seed if noise_seed is None else noise_seed
     if self.computations.aggregation.private and (
@@ -220,7 +223,8 @@ class HeterogeneousRounds:
     sent_bytes = returned_bytes = 0
     # Module docstring: every call at the round's cardinality, when a
     # padding client weighs 0.
-    cohort_size = sum(len(g.clients) for g in groups) + len(unserved)
+    if cohort_size is None:
+      cohort_size = sum(len(g.clients) for g in groups) + len(unserved)
     for group in groups:
       clients = list(group.clients)
       if not clients:
