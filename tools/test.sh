@@ -22,6 +22,12 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$REPO_ROOT/tools/bootstrap.sh"
 cd "$REPO_ROOT"
 
+# This project's machines set PYTHONDONTWRITEBYTECODE=1, so every Python process the
+# suite starts (dozens of `python -m pipelines.*` runs and TFF worker hosts) would compile
+# all of tff_hetero/ and pipelines/ from source again. The suite writes them once, into
+# the repo's (git-ignored) __pycache__ directories.
+unset PYTHONDONTWRITEBYTECODE
+
 fast=()
 args=()
 for arg in "$@"; do

@@ -52,21 +52,30 @@ def _flat(weights):
   return np.concatenate([np.ravel(w) for w in weights.trainable])
 
 
-def _delta(build, kind, lr, datasets, **settings):
+def _process(build, kind, lr, clients_per_round, **settings):
   aggregator, weighting = model_aggregators.build_model_aggregator(
-    kind, clients_per_round=len(datasets), **settings
+    kind, clients_per_round=clients_per_round, **settings
   )
-  process = build(
+  return build(
     _model,
     input_spec=_SPEC,
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
     model_aggregator=aggregator,
     client_weighting=weighting,
   )
+
+
+def _round_delta(process, datasets):
+  """The change of the model in one round from the initial state."""
   state = process.initialize()
   before = _flat(process.get_model_weights(state))
   after = _flat(process.get_model_weights(process.next(state, datasets).state))
   return after - before
+
+
+def _delta(build, kind, lr, datasets, **settings):
+  process = _process(build, kind, lr, len(datasets), **settings)
+  return _round_delta(process, datasets)
 
 
 def test_settings_errors_name_the_flag():
@@ -105,21 +114,29 @@ def test_unweighted_factory_needs_uniform_weighting():
   ],
 )
 def test_clipping_scales_a_large_update_to_the_norm(tff_context, build):
+  # FedProx composes the aggregator itself (FedAvg hands it to TFF's
+  # builder): its rounds clip too. DP's clipping is the same factory's, so
+  # one builder checks it.
   del tff_context
-  if build is fedprox.build_fedprox_process:
+  is_fedavg = build is fedavg.build_fedavg_process
+  if not is_fedavg:
     build = _with_prox_mu(build)
-  one_client = [_data(0)]
-  unclipped = _delta(build, "mean", 0.5, one_client)
-  norm = float(np.linalg.norm(unclipped))
-  assert norm > 0.2  # Large enough that C = 0.1 clips it.
-  clipped = _delta(build, "clip", 0.5, one_client, clip_norm=0.1)
-  np.testing.assert_allclose(clipped, unclipped * (0.1 / norm), atol=1e-6)
-  # DP without noise is the same clipping (one client, cohort 1).
-  dp = _delta(build, "dp", 0.5, one_client, clip_norm=0.1, noise_multiplier=0.0)
-  np.testing.assert_allclose(dp, clipped, atol=1e-6)
+  # One client, cohort 1: 3 SGD steps (large) or 1 (small).
+  large, small = [_data(0)], [_data(0).take(1)]
+  mean = _process(build, "mean", 0.5, 1)
+  unclipped, alone = _round_delta(mean, large), _round_delta(mean, small)
+  norm, small_norm = np.linalg.norm(unclipped), np.linalg.norm(alone)
+  assert norm > 1.5 * small_norm > 0  # A bound between them clips one.
+  bound = float(norm + small_norm) / 2
+  clip = _process(build, "clip", 0.5, 1, clip_norm=bound)
+  clipped = _round_delta(clip, large)
+  np.testing.assert_allclose(clipped, unclipped * (bound / norm), atol=1e-6)
   # A bound above the norm leaves the update alone.
-  loose = _delta(build, "clip", 0.5, one_client, clip_norm=2 * norm)
-  np.testing.assert_allclose(loose, unclipped, atol=1e-6)
+  np.testing.assert_allclose(_round_delta(clip, small), alone, atol=1e-6)
+  if is_fedavg:
+    # DP without noise is the same clipping.
+    dp = _process(build, "dp", 0.5, 1, clip_norm=bound, noise_multiplier=0.0)
+    np.testing.assert_allclose(_round_delta(dp, large), clipped, atol=1e-6)
 
 
 def _with_prox_mu(build):

@@ -101,8 +101,15 @@ def _process(**kwargs):
   return tff_hetero.build_adaptivefl_process(_mlp, **arguments)
 
 
-def test_type_signatures():
-  steps = _process().computations
+@pytest.fixture(scope="module")
+def process():
+  """`_process()`, built (traced) once for the tests that read or run it:
+  its state is explicit."""
+  return _process()
+
+
+def test_type_signatures(process):
+  steps = process.computations
   assert list(steps) == [
     "decide",
     "group_round/S1->S1",
@@ -140,9 +147,10 @@ def test_type_signatures():
   ]
 
 
-def test_round_equals_tff_fedavg_per_client_within_capacities(tff_context):
+def test_round_equals_tff_fedavg_per_client_within_capacities(
+  tff_context, process
+):
   del tff_context
-  process = _process()
   state = process.initialize()
   datasets = {
     c: _dataset(i, n) for i, (c, (n, _)) in enumerate(_CLIENTS.items())
@@ -207,9 +215,8 @@ def test_round_equals_tff_fedavg_per_client_within_capacities(tff_context):
   ]
 
 
-def test_unknown_client_and_bad_arguments_are_refused(tff_context):
+def test_unknown_client_and_bad_arguments_are_refused(tff_context, process):
   del tff_context
-  process = _process()
   with pytest.raises(KeyError, match="'z'"):
     process.next(
       process.initialize(),

@@ -59,6 +59,26 @@ def _close(actual, expected):
     np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
 
 
+_ORACLES = {}
+
+
+def _tff_fedavg(widths, data_seeds_and_sizes):
+  """One round of TFF's FedAvg of `_mlp(widths)` from its initial weights
+  over `_dataset(seed, n)` for each (seed, n); computed once per argument
+  (All-Large's round and Decoupled's L1 have the same oracle)."""
+  key = (widths, data_seeds_and_sizes)
+  if key not in _ORACLES:
+    start = [np.asarray(w) for w in _mlp(widths).get_weights()]
+    _ORACLES[key] = tff_fedavg_round(
+      lambda: _mlp(widths),
+      _SPEC,
+      _LR,
+      start,
+      [_dataset(seed, n) for seed, n in data_seeds_and_sizes],
+    )
+  return _ORACLES[key]
+
+
 def test_all_large_round_is_tff_fedavg_of_the_full_model(tff_context):
   del tff_context
   process = tff_hetero.build_all_large_process(
@@ -67,11 +87,7 @@ def test_all_large_round_is_tff_fedavg_of_the_full_model(tff_context):
   assert list(process.levels) == [1.0]
   data = [_dataset(0, 7), _dataset(1, 4)]
   output = process.next(process.initialize(), {1.0: data})
-  start = [np.asarray(w) for w in _mlp((6,)).get_weights()]
-  _close(
-    output.state.model.trainable,
-    tff_fedavg_round(lambda: _mlp((6,)), _SPEC, _LR, start, data),
-  )
+  _close(output.state.model.trainable, _tff_fedavg((6,), ((0, 7), (1, 4))))
   with pytest.raises(TypeError, match="no rates"):
     tff_hetero.build_all_large_process(
       _mlp, full_widths=(6,), rates=(0.5,), **_options()
@@ -85,18 +101,23 @@ def test_decoupled_models_train_apart(tff_context):
     _mlp, member_widths={"L1": (6,), "S1": (2,)}, **_options()
   )
   state = process.initialize()
-  large, small = [_dataset(0, 7), _dataset(1, 4)], [_dataset(2, 5)]
-  output = process.next(state, {"L1": large, "S1": small})
+  large, small = ((0, 7), (1, 4)), ((2, 5),)
+  output = process.next(
+    state,
+    {
+      "L1": [_dataset(*d) for d in large],
+      "S1": [_dataset(*d) for d in small],
+    },
+  )
   for name, widths, data in (("L1", (6,), large), ("S1", (2,), small)):
-    start = [np.asarray(w) for w in _mlp(widths).get_weights()]
     _close(
       process.get_model_weights(output.state, name).trainable,
-      tff_fedavg_round(lambda w=widths: _mlp(w), _SPEC, _LR, start, data),
+      _tff_fedavg(widths, data),
     )
   assert [c.examples for c in output.clients["L1"]] == [7, 4]
   assert [c.examples for c in output.clients["S1"]] == [5]
   # A round of L1 alone: S1 keeps its weights.
-  again = process.next(output.state, {"L1": small})
+  again = process.next(output.state, {"L1": [_dataset(2, 5)]})
   for before, after in zip(
     process.get_model_weights(output.state, "S1").trainable,
     process.get_model_weights(again.state, "S1").trainable,
@@ -104,4 +125,4 @@ def test_decoupled_models_train_apart(tff_context):
     np.testing.assert_array_equal(before, after)
   assert list(again.metrics) == ["L1"]
   with pytest.raises(KeyError, match="no model 'M1'"):
-    process.next(state, {"M1": small})
+    process.next(state, {"M1": [_dataset(2, 5)]})

@@ -101,8 +101,15 @@ def _process(**kwargs):
   return tff_hetero.build_heterofl_process(_mlp, **arguments)
 
 
-def test_type_signatures():
-  process = _process()
+@pytest.fixture(scope="module")
+def process():
+  """The default process (example weights), built once for the tests that
+  read or run it, from widths given as NumPy integers (as a user's array
+  gives them): they are accepted."""
+  return _process(full_widths=(np.int64(6), np.int64(4)))
+
+
+def test_type_signatures(process):
   steps = process.computations
   assert list(steps) == ["group_round/0.5", "group_round/1.0", "apply_sums"]
   half = [(4, 3), (3,), (3, 2), (2,), (2, 3), (3,)]
@@ -126,25 +133,43 @@ def test_type_signatures():
   assert list(process.levels) == [0.5, 1.0]
 
 
-def _masked_mean_by_hand(start, cohort, weight_of):
-  """Each client trained alone by TFF's FedAvg on its hand-sliced
-  sub-model, then per element the mean of the values returned for it,
-  client k weighted by `weight_of(n_k)` (every element is covered)."""
+_START = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+_ALONE = {}  # (rate, client) -> its weights trained alone from _START
+
+
+def _trained_alone(rate, k):
+  """Client k of `_cohort()`'s level `rate` trained alone from `_START` by
+  one round of TFF's FedAvg on its hand-sliced sub-model, scattered into
+  the full shapes (computed once: several oracles use it)."""
+  if (rate, k) not in _ALONE:
+    dataset = _cohort()[rate][k]
+    if rate == 1.0:
+      _ALONE[rate, k] = tff_fedavg_round(
+        lambda: _mlp(_FULL), _SPEC, _LR, _START, [dataset]
+      )
+    else:
+      _ALONE[rate, k] = _scatter_half(
+        tff_fedavg_round(
+          lambda: _mlp((3, 2)), _SPEC, _LR, _half_slice(_START), [dataset]
+        )
+      )
+  return _ALONE[rate, k]
+
+
+def _masked_mean_by_hand(cohort, weight_of):
+  """Each client of `cohort` (`_cohort()`'s levels) trained alone by TFF's
+  FedAvg on its hand-sliced sub-model, then per element the mean of the
+  values returned for it, client k weighted by `weight_of(n_k)` (every
+  element is covered)."""
+  start = _START
   weighted = [np.zeros_like(w) for w in start]
   counts = [np.zeros_like(w) for w in start]
-  for rate, datasets in cohort.items():
-    for n, dataset in zip(_SIZES[rate], datasets):
+  for rate in cohort:
+    for k, n in enumerate(_SIZES[rate]):
+      trained = _trained_alone(rate, k)
       if rate == 1.0:
-        trained = tff_fedavg_round(
-          lambda: _mlp(_FULL), _SPEC, _LR, start, [dataset]
-        )
         coverage = [np.ones_like(w) for w in start]
       else:
-        trained = _scatter_half(
-          tff_fedavg_round(
-            lambda: _mlp((3, 2)), _SPEC, _LR, _half_slice(start), [dataset]
-          )
-        )
         coverage = _half_coverage()
       for i in range(len(start)):
         weighted[i] += weight_of(n) * trained[i]
@@ -153,28 +178,35 @@ def _masked_mean_by_hand(start, cohort, weight_of):
 
 
 @pytest.mark.slow
-def test_uniform_client_weighting_by_hand(tff_context):
+def test_uniform_client_weighting_by_hand_and_metrics_without_accuracy(
+  tff_context,
+):
+  """Uniform weights, by hand; the process's metrics without accuracy
+  (`metrics_fn=list`, which the weights do not depend on) report the loss
+  only."""
   del tff_context
-  process = _process(client_weighting=tff.learning.ClientWeighting.UNIFORM)
-  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  process = _process(
+    client_weighting=tff.learning.ClientWeighting.UNIFORM, metrics_fn=list
+  )
   cohort = _cohort()
   output = process.next(process.initialize(), cohort)
-  expected = _masked_mean_by_hand(start, cohort, weight_of=lambda n: 1.0)
+  expected = _masked_mean_by_hand(cohort, weight_of=lambda n: 1.0)
   for actual, wanted in zip(output.state.model.trainable, expected):
     np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
+  assert "train_accuracy" not in output.metrics
+  assert np.isfinite(output.metrics["loss"])
 
 
 def test_mixed_round_equals_tff_fedavg_per_client_then_masked_mean(
-  tff_context,
+  tff_context, process
 ):
   del tff_context
-  process = _process()
   state = process.initialize()
-  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
-  np.testing.assert_array_equal(state.model.trainable[0], start[0])
+  np.testing.assert_array_equal(state.model.trainable[0], _START[0])
   cohort = _cohort()
   output = process.next(state, cohort)
-  expected = _masked_mean_by_hand(start, cohort, weight_of=lambda n: n)
+  assert "train_accuracy" in output.metrics
+  expected = _masked_mean_by_hand(cohort, weight_of=lambda n: n)
   for actual, wanted in zip(output.state.model.trainable, expected):
     np.testing.assert_allclose(actual, wanted, rtol=0, atol=1e-5)
   assert output.state.round_num == 1
@@ -278,7 +310,7 @@ def test_tff_aggregators_wrap_the_masked_sum_zeroing_and_secure_sum(
     ),
   )
   process = _process(model_aggregator=factory)
-  start = [np.asarray(w) for w in _mlp(_FULL).get_weights()]
+  start = _START
   cohort = _cohort()
   cohort[1.0] = [
     cohort[1.0][0].map(
@@ -289,10 +321,8 @@ def test_tff_aggregators_wrap_the_masked_sum_zeroing_and_secure_sum(
 
   weighted = [np.zeros_like(w) for w in start]
   counts = [np.zeros_like(w) for w in start]
-  for n, dataset in zip(_SIZES[0.5], cohort[0.5]):
-    trained = tff_fedavg_round(
-      lambda: _mlp((3, 2)), _SPEC, _LR, _half_slice(start), [dataset]
-    )
+  for k, n in enumerate(_SIZES[0.5]):
+    trained = _half_slice(_trained_alone(0.5, k))
     update = _scatter_half([s - t for s, t in zip(_half_slice(start), trained)])
     assert max(float(np.max(np.abs(u))) for u in update) < 1.0
     for i, coverage in enumerate(_half_coverage()):
@@ -348,9 +378,8 @@ def test_bad_arguments_fail_at_build_time(kwargs, error, text):
     _process(**kwargs)
 
 
-def test_bad_cohorts_are_refused_and_numpy_widths_accepted(tff_context):
+def test_bad_cohorts_are_refused(tff_context, process):
   del tff_context
-  process = _process(full_widths=(np.int64(6), np.int64(4)))
   state = process.initialize()
   with pytest.raises(KeyError, match="no level 0.3"):
     process.next(state, {0.3: [_dataset(0, 3)]})
@@ -360,12 +389,3 @@ def test_bad_cohorts_are_refused_and_numpy_widths_accepted(tff_context):
     process.next(state, [_dataset(0, 3)])
   with pytest.raises(TypeError, match="must be a list of datasets"):
     process.next(state, {0.5: _dataset(0, 3)})
-
-
-@pytest.mark.slow
-def test_metrics_without_accuracy_report_the_loss_only(tff_context):
-  del tff_context
-  process = _process(metrics_fn=list)
-  output = process.next(process.initialize(), _cohort())
-  assert "train_accuracy" not in output.metrics
-  assert np.isfinite(output.metrics["loss"])

@@ -1,7 +1,9 @@
 """HeteroFL narrowing only the width units `--heterofl_width_units` names."""
 
+import functools
 import math
 
+import attrs
 import pytest
 
 from tff_hetero import data as data_lib
@@ -13,16 +15,34 @@ from tff_hetero.program import make_config
 from tff_hetero.submodels import pools as pools_lib
 
 
-def _task_and_config(**changes):
-  config = make_config(
+def _config(**changes):
+  return make_config(
     algorithm="heterofl",
     dataset="synthetic",
     model="transformer",
     tier_proportions="1:1:1",
     **changes,
   )
+
+
+@functools.cache
+def _task():
+  """The transformer's task on the synthetic data (the same for every
+  `_config`), its width and depth models built once per argument: a
+  transformer takes seconds to build, and the test counts the parameters of
+  models the rate search and the tiers count too."""
   splits = data_lib.load_dataset("synthetic", None, seed=0)
-  return loop.build_task(config, splits), config
+  task = loop.build_task(_config(), splits)
+  width_model = functools.cache(task.width_model_fn)
+  return attrs.evolve(
+    task,
+    width_model_fn=lambda widths: width_model(tuple(widths)),
+    depth_model_fn=functools.cache(task.depth_model_fn),
+  )
+
+
+def _task_and_config(**changes):
+  return _task(), _config(**changes)
 
 
 def test_hidden_only_rates_keep_the_mlp_width_and_fit_the_depth_tiers():

@@ -263,13 +263,23 @@ def test_three_groups_two_rounds_equal_algorithm_1_by_hand(
     )
 
 
-def test_each_client_receives_and_returns_only_its_groups_model(tff_context):
+@pytest.fixture(scope="module")
+def local_round(tff_context):
+  """The local variant (no distillation, nothing shared) of a depth-1 and
+  a depth-3 group, and its round 0 of weak client a and strong client b."""
   del tff_context  # Runs on the session's TFF worker.
-  algorithm = build({"weak": 1, "strong": 3})
-  state = algorithm.initialize()
+  algorithm = build({"weak": 1, "strong": 3}, beta=0.0, share=False)
   out = algorithm.next(
-    state, 0, [client("a", "weak", 1), client("b", "strong", 2)]
+    algorithm.initialize(),
+    0,
+    [client("a", "weak", 1), client("b", "strong", 2)],
   )
+  return algorithm, out
+
+
+def test_each_client_receives_and_returns_only_its_groups_model(local_round):
+  # What travels is each group's model whatever the variant.
+  _, out = local_round
   # Parameters by hand: embed 3*4+4, each block 4*4+4, head 4*2+2.
   params = {1: 16 + 20 + 10, 3: 16 + 3 * 20 + 10}
   traffic = {t.client_id: t for t in out.traffic}
@@ -280,11 +290,8 @@ def test_each_client_receives_and_returns_only_its_groups_model(tff_context):
   assert traffic["b"].bytes_up - traffic["a"].bytes_up == 4 * 2 * 20
 
 
-def test_local_variant_shares_nothing_and_exclusive_drops_tiers(tff_context):
-  del tff_context  # Runs on the session's TFF worker.
-  local = build({"weak": 1, "strong": 3}, beta=0.0, share=False)
-  state = local.initialize()
-  out = local.next(state, 0, [client("a", "weak", 1), client("b", "strong", 2)])
+def test_local_variant_shares_nothing_and_exclusive_drops_tiers(local_round):
+  _, out = local_round
   weak, strong = out.state["models"]
   assert not np.allclose(weak[0], strong[0])  # Embeddings trained apart.
   exclusive = inclusivefl.VARIANTS["exclusivefl"].assign(
@@ -301,8 +308,8 @@ def test_local_variant_shares_nothing_and_exclusive_drops_tiers(tff_context):
   assert out.metrics["idle_clients"] == 1.0
 
 
-def test_type_signatures():
-  algorithm = build({"weak": 1, "strong": 3})
+def test_type_signatures(local_round):
+  algorithm, _ = local_round
   computations = algorithm.computations
   group_round = computations.group_round(0)
   parameter = group_round.type_signature.parameter

@@ -120,6 +120,19 @@ def _keep_all_process():
   return _process(_KEEP_ALL)
 
 
+# Gradient control without selection, the predictor shared, four clients:
+# SCAFFOLD's setting.
+_CONTROL_ONLY = computations.SpatlOptions(
+  gradient_control=True, selection=False
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _control_only_process():
+  """Built once for the tests that share it."""
+  return _process(_CONTROL_ONLY, transfer=False, total_clients=4)
+
+
 def _tff_model_fn():
   return model_fns.variable_model_fn(_keras_model, _SPEC)
 
@@ -173,10 +186,7 @@ def test_no_selection_with_gradient_control_is_scaffold(tff_context):
     )
     ref_state = out.state
     ref_controls.update(zip(cohort, out.client_controls))
-  options = computations.SpatlOptions(gradient_control=True, selection=False)
-  state, stores, _ = _run(
-    _process(options, transfer=False, total_clients=4), 2, cohorts
-  )
+  state, stores, _ = _run(_control_only_process(), 2, cohorts)
   for got, want in zip(state.encoder, ref_state.weights.trainable):
     np.testing.assert_allclose(got, want, atol=1e-5)
   for got, want in zip(state.control, ref_state.control):
@@ -321,10 +331,14 @@ def test_selected_upload_by_hand(tff_context):
 def test_server_update_by_hand(tff_context):
   del tff_context
   for cohort_mean in (True, False):
-    options = computations.SpatlOptions(
-      gradient_control=True, selection=False, cohort_mean=cohort_mean
-    )
-    process = _process(options, total_clients=4)
+    if cohort_mean:  # The default.
+      assert _CONTROL_ONLY.cohort_mean
+      process = _control_only_process()
+    else:
+      options = computations.SpatlOptions(
+        gradient_control=True, selection=False, cohort_mean=False
+      )
+      process = _process(options, total_clients=4)
     state = process.initialize()
     shapes = [np.shape(w) for w in state.encoder]
     sums = masked.MaskedSums(

@@ -43,12 +43,19 @@ def _client(cid, n, seed, nan=False):
   return api.ClientRound(client_id=cid, dataset=dataset, num_examples=n)
 
 
-@pytest.mark.slow
-def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
-  del tff_context
-  algorithm = split_learning.SplitLearning.of_registry(
+@pytest.fixture(scope="module")
+def algorithm():
+  """Split learning of fedgkt_edge_resnet4 and fedgkt_server_resnet19,
+  built (and its computations traced) once for the tests that run it: its
+  state is explicit."""
+  return split_learning.SplitLearning.of_registry(
     _task(), "fedgkt_server_resnet19", client_lr=LR
   )
+
+
+@pytest.mark.slow
+def test_two_turns_equal_sgd_on_the_whole_model(tff_context, algorithm):
+  del tff_context
   clients = [_client("a", 20, 1), _client("b", 12, 2)]
   output = algorithm.next(algorithm.initialize(), 1, clients)
 
@@ -87,11 +94,8 @@ def test_two_turns_equal_sgd_on_the_whole_model(tff_context):
   assert output.metrics["gradient_bytes"] == 32 * activation
 
 
-def test_a_turn_that_is_not_finite_is_undone(tff_context):
+def test_a_turn_that_is_not_finite_is_undone(tff_context, algorithm):
   del tff_context
-  algorithm = split_learning.SplitLearning.of_registry(
-    _task(), "fedgkt_server_resnet19", client_lr=LR
-  )
   a, c = _client("a", 12, 1), _client("c", 8, 3)
   with_b = algorithm.next(
     algorithm.initialize(), 1, [a, _client("b", 8, 2, nan=True), c]

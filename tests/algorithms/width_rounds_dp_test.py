@@ -1,10 +1,10 @@
 """Clipping and DP noise in width-heterogeneous rounds (`masked_dp`).
 
-Oracles: each client's own update, measured by running it alone through the
-plain (example-weighted, unclipped) round, which for one client sets every
-element it covers to `w - u_c`; then clipping, uniform weights and the
-per-element mean are computed here by hand. The noise's scale is checked
-against z C / n.
+Oracles: each client's own update u_c, by hand: its level's slice of the
+model (the hidden layer's first units, by hand) trained by SGD over its
+batches with a gradient tape, zero on the elements it does not hold; then
+clipping, uniform weights and the per-element mean are computed here by
+hand. The noise's scale is checked against z C / n.
 """
 
 from __future__ import annotations
@@ -111,13 +111,44 @@ def _run(rounds, assignment, round_num=1):
   return _flat(result.model.trainable)
 
 
+def _held(weights, level):
+  """The part of the full model's [kernel, bias, kernel, bias] that
+  `level` holds (by hand: its hidden units are the first ones)."""
+  k1, b1, k2, b2 = weights
+  units = 3 if level is _HALF else 6
+  return [k1[:, :units], b1[:units], k2[:units, :], b2]
+
+
+def _update_by_hand(level, i, lr):
+  """Client i's update (flat, full shapes): its level's slice of
+  `_INITIAL` minus that slice after one pass of SGD at `lr` over its
+  batches (mean cross-entropy on logits), zero where it holds nothing."""
+  start = _held([np.asarray(w) for w in _INITIAL.trainable], level)
+  model = level.keras_fn()
+  for variable, value in zip(model.trainable_variables, start):
+    variable.assign(value)
+  for batch in _client(i).dataset:
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(
+          batch["y"], model(batch["x"]), from_logits=True
+        )
+      )
+    grads = tape.gradient(loss, model.trainable_variables)
+    for variable, grad in zip(model.trainable_variables, grads):
+      variable.assign_sub(lr * grad)
+  update = [np.zeros(np.shape(w), np.float32) for w in _INITIAL.trainable]
+  for part, s, v in zip(_held(update, level), start, model.trainable_variables):
+    part[...] = s - v.numpy()
+  return _flat(update)
+
+
 @pytest.mark.slow
 def test_clipped_uniform_masked_mean_by_hand(tff_context):
   del tff_context
   assignment = [(_HALF, 0), (_HALF, 1), (_FULL, 2)]
   w0 = _flat(_INITIAL.trainable)
-  plain = _rounds(0.5)
-  updates = [w0 - _run(plain, [(lv, i)]) for lv, i in assignment]
+  updates = [_update_by_hand(lv, i, 0.5) for lv, i in assignment]
   coverages = [_coverage(lv) for lv, _ in assignment]
   for u, cov in zip(updates, coverages):
     np.testing.assert_array_equal(u[cov == 0], 0)  # Only its own level.

@@ -15,6 +15,7 @@ included (AdaptiveFL's pools keep the first unit whole, I >= 1):
 """
 
 import collections
+import functools
 
 import attrs
 from conftest import checkpoint_round_trip
@@ -193,7 +194,7 @@ def test_heterofl_with_full_rates_equals_tff_fedavg(reference_round):
 
 def test_all_large_equals_tff_fedavg(reference_round):
   _, expected = reference_round
-  algorithm = all_large.AllLarge(_TASK, client_lr=_LR)
+  algorithm = _all_large()
   output = algorithm.next(algorithm.initialize(), 1, _clients())
   _assert_close(output.state.model.trainable, expected)
 
@@ -202,6 +203,31 @@ def test_all_large_equals_tff_fedavg(reference_round):
 # narrowed, so the dense layer reading the flattened conv2 is sliced through
 # its view.
 _POOL = pools.adaptivefl_pool(_UNITS, 0.5, 0.25, (1,))
+# Every client id the tests use: c0..c7 and b (`_nan_client`).
+_IDS = ["b"] + [f"c{i}" for i in range(8)]
+
+
+# The algorithms several tests run, built once: their state is explicit
+# and each caches the computations it traces (per level pair), which is
+# most of a round's cost here.
+@functools.cache
+def _adaptivefl():
+  return adaptivefl.AdaptiveFL(_TASK, _POOL, _IDS, client_lr=_LR)
+
+
+@functools.cache
+def _decoupled():
+  return decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+
+
+@functools.cache
+def _all_large():
+  return all_large.AllLarge(_TASK, client_lr=_LR)
+
+
+def _resource_of(algorithm, state, client_id):
+  """The resource table's column of `client_id` (one row per member)."""
+  return state.tables.resource[:, algorithm.client_ids.index(client_id)]
 
 
 def test_pool_of_the_toy():
@@ -211,7 +237,7 @@ def test_pool_of_the_toy():
     ("L1", (3, 4, 6)),
   ]
   # conv1 3*3*1*3+3 = 30; conv2 9*3*c+c; flatten 3*3*c; fc1 9c*f+f; 3f+3.
-  algorithm = adaptivefl.AdaptiveFL(_TASK, _POOL, ["c0"], client_lr=_LR)
+  algorithm = _adaptivefl()
   assert algorithm.params == (
     30 + 28 + 10 + 6,
     30 + 56 + 57 + 12,
@@ -222,9 +248,7 @@ def test_pool_of_the_toy():
 @pytest.mark.slow
 def test_mixed_round_equals_per_client_oracle(tff_context, monkeypatch):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   catalog = algorithm.catalog
   params = [level.params for level in catalog.levels]
   state = algorithm.initialize()
@@ -293,14 +317,14 @@ def test_mixed_round_equals_per_client_oracle(tff_context, monkeypatch):
     1 - returned_total / sent_total
   )
   # The tables learnt c1's and c2's limits.
-  np.testing.assert_array_equal(output.state.tables.resource[:, 1], [1, 2, 0])
+  np.testing.assert_array_equal(
+    _resource_of(algorithm, output.state, "c1"), [1, 2, 0]
+  )
 
 
 def test_elements_nobody_trained_keep_their_values(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   state = algorithm.initialize()
   output = algorithm.next(state, 1, _clients(assignments=(1, 0, 1)))
   catalog = algorithm.catalog
@@ -315,9 +339,7 @@ def test_elements_nobody_trained_keep_their_values(tff_context):
 @pytest.mark.slow
 def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   params = algorithm.params
   state = algorithm.next(
     algorithm.initialize(),
@@ -340,9 +362,7 @@ def test_adaptivefl_state_survives_a_checkpoint(tff_context, tmp_path):
 
 def test_client_that_holds_nothing_downloads_only(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   state = algorithm.initialize()
   clients = _clients(assignments=(2, 0, 1), capacities=(None, None, 1))
   output = algorithm.next(state, 1, clients)
@@ -354,9 +374,7 @@ def test_client_that_holds_nothing_downloads_only(tff_context):
 
 def test_round_where_nobody_can_train(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   state = algorithm.initialize()
   output = algorithm.next(
     state, 1, _clients(assignments=(2, 1, 0), capacities=(1, 1, 1))
@@ -372,7 +390,7 @@ def test_round_where_nobody_can_train(tff_context):
 @pytest.mark.slow
 def test_decoupled_trains_every_model_a_device_holds(tff_context):
   del tff_context
-  algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+  algorithm = _decoupled()
   state = algorithm.initialize()
   params = [r.catalog.outer.params for r in algorithm.runners]  # L1, M1, S1
   # No plan (assignment None): each client trains every model it holds.
@@ -485,10 +503,12 @@ def test_decoupled_draws_a_cohort_per_model_among_clients_that_hold_it():
 
 
 def test_group_round_signature():
-  catalog = width_rounds.LevelCatalog(
-    _TASK, [(m.level, m.widths) for m in _POOL.members]
-  )
-  rounds = width_rounds.HeterogeneousRounds(catalog, client_lr=_LR)
+  # AdaptiveFL's rounds: `HeterogeneousRounds` over the pool's levels.
+  rounds = _adaptivefl().rounds
+  catalog = rounds.catalog
+  assert [(lv.name, lv.widths) for lv in catalog.levels] == [
+    (m.level, m.widths) for m in _POOL.members
+  ]
   sent, trained = catalog.levels[1], catalog.levels[0]
   computation = rounds.computations.group_round(sent, trained)
   signature = computation.type_signature
@@ -732,9 +752,7 @@ def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
   )
   with pytest.raises(AssertionError, match="read a capacity"):
     _ = _Sealed(Capacity(1, None)).params
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   params = algorithm.params
   state = algorithm.initialize()
   # Planning never sees a capacity at all.
@@ -750,7 +768,9 @@ def test_adaptivefl_server_never_reads_a_capacity(tff_context, monkeypatch):
   output = algorithm.next(state, 1, clients)
   assert output.metrics["pruned"] == 2.0
   assert output.metrics["failed"] == 0.0
-  np.testing.assert_array_equal(output.state.tables.resource[:, 1], [1, 2, 0])
+  np.testing.assert_array_equal(
+    _resource_of(algorithm, output.state, "c1"), [1, 2, 0]
+  )
   by_id = {t.client_id: t for t in output.traffic}
   assert [by_id[f"c{i}"].flops // _SIZES[i] for i in range(3)] == [
     algorithm.catalog.levels[t].training_flops_per_example for t in (2, 1, 0)
@@ -787,10 +807,10 @@ def test_four_algorithms_train_within_one_population(tff_context, monkeypatch):
   monkeypatch.setattr(width_rounds.HeterogeneousRounds, "run", recording_run)
   hetero_rates = {"weak": 0.5, "medium": 0.75, "strong": 1.0}
   algorithms = {
-    "adaptivefl": adaptivefl.AdaptiveFL(_TASK, _POOL, ids, client_lr=_LR),
+    "adaptivefl": _adaptivefl(),
     "heterofl": heterofl.HeteroFL(_TASK, hetero_rates, client_lr=_LR),
-    "decoupled": decoupled.Decoupled(_TASK, _POOL, client_lr=_LR),
-    "all_large": all_large.AllLarge(_TASK, client_lr=_LR),
+    "decoupled": _decoupled(),
+    "all_large": _all_large(),
   }
   seen_capacities = set()
   for name, algorithm in algorithms.items():
@@ -847,9 +867,7 @@ def _nan_client(assignment, capacity=None):
 
 def test_non_finite_update_is_left_out_of_its_group(tff_context):
   del tff_context
-  algorithm = adaptivefl.AdaptiveFL(
-    _TASK, _POOL, ["c0", "c1", "c2", "b"], client_lr=_LR
-  )
+  algorithm = _adaptivefl()
   state = algorithm.initialize()
   clients = _clients(assignments=(1, 0, 1))
   # b trains level 0 beside c1: two groups, b in one.
@@ -867,7 +885,7 @@ def test_non_finite_update_is_left_out_of_its_group(tff_context):
 
 def test_decoupled_counts_a_non_finite_update_per_model(tff_context):
   del tff_context
-  algorithm = decoupled.Decoupled(_TASK, _POOL, client_lr=_LR)
+  algorithm = _decoupled()
   state = algorithm.initialize()
   small = algorithm.runners[2].catalog.outer.params
   c1 = _clients(assignments=(None,) * 3, capacities=(None, small, None))[1]

@@ -1,5 +1,6 @@
 """`python -m pipelines.reproduce.adaptivefl`: its plan, its errors, a tiny run."""
 
+import csv
 import json
 import os
 
@@ -108,7 +109,67 @@ def test_bad_flags_exit_2_with_one_line(argv, expected, tmp_path, capsys):
   assert not os.path.exists(tmp_path / "adaptivefl_reproduction" / "runs")
 
 
-def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
+def _finish_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. The algorithms themselves are tested in tests/algorithms. Returns
+  the configs dispatched, in order."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
+def test_tiny_figure5_run_writes_tables_and_reuses_runs(
+  tmp_path, capsys, monkeypatch
+):
+  # Greedy and AdaptiveFL+CS (RL) run for real; the three other variants
+  # are finished by hand, each with two rounds sending 100 and 300 bytes
+  # and getting 50 and 300 back: 1 - 350 / 400 = 0.125 summed over the
+  # rounds (a mean of the round rates would be 0.25).
+  real = {"adaptivefl_greedy_iid_seed0", "adaptivefl_iid_seed0"}
+  dispatched = _finish_by_hand(
+    monkeypatch,
+    real,
+    lambda config: dict(
+      history=[
+        {
+          "round": r,
+          "accuracy": 0.5,
+          "sent_model_bytes": sent,
+          "returned_model_bytes": returned,
+        }
+        for r, sent, returned in ((1, 100, 50), (2, 300, 300))
+      ],
+      final_metrics={"accuracy": 0.5, "avg_accuracy": 0.4},
+    ),
+  )
   # Every device holds exactly S1 (1,835 parameters, by hand above), so
   # every client returns S1 whatever it is sent.
   argv = [
@@ -128,21 +189,25 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
     f"--root_output_dir={tmp_path}",
   ]
   _cli.run_in_process(reproduce.main, argv)
+  names = [
+    f"{reproduce._variant_name(s)}_seed0"  # pylint: disable=protected-access
+    for s, _ in reproduce.VARIANTS.values()
+  ]
+  # Every variant's run was dispatched, once, with its selection.
+  assert [
+    (c.experiment_name, c.settings.adaptivefl_selection) for c in dispatched
+  ] == [(n, s) for n, (s, _) in zip(names, reproduce.VARIANTS.values())]
   out_dir = tmp_path / "adaptivefl_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   variants = results["figure5"]
   assert list(variants) == list(reproduce.VARIANTS)
-  for label, (selection, _) in reproduce.VARIANTS.items():
-    report = json.loads(
-      (
-        out_dir
-        / "runs"
-        / f"{reproduce._variant_name(selection)}_seed0"  # pylint: disable=protected-access
-        / "report.json"
-      ).read_text()
-    )
+  for label, name in zip(reproduce.VARIANTS, names):
+    report = json.loads((out_dir / "runs" / name / "report.json").read_text())
     rows = report["history"]
-    assert [r["returned_model_bytes"] for r in rows] == [3 * 4 * 1835] * 2
+    if name in real:
+      assert [r["returned_model_bytes"] for r in rows] == [3 * 4 * 1835] * 2
+    else:
+      assert variants[label]["waste_rate"] == [pytest.approx(0.125)], label
     # The run's rate sums bytes over its rounds (not a mean of round rates).
     assert variants[label]["waste_rate"] == [
       pytest.approx(
@@ -156,10 +221,7 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
     pytest.approx(1 - 1835 / 6090)
   ]
   records = {r["name"]: r for r in results["runs"]}
-  assert sorted(records) == sorted(
-    f"{reproduce._variant_name(s)}_seed0"  # pylint: disable=protected-access
-    for s, _ in reproduce.VARIANTS.values()
-  )
+  assert sorted(records) == sorted(names)
   for record in records.values():
     assert record["seed"] == 0
     assert record["settings"]["tier_capacities"] == "1835:1835:1835"
@@ -170,6 +232,7 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(tmp_path, capsys):
   capsys.readouterr()
   _cli.run_in_process(reproduce.main, argv)  # Everything reused.
   assert capsys.readouterr().out.count("done before, reused") == 5
+  assert len(dispatched) == 5
 
 
 def _report(full, avg, failed=()):

@@ -1,6 +1,7 @@
 """The reproductions' shared run bookkeeping: which saved runs are reused,
 resumed, or started afresh."""
 
+import csv
 import json
 import math
 import os
@@ -199,7 +200,44 @@ def test_a_diverging_run_is_a_result_kept_and_reused(tmp_path):
   assert logged == ["[1/1] diverges: done before, reused"]
 
 
-def test_a_committed_run_is_restored_on_another_machine(tmp_path):
+def _finish_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. The algorithms themselves are tested in tests/algorithms. Returns
+  the configs dispatched, in order."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
+def test_a_committed_run_is_restored_on_another_machine(tmp_path, monkeypatch):
   def plan(root, **changes):
     settings = dict(
       algorithm="fedavg",
@@ -215,10 +253,26 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
     )
     return _common.RunPlan(make_config(**{**settings, **changes}))
 
+  # Run a runs for real; run b, where it runs, is finished by hand: 3
+  # rounds, 100 bytes up each.
+  dispatched = _finish_by_hand(
+    monkeypatch,
+    {"a"},
+    lambda config: dict(
+      history=[
+        {"round": r, "accuracy": a, "bytes_up_cumulative": 100 * r}
+        for r, a in ((1, 0.2), (2, 0.4), (3, 0.3))
+      ],
+      final_metrics={"accuracy": 0.3},
+      best_accuracy=0.4,
+      bytes_up_total=300,
+    ),
+  )
   first = plan(tmp_path / "first")
   first.add("a", seed=1)
   (run,) = first.runs()
   reports = _common.run_all([run], log=lambda _: None)
+  assert [c.experiment_name for c in dispatched] == ["a"]
   # What a pipeline commits: results.json's records and metrics/<run>.csv.
   committed = tmp_path / "committed"
   committed.mkdir()
@@ -239,6 +293,7 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
   )
   assert logged[0] == f"[1/2] a: restored from {committed}"
   assert logged[1] == "[2/2] b: running (fedavg, 3 rounds)"
+  assert [c.experiment_name for c in dispatched] == ["a", "b"]
   original, copy = reports["a"], restored["a"]
   assert copy["rounds_completed"] == 3
   assert copy["best_accuracy"] == original["best_accuracy"]
@@ -286,7 +341,9 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path):
     f"[1/2] a: restored from {kept}",
     f"[2/2] b: restored from {kept}",
   ]
-  assert again["b"]["best_accuracy"] == restored["b"]["best_accuracy"]
+  assert again["b"]["best_accuracy"] == restored["b"]["best_accuracy"] == 0.4
+  assert [r["accuracy"] for r in again["b"]["history"]] == [0.2, 0.4, 0.3]
+  assert len(dispatched) == 2  # Restored, not run.
 
   # Other settings, or more rounds than the record holds: not restored.
   for changes in (dict(client_lr=0.5), dict(rounds=4)):

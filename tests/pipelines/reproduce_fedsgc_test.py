@@ -1,6 +1,8 @@
 """`python -m pipelines.reproduce.fedsgc`: its plan, its errors, a tiny run."""
 
+import csv
 import json
+import os
 
 import pytest
 
@@ -90,7 +92,69 @@ def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
   assert not list(tmp_path.iterdir())
 
 
-def test_tiny_table_run(tmp_path):
+def _finish_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. The algorithms themselves are tested in tests/algorithms. Returns
+  the configs dispatched, in order."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
+def test_tiny_table_run(tmp_path, monkeypatch):
+  # FedAvg and FedSGC run for real; the other six rows are finished by
+  # hand, each with its own accuracy (0.11, 0.12, ... in table order) after
+  # 4,000 bytes of upload (more than 1 kB), so that each row must be read
+  # from its own run.
+  labels = list(reproduce.table_rows(make_config(algorithm="fedsgc")))
+  by_hand = {
+    f"{reproduce._row_runs(label)}_seed1": 0.1 + 0.01 * (i + 1)  # pylint: disable=protected-access
+    for i, label in enumerate(labels)
+    if label not in ("FedAvg", "FedSGC")
+  }
+  dispatched = _finish_by_hand(
+    monkeypatch,
+    {"fedavg_seed1", "fedsgc_seed1"},
+    lambda config: dict(
+      history=[
+        {
+          "round": 1,
+          "accuracy": by_hand[config.experiment_name],
+          "bytes_up_cumulative": 4000,
+        }
+      ],
+      final_metrics={"accuracy": by_hand[config.experiment_name]},
+      bytes_up_total=4000,
+    ),
+  )
   _cli.run_in_process(
     reproduce.main,
     [
@@ -110,6 +174,17 @@ def test_tiny_table_run(tmp_path):
       f"--root_output_dir={tmp_path}",
     ],
   )
+  # Every row's run was dispatched, once, with its algorithm.
+  assert [(c.experiment_name, c.algorithm) for c in dispatched] == [
+    ("fedavg_seed1", "fedavg"),
+    ("fedprox_seed1", "fedprox"),
+    ("prunefl_seed1", "prunefl"),
+    ("grasp_seed1", "grasp"),
+    ("feddst_seed1", "feddst"),
+    ("feddst_mu_1_0_seed1", "feddst"),
+    ("fedsgc_seed1", "fedsgc"),
+    ("fedsgc_mu_1_0_seed1", "fedsgc"),
+  ]
   out_dir = tmp_path / "fedsgc_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   assert results["budgets_mib"] == [0.001, 100.0]
@@ -118,17 +193,22 @@ def test_tiny_table_run(tmp_path):
   assert list(table) == list(
     reproduce.table_rows(make_config(algorithm="fedsgc"))
   )
-  for per_budget in table.values():
+  for label, per_budget in table.items():
     # Nothing fits in 1 kB of upload; everything in 100 MiB.
-    assert all(v != v for v in per_budget[0])  # NaN
+    assert all(v != v for v in per_budget[0]), label  # NaN
     assert len(per_budget[1]) == 1
     assert all(0.0 <= v <= 1.0 for v in per_budget[1])
+    name = f"{reproduce._row_runs(label)}_seed1"  # pylint: disable=protected-access
+    if name in by_hand:
+      assert per_budget[1] == [by_hand[name]], label
   runs = {r["name"]: r for r in results["runs"]}
   assert len(runs) == 8
   record = runs["fedsgc_seed1"]
   assert record["seed"] == 1 and record["settings"]["algorithm"] == "fedsgc"
   assert record["code"][0]["action"] == "started"
   assert len(record["code"][0]["commit"]) == 40
+  # The flags given reach the runs that read them.
+  assert runs["prunefl_seed1"]["settings"]["prunefl_initial_rounds"] == 1
   verdicts = {c["verdict"] for c in results["claims"]}
   assert verdicts <= {
     "supported",

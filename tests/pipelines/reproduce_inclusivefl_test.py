@@ -1,12 +1,15 @@
 """`python -m pipelines.reproduce.inclusivefl`: its plan, its errors, its
 tables, a tiny run."""
 
+import csv
 import json
 import math
+import os
 
 import pytest
 
 from pipelines import _cli
+from pipelines.reproduce import _common
 from pipelines.reproduce import inclusivefl as reproduce
 
 
@@ -120,7 +123,62 @@ def test_tables_take_the_best_round_average_seeds_and_judge_claims():
   assert math.isnan(results["proportions"]["AllLarge"][1])
 
 
-def test_tiny_table_run(tmp_path):
+def _finish_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. The algorithms themselves are tested in tests/algorithms. Returns
+  the configs dispatched, in order."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
+def test_tiny_table_run(tmp_path, monkeypatch):
+  # ExclusiveFL runs for real; the other five rows are finished by hand,
+  # each with its own best accuracy (0.11, 0.12, ... in table order) at
+  # round 1, so that each row must be read from its own run.
+  by_hand = {
+    f"{_common.slug(label)}_seed1": 0.1 + 0.01 * (i + 1)
+    for i, label in enumerate(reproduce.TABLE_ROWS)
+    if label != "ExclusiveFL"
+  }
+  dispatched = _finish_by_hand(
+    monkeypatch,
+    {"exclusivefl_seed1"},
+    lambda config: dict(
+      history=[
+        {"round": 1, "accuracy": by_hand[config.experiment_name], "clients": 3}
+      ],
+      final_metrics={"accuracy": by_hand[config.experiment_name]},
+    ),
+  )
   _cli.run_in_process(
     reproduce.main,
     [
@@ -137,19 +195,35 @@ def test_tiny_table_run(tmp_path):
       f"--root_output_dir={tmp_path}",
     ],
   )
+  # Every row's run was dispatched, once, with its algorithm.
+  assert [(c.experiment_name, c.algorithm) for c in dispatched] == [
+    ("alllarge_seed1", "inclusivefl_all_large"),
+    ("allsmall_seed1", "inclusivefl_all_small"),
+    ("exclusivefl_seed1", "exclusivefl"),
+    ("heterofl_seed1", "heterofl"),
+    ("inclusivefl_w_o_md_seed1", "inclusivefl"),
+    ("inclusivefl_seed1", "inclusivefl"),
+  ]
   out_dir = tmp_path / "inclusivefl_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   assert list(results["table"]) == list(reproduce.TABLE_ROWS)
-  for row in results["table"].values():
+  for label, row in results["table"].items():
     assert len(row["best"]) == 1 and 0.0 <= row["best"][0] <= 1.0
-    assert row["rounds_to_best"][0] in (1, 2)
+    assert row["rounds_to_best"] == [1], label
+    name = f"{_common.slug(label)}_seed1"
+    if name in by_hand:
+      assert row["best"] == [by_hand[name]], label
   runs = {r["name"]: r for r in results["runs"]}
   assert len(runs) == 6
-  record = runs["inclusivefl_seed1"]
-  assert record["settings"]["inclusivefl_depths"] == "1:2:3"
-  assert len(record["code"][0]["commit"]) == 40
+  for name, record in runs.items():
+    if name != "heterofl_seed1":  # HeteroFL reads no depths.
+      assert record["settings"]["inclusivefl_depths"] == "1:2:3", name
+    assert len(record["code"][0]["commit"]) == 40, name
   assert "## Claims" in (out_dir / "tables.md").read_text()
   assert (out_dir / "accuracy_vs_round.png").exists()
+  assert sorted(p.name for p in (out_dir / "metrics").iterdir()) == sorted(
+    f"{name}.csv" for name in runs
+  )
   report = json.loads(
     (out_dir / "runs" / "exclusivefl_seed1" / "report.json").read_text()
   )

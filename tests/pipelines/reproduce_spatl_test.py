@@ -1,12 +1,15 @@
 """`python -m pipelines.reproduce.spatl`: its plan, its errors, its tables
 (from reports made by hand), a tiny run."""
 
+import csv
 import json
 import math
+import os
 
 import pytest
 
 from pipelines import _cli
+from pipelines.reproduce import _common
 from pipelines.reproduce import spatl as reproduce
 
 
@@ -169,7 +172,71 @@ def test_tables_count_rounds_and_mib_to_the_target_and_judge_claims():
   assert "| SPATL | 3.0 | 2/2 |" in text
 
 
-def test_tiny_run(tmp_path):
+def _finish_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. The algorithms themselves are tested in tests/algorithms. Returns
+  the configs dispatched, in order."""
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
+def test_tiny_run(tmp_path, monkeypatch):
+  # FedAvg, SCAFFOLD and SPATL run for real; FedNova and FedProx are
+  # finished by hand, each with its own local accuracy (0.11, 0.12) and
+  # 1,000 bytes up and 3,000 down per client, so that each row must be read
+  # from its own run.
+  by_hand = {"fednova_seed1": 0.11, "fedprox_seed1": 0.12}
+  dispatched = _finish_by_hand(
+    monkeypatch,
+    {"fedavg_seed1", "scaffold_seed1", "spatl_seed1"},
+    lambda config: dict(
+      history=[
+        {
+          "round": 1,
+          "accuracy": 0.5,
+          "local_accuracy": by_hand[config.experiment_name],
+          "clients": 4,
+          "bytes_up": 4000,
+          "bytes_down": 12000,
+          "bytes_up_cumulative": 4000,
+          "bytes_down_cumulative": 12000,
+        }
+      ],
+      final_metrics={
+        "accuracy": 0.5,
+        "local_accuracy": by_hand[config.experiment_name],
+      },
+    ),
+  )
   _cli.run_in_process(
     reproduce.main,
     [
@@ -188,13 +255,25 @@ def test_tiny_run(tmp_path):
       f"--root_output_dir={tmp_path}",
     ],
   )
+  # Every method's run was dispatched, once, with its algorithm.
+  assert [(c.experiment_name, c.algorithm) for c in dispatched] == [
+    ("fedavg_seed1", "fedavg"),
+    ("fednova_seed1", "fednova"),
+    ("fedprox_seed1", "fedprox"),
+    ("scaffold_seed1", "scaffold"),
+    ("spatl_seed1", "spatl"),
+  ]
   out_dir = tmp_path / "spatl_reproduction"
   results = json.loads((out_dir / "results.json").read_text())
   assert list(results["table"]) == list(reproduce.METHODS)
-  for row in results["table"].values():
+  for label, row in results["table"].items():
     assert len(row["best_local_accuracy"]) == 1
     assert 0.0 <= row["best_local_accuracy"][0] <= 1.0
     assert row["mib_per_client_round"] > 0
+    name = f"{_common.slug(label)}_seed1"
+    if name in by_hand:
+      assert row["best_local_accuracy"] == [by_hand[name]], label
+      assert row["mib_per_client_round"] == pytest.approx(4000 / 2**20)
   # SCAFFOLD sends its control variate both ways: its round costs a client
   # more than FedAvg's.
   assert (

@@ -1,14 +1,22 @@
-"""FedGKT through `python -m pipelines.train`: outputs, no worker left, and a
-run stopped after round 1 and resumed equals the uninterrupted run (edge
-models, their optimizer states and server logits live in the checkpointed
-client-state store; the asynchronous mode's event simulation, the plateau
-schedule and the update counter in the server state). Asynchronous, with 2
-of 4 devices at work: freed slots are refilled by seeded draws; two local
-epochs (each client still sends every sample once)."""
+"""FedGKT through `pipelines.train` (in process): outputs, and a run stopped
+after round 1 and resumed equals the uninterrupted run (edge models, their
+optimizer states and server logits live in the checkpointed client-state
+store; the asynchronous mode's event simulation, the plateau schedule and the
+update counter in the server state). Asynchronous, with 2 of 4 devices at
+work: freed slots are refilled by seeded draws; two local epochs (each client
+still sends every sample once).
+
+The stopped run is the uninterrupted run's own round-1 checkpoint and
+metrics row, copied under its name into another --root_output_dir (what a
+run stopped right after round 1 leaves; checkpoints are deterministic), so
+only the resumed half runs again. The pipeline as a subprocess (its exit, its one-line
+errors, no TFF worker left) is `train_run_test.py`'s: it runs the same
+`loop.run_experiment` for every algorithm.
+"""
 
 import json
 
-from conftest import run_train_subprocess
+from conftest import resume_from_round_1
 import numpy as np
 
 from pipelines import _cli
@@ -33,14 +41,15 @@ _FLAGS = [
 
 
 def test_fedgkt_run_resume_and_outputs(tmp_path):
-  run_train_subprocess(
+  _cli.run_in_process(
+    train.main,
     [
+      "train",
       *_FLAGS,
       "--rounds=2",
       f"--root_output_dir={tmp_path}",
       "--experiment_name=whole",
     ],
-    timeout_s=900,
   )
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
@@ -59,16 +68,15 @@ def test_fedgkt_run_resume_and_outputs(tmp_path):
     assert float(row["feature_bytes"]) < int(row["bytes_up"])
     assert int(row["bytes_down"]) > 0
 
-  # The same run, stopped after round 1 and resumed, in process.
-  base = _FLAGS + [f"--root_output_dir={tmp_path}", "--experiment_name=parts"]
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=1"])
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=2", "--resume"])
-  parts = tmp_path / "parts"
+  # The same run, stopped after round 1 and resumed.
+  parts = resume_from_round_1(whole, [*_FLAGS, "--rounds=2"])
   a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5)
-  for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
+  resumed_rows = outputs.read_metrics(parts)
+  assert [r["round"] for r in resumed_rows] == ["1", "2"]
+  for x, y in zip(outputs.read_metrics(whole), resumed_rows):
     for key in (
       "bytes_up",
       "bytes_down",

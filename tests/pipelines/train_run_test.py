@@ -1,9 +1,16 @@
 """`python -m pipelines.train` end to end, as a user runs it.
 
-Each test starts the pipeline as a subprocess, ends it one way (normal exit,
-SIGKILL then --resume from a truncated newest checkpoint, SIGINT, SIGTERM,
-divergence) and checks what it wrote
-and that no TFF worker it started outlives it.
+The runs that end other than normally are subprocesses, each ended one way
+(SIGINT then --resume from a truncated newest checkpoint, SIGTERM,
+divergence), and so is the resumed run: the tests check what they wrote, the
+one line an interrupted run ends with, and that no TFF worker they started
+outlives them. The uninterrupted run the resumed one must match runs in
+process (its outputs are what is checked; it needs no process of its own).
+
+A pipeline killed outright (SIGKILL) runs none of its own code: that its
+worker dies with it (PR_SET_PDEATHSIG) is `runtime/runtime_lifecycle_test.py`'s
+`compute_sigkill` case, and a resume from a damaged newest checkpoint is the
+first test here.
 """
 
 import json
@@ -16,6 +23,8 @@ import time
 import numpy as np
 import pytest
 
+from pipelines import _cli
+from pipelines import train
 from tff_hetero.program import outputs
 from tff_hetero.runtime import testing as proc_testing
 
@@ -82,16 +91,62 @@ def _workers_of(proc):
   return list(found)
 
 
-def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
-  # The uninterrupted run: what it writes, and no worker left after it.
-  args = ["--rounds=4", "--eval_every=1", "--checkpoint_every=1"]
-  reference = _start(args + ["--experiment_name=whole"], tmp_path)
-  workers = _workers_of(reference)
-  code, out, err = _finish(reference)
-  assert code == 0, err
-  proc_testing.assert_no_workers_left(reference.worker_tag, pids=workers)
+def test_sigint_stops_the_run_and_the_resumed_run_matches_a_whole_one(
+  tmp_path, capsys
+):
+  # A run interrupted (SIGINT) once its round-2 checkpoint exists (it has
+  # rounds enough never to finish first) ends with one line and leaves no
+  # worker; its newest checkpoint then truncated (a disk full mid-write),
+  # the resumed run falls back to the checkpoint before, with a one-line
+  # warning, and runs two more rounds.
+  args = ["--eval_every=1", "--checkpoint_every=1"]
+  interrupted = _start(
+    args + ["--rounds=500", "--experiment_name=cut"], tmp_path
+  )
+  try:
+    workers = _workers_of(interrupted)
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    sidecar = checkpoints / "program_state_2.json"
+    _wait_for(sidecar.exists, 300, "the round-2 checkpoint")
+    interrupted.send_signal(signal.SIGINT)
+    code, _, err = _finish(interrupted, timeout_s=120)
+  finally:
+    if interrupted.poll() is None:
+      interrupted.kill()
+      interrupted.communicate()
+  assert code == 130, err
+  lines = err.strip().splitlines()
+  assert lines and lines[-1] == (
+    "error: interrupted by SIGINT; continue with --resume"
+  ), err
+  proc_testing.assert_no_workers_left(interrupted.worker_tag, pids=workers)
+  assert not (tmp_path / "cut" / "report.json").exists()  # Stopped mid-run.
+  # Complete versions only (directory and sidecar), as after any
+  # interruption.
+  previous, newest = sorted(
+    int(p.stem.split("_")[-1])
+    for p in checkpoints.glob("program_state_*.json")
+    if (checkpoints / p.stem).is_dir()
+  )[-2:]
+  variables = checkpoints / f"program_state_{newest}" / "variables"
+  (truncated,) = variables.glob("variables.data*")
+  truncated.write_bytes(truncated.read_bytes()[:100])
+  rounds = previous + 2
+
+  # The uninterrupted run (in process): what it writes.
+  _cli.run_in_process(
+    train.main,
+    [
+      "train",
+      *_SMALL,
+      f"--root_output_dir={tmp_path}",
+      *args,
+      f"--rounds={rounds}",
+      "--experiment_name=whole",
+    ],
+  )
   run_dir = tmp_path / "whole"
-  assert f"report: {run_dir}/report.json" in out
+  assert f"report: {run_dir}/report.json" in capsys.readouterr().out
   report = json.loads((run_dir / "report.json").read_text())
   for key in (
     "config",
@@ -104,55 +159,42 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
     "wall_time_s",
   ):
     assert key in report
-  assert report["rounds_completed"] == 4
+  assert report["rounds_completed"] == rounds
   assert 0.0 <= report["final_metrics"]["accuracy"] <= 1.0
   assert len(report["partition"]["label_counts"]) == 8
   # mlp on 8x8x1, 10 classes: 64*64+64 + 64*10+10 = 4,810 float32 parameters
-  # broadcast densely to 3 clients in each of 4 rounds.
-  assert report["bytes_down_total"] == 4 * 3 * 4810 * 4
+  # broadcast densely to 3 clients in each round.
+  assert report["bytes_down_total"] == rounds * 3 * 4810 * 4
   # Each client uploads the delta, its weight and its metric sums.
   assert report["bytes_up_total"] > report["bytes_down_total"]
   assert report["client_flops_total"] > 0
   rows = (run_dir / "metrics.csv").read_text().strip().splitlines()
-  assert len(rows) == 5  # Header and four rounds.
+  assert len(rows) == rounds + 1  # Header and a row a round.
   for name in ("accuracy_vs_round.png", "accuracy_vs_upload_mib.png"):
     assert (run_dir / name).stat().st_size > 1000
   assert os.listdir(run_dir / "tensorboard")
 
-  # The same run killed once its round-2 checkpoint exists, its newest
-  # checkpoint then truncated (a disk full mid-write), and resumed: it
-  # falls back to the checkpoint before, with a one-line warning.
-  interrupted = _start(args + ["--experiment_name=cut"], tmp_path)
-  workers = _workers_of(interrupted)
-  checkpoints = tmp_path / "cut" / "checkpoints"
-  sidecar = checkpoints / "program_state_2.json"
-  _wait_for(sidecar.exists, 300, "the round-2 checkpoint")
-  interrupted.send_signal(signal.SIGKILL)
-  interrupted.communicate()
-  proc_testing.assert_no_workers_left(interrupted.worker_tag, pids=workers)
-  assert not (tmp_path / "cut" / "report.json").exists()  # Killed mid-run.
-  # Complete versions only (directory and sidecar): a kill while TFF
-  # removes the oldest version can leave its sidecar behind.
-  previous, newest = sorted(
-    int(p.stem.split("_")[-1])
-    for p in checkpoints.glob("program_state_*.json")
-    if (checkpoints / p.stem).is_dir()
-  )[-2:]
-  variables = checkpoints / f"program_state_{newest}" / "variables"
-  (truncated,) = variables.glob("variables.data*")
-  truncated.write_bytes(truncated.read_bytes()[:100])
-
-  # How often a run checkpoints does not change its results: it may differ.
+  # How often a run checkpoints does not change its results: it may differ,
+  # and so may --rounds.
   resumed = _start(
-    args[:-1] + ["--checkpoint_every=2", "--experiment_name=cut", "--resume"],
+    args[:-1]
+    + [
+      "--checkpoint_every=2",
+      f"--rounds={rounds}",
+      "--experiment_name=cut",
+      "--resume",
+    ],
     tmp_path,
   )
-  code, _, err = _finish(resumed)
+  code, out, err = _finish(resumed)
   assert code == 0, err
-  assert (
+  proc_testing.assert_no_workers_left(resumed.worker_tag)
+  assert f"report: {tmp_path / 'cut'}/report.json" in out
+  # The warning is all a normal exit writes to stderr.
+  assert err.strip().splitlines() == [
     f"warning: checkpoint file {truncated} is corrupt (its SHA-256 does not"
     f" match); falling back to the checkpoint of round {previous}"
-  ) in err
+  ], err
 
   whole = outputs.load_final_weights(tmp_path / "whole")
   cut = outputs.load_final_weights(tmp_path / "cut")
@@ -161,56 +203,48 @@ def test_run_writes_everything_and_sigkill_then_resume_matches_it(tmp_path):
     np.testing.assert_allclose(cut[key], whole[key], rtol=0, atol=1e-6)
   columns = ("accuracy", "loss", "bytes_up_cumulative", "bytes_down_cumulative")
   cut_report = json.loads((tmp_path / "cut" / "report.json").read_text())
-  assert cut_report["rounds_completed"] == 4
+  assert cut_report["rounds_completed"] == rounds
+  assert len(cut_report["history"]) == rounds
   for a, b in zip(report["history"], cut_report["history"]):
     for column in columns:
       assert a[column] == pytest.approx(b[column], abs=1e-6), column
   csv_rows = (tmp_path / "cut" / "metrics.csv").read_text().strip().splitlines()
-  assert len(csv_rows) == 5  # No duplicated rounds after the resume.
+  assert len(csv_rows) == rounds + 1  # No duplicated rounds after the resume.
 
 
-def test_sigint_and_sigterm_stop_the_run_and_its_worker(tmp_path):
-  # Both runs start together (their TensorFlow start-up overlaps) and are
-  # signalled once each has written a checkpoint (only the newest two are
+def test_sigterm_stops_the_run_and_its_worker(tmp_path):
+  # Signalled once it has written a checkpoint (only the newest two are
   # kept, so any will do).
-  runs = {}
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    name = f"sig{int(sig)}"
-    runs[sig] = (
-      name,
-      _start(
-        [
-          "--rounds=500",
-          "--eval_every=100",
-          "--checkpoint_every=1",
-          f"--experiment_name={name}",
-        ],
-        tmp_path,
-      ),
+  proc = _start(
+    [
+      "--rounds=500",
+      "--eval_every=100",
+      "--checkpoint_every=1",
+      "--experiment_name=sigterm",
+    ],
+    tmp_path,
+  )
+
+  def checkpoints():
+    return list(
+      (tmp_path / "sigterm" / "checkpoints").glob("program_state_*.json")
     )
 
-  def checkpoints(name):
-    return list((tmp_path / name / "checkpoints").glob("program_state_*.json"))
-
   try:
-    workers = {sig: _workers_of(proc) for sig, (_, proc) in runs.items()}
-    for name, _ in runs.values():
-      _wait_for(lambda: checkpoints(name), 300, f"a checkpoint of {name}")  # pylint: disable=cell-var-from-loop
-    for sig, (_, proc) in runs.items():
-      proc.send_signal(sig)
-    for sig, (name, proc) in runs.items():
-      code, _, err = _finish(proc, timeout_s=120)
-      assert code != 0, sig
-      lines = err.strip().splitlines()
-      assert lines and lines[-1].startswith("error: "), err
-      assert "--resume" in lines[-1]
-      proc_testing.assert_no_workers_left(proc.worker_tag, pids=workers[sig])
-      assert checkpoints(name)
+    workers = _workers_of(proc)
+    _wait_for(checkpoints, 300, "a checkpoint")
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = _finish(proc, timeout_s=120)
   finally:
-    for _, proc in runs.values():
-      if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+  assert code == 128 + signal.SIGTERM, err
+  lines = err.strip().splitlines()
+  assert lines and lines[-1].startswith("error: "), err
+  assert "--resume" in lines[-1]
+  proc_testing.assert_no_workers_left(proc.worker_tag, pids=workers)
+  assert checkpoints()
 
 
 def test_divergence_stops_with_one_line_naming_the_round(tmp_path):

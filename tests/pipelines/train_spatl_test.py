@@ -1,16 +1,23 @@
-"""SPATL through `python -m pipelines.train`: its outputs, no worker left, and
-a run stopped after round 1 and resumed equals the uninterrupted run (each
-client's predictor, control variate, agent actor and the actor's Adam state
-live in the checkpointed client-state store).
+"""SPATL through `pipelines.train` (in process): its outputs, and a run
+stopped after round 1 and resumed equals the uninterrupted run (each client's
+predictor, control variate, agent actor and the actor's Adam state live in
+the checkpointed client-state store).
 
 Reported numbers checked against what happened: `accuracy` is the mean over
 the clients' models on their own validation splits (`local_accuracy`), the
 kept fractions respect the flags, and each round's upload is smaller than
-the dense encoder plus Delta c it replaces."""
+the dense encoder plus Delta c it replaces.
+
+The stopped run is the uninterrupted run's own round-1 checkpoint and
+metrics row, copied under its name into another --root_output_dir (what a
+run stopped right after round 1 leaves; checkpoints are deterministic), so
+only the resumed half runs again. The pipeline as a subprocess (its exit, its one-line
+errors, no TFF worker left) is `train_run_test.py`'s: it runs the same
+`loop.run_experiment` for every algorithm."""
 
 import json
 
-from conftest import run_train_subprocess
+from conftest import resume_from_round_1
 import numpy as np
 
 from pipelines import _cli
@@ -36,14 +43,15 @@ _FLAGS = [
 
 
 def test_spatl_run_resume_and_outputs(tmp_path):
-  run_train_subprocess(
+  _cli.run_in_process(
+    train.main,
     [
+      "train",
       *_FLAGS,
       "--rounds=2",
       f"--root_output_dir={tmp_path}",
       "--experiment_name=whole",
     ],
-    timeout_s=900,
   )
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
@@ -85,15 +93,15 @@ def test_spatl_run_resume_and_outputs(tmp_path):
   assert len(local) == 4
   assert np.mean(list(local.values())) == float(rows[-1]["accuracy"])
 
-  base = _FLAGS + [f"--root_output_dir={tmp_path}", "--experiment_name=parts"]
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=1"])
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=2", "--resume"])
-  parts = tmp_path / "parts"
+  # The same run, stopped after round 1 and resumed.
+  parts = resume_from_round_1(whole, [*_FLAGS, "--rounds=2"])
   a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5)
-  for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
+  resumed_rows = outputs.read_metrics(parts)
+  assert [r["round"] for r in resumed_rows] == ["1", "2"]
+  for x, y in zip(outputs.read_metrics(whole), resumed_rows):
     for key in ("bytes_up", "bytes_down", "accuracy", "keep_conv1"):
       np.testing.assert_allclose(float(x[key]), float(y[key]), atol=1e-5)
 

@@ -1,13 +1,20 @@
-"""Width-heterogeneous algorithms through `python -m pipelines.train`.
+"""Width-heterogeneous algorithms through `pipelines.train` (in process).
 
-AdaptiveFL end to end as a subprocess (outputs, per-level metrics, no worker
-left), and a run stopped after round 1 and resumed equals the uninterrupted
-run: the RL tables and the sampling RNG live in the checkpoint.
+AdaptiveFL end to end (outputs, per-level metrics), and a run stopped after
+round 1 and resumed equals the uninterrupted run: the RL tables and the
+sampling RNG live in the checkpoint.
+
+The stopped run is the uninterrupted run's own round-1 checkpoint and
+metrics row, copied under its name into another --root_output_dir (what a
+run stopped right after round 1 leaves; checkpoints are deterministic), so
+only the resumed half runs again. The pipeline as a subprocess (its exit, its one-line
+errors, no TFF worker left) is `train_run_test.py`'s: it runs the same
+`loop.run_experiment` for every algorithm.
 """
 
 import json
 
-from conftest import run_train_subprocess
+from conftest import resume_from_round_1
 import numpy as np
 import pytest
 
@@ -35,14 +42,15 @@ _S1_PARAMS = 160 + 1160 + 330
 
 
 def test_adaptivefl_run_resume_and_outputs(tmp_path):
-  run_train_subprocess(
+  _cli.run_in_process(
+    train.main,
     [
+      "train",
       *_FLAGS,
       "--rounds=2",
       f"--root_output_dir={tmp_path}",
       "--experiment_name=whole",
     ],
-    timeout_s=600,
   )
   whole = tmp_path / "whole"
   report = json.loads((whole / "report.json").read_text())
@@ -77,15 +85,14 @@ def test_adaptivefl_run_resume_and_outputs(tmp_path):
     assert int(row["clients"]) == 4
   assert report["bytes_up_total"] == sum(int(r["bytes_up"]) for r in rows)
 
-  # The same run, stopped after round 1 and resumed, in process.
-  base = _FLAGS + [f"--root_output_dir={tmp_path}", "--experiment_name=parts"]
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=1"])
-  _cli.run_in_process(train.main, ["train", *base, "--rounds=2", "--resume"])
-  parts = tmp_path / "parts"
+  # The same run, stopped after round 1 and resumed.
+  parts = resume_from_round_1(whole, [*_FLAGS, "--rounds=2"])
   a, b = outputs.load_final_weights(whole), outputs.load_final_weights(parts)
   assert sorted(a) == sorted(b)
   for key in a:
     np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-6)
-  for x, y in zip(outputs.read_metrics(whole), outputs.read_metrics(parts)):
+  resumed_rows = outputs.read_metrics(parts)
+  assert [r["round"] for r in resumed_rows] == ["1", "2"]
+  for x, y in zip(outputs.read_metrics(whole), resumed_rows):
     for key in ("accuracy", "bytes_up", "bytes_down", "waste_rate", "pruned"):
       assert x[key] == y[key], key

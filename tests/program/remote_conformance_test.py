@@ -1,7 +1,7 @@
 """Algorithm families the other remote tests do not cover, on three workers.
 
 `tests/program/executors_test.py` runs FedAvg (one and two workers),
-AdaptiveFL, SCAFFOLD, FedGKT, FedSGC and the FedDST process across workers.
+AdaptiveFL, FedGKT, FedSGC and the FedDST process across workers.
 Here SPATL (per-client predictors and selections returned by cohort
 position) and split learning (the server's half trained on the driver
 between worker calls) run on the local runtime and on three workers started

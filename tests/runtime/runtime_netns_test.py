@@ -7,7 +7,9 @@ nowhere else. `python -m pipelines.worker` serves on each worker host with
 TLS on; `python -m pipelines.train --executor=remote` runs in the driver's
 namespace on the three workers, and must end where the same run on the
 local runtime ends (the saved weights, the report's accuracy, the measured
-bytes).
+bytes). That local run is the test's own (`run_experiment` with the same
+settings: the flags and `make_config` share their defaults), which spares
+an interpreter's TensorFlow start-up.
 
 Needs root and `ip` (iproute2); skipped with the reason otherwise.
 """
@@ -20,6 +22,8 @@ import sys
 import numpy as np
 import pytest
 
+from tff_hetero.program import make_config
+from tff_hetero.program import run_experiment
 from tff_hetero.runtime import certificates
 from tff_hetero.runtime import testing as proc_testing
 
@@ -39,13 +43,16 @@ _REASON = proc_testing.namespaces_unavailable()
 def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
   tag, env = proc_testing.tagged_env()
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  train = [
-    sys.executable, "-m", "pipelines.train",
-    "--algorithm=fedavg", "--dataset=synthetic", "--model=mlp",
-    "--num_clients=6", "--clients_per_round=6", "--rounds=2",
-    "--batch_size=10", "--seed=5", "--eval_every=2", "--checkpoint_every=2",
-    f"--root_output_dir={tmp_path}", "--progress=false",
-  ]  # fmt: skip
+  settings = dict(
+    algorithm="fedavg", dataset="synthetic", model="mlp", num_clients=6,
+    clients_per_round=6, rounds=2, batch_size=10, seed=5, eval_every=2,
+    checkpoint_every=2, root_output_dir=str(tmp_path), progress=False,
+  )  # fmt: skip
+  train = [sys.executable, "-m", "pipelines.train"] + [
+    f"--{name}={str(value).lower() if isinstance(value, bool) else value}"
+    for name, value in settings.items()
+  ]
+  run_experiment(make_config(experiment_name="local", **settings))
   procs = []
   with proc_testing.veth_hosts(NUM_WORKERS) as (driver, workers):
     certs = certificates.make_test_certificates(
@@ -74,7 +81,6 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
       ]
       addresses = [f"{address}:{PORT}" for _, address in workers]
       runs = {
-        "local": train,
         "three": train
         + ["--executor=remote", f"--workers={','.join(addresses)}"]
         + tls,
@@ -85,7 +91,7 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
         ["ip", "netns", "exec", driver]
         + train
         + ["--executor=remote", f"--workers={addresses[0]}",
-           "--worker_timeout_s=3", "--experiment_name=refused"],
+           "--worker_timeout_s=1", "--experiment_name=refused"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
         check=False,
       )  # fmt: skip
@@ -93,11 +99,12 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
       last = refused.stderr.strip().splitlines()[-1]
       assert last.startswith(
         f"error: --workers: cannot reach TFF worker at {addresses[0]} within"
-        " 3s ("
+        " 1s ("
       ), refused.stderr
       # The worker answered, and closed the plaintext connection.
       assert "pass --tls_cert, --tls_key and --tls_ca" in last, last
-      reports = {}
+      with open(tmp_path / "local" / "report.json") as f:
+        reports = {"local": json.load(f)}
       for name, args in runs.items():
         done = subprocess.run(
           ["ip", "netns", "exec", driver]

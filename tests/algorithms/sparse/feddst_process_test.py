@@ -106,11 +106,20 @@ def _alpha(round_num: int) -> float:
   return _ALPHA / 2 * (1 + math.cos(math.pi * round_num / _TOTAL_ROUNDS))
 
 
-def test_readjusts_on_requested_rounds_by_the_cosine(process, tff_context):
+@pytest.fixture(scope="module")
+def first_rounds(process, tff_context):
+  """The outputs of rounds 1 to 5 from the initial state, `_cohort` each."""
   del tff_context
   state = process.initialize()
+  outputs = []
   for round_num in range(1, 6):
-    output = process.next(state, _cohort(round_num))
+    outputs.append(process.next(state, _cohort(round_num)))
+    state = outputs[-1].state
+  return outputs
+
+
+def test_readjusts_on_requested_rounds_by_the_cosine(first_rounds):
+  for round_num, output in enumerate(first_rounds, start=1):
     state = output.state
     assert state.round_num == round_num
     metrics = output.metrics
@@ -233,11 +242,8 @@ def test_masked_round_equals_tff_fedavg_on_the_masked_model(
 
 
 @pytest.mark.slow
-def test_learns_and_weights_load_into_the_plain_model(process, tff_context):
-  del tff_context
-  state = process.initialize()
-  for round_num in range(1, 6):
-    state = process.next(state, _cohort(round_num)).state
+def test_learns_and_weights_load_into_the_plain_model(process, first_rounds):
+  state = first_rounds[-1].state  # After round 5.
   # Many more rounds than the cosine's end: readjustment stops there.
   for round_num in range(6, 31):
     state = process.next(state, _cohort(round_num)).state

@@ -423,48 +423,45 @@ def test_feddst_readjusts_at_the_end_of_local_training(tff_context):
   assert zeros[1] < zeros[2]
 
 
-@pytest.mark.slow
-def test_sparsity_zero_without_readjustment_equals_tff_fedavg(tff_context):
+@pytest.fixture(scope="module")
+def dense_feddst(tff_context):
+  """FedDST at sparsity 0 without readjustment, two rounds of every client:
+  (the algorithm, its trainable weights, TFF's own FedAvg's on the same
+  data from the same start)."""
   del tff_context
+  algorithm = feddst.build_feddst(
+    _config(algorithm="feddst", sparsity=0.0, readjust_every=0), _TASK, _IDS
+  )
+  assert algorithm.memory == "none"
+  history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
+  actual = algorithm.model_weights(history[-1][1].state).trainable
   process = tff.learning.algorithms.build_weighted_fed_avg(
     _TASK.tff_model_fn(),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
-  reference = feddst.build_feddst(
-    _config(algorithm="feddst", sparsity=0.0, readjust_every=0), _TASK, _IDS
-  )
   fed_state = process.initialize()
   for r in (1, 2):
-    data = [c.dataset for c in _clients(reference, r, (0, 1, 2), {})]
+    data = [c.dataset for c in _clients(algorithm, r, (0, 1, 2), {})]
     fed_state = process.next(fed_state, data).state
-  expected = process.get_model_weights(fed_state).trainable
-  for build, memory in (
-    (fedsgc.build_fedsgc, "models"),
-    (fedsgc.build_fedsgc, "updates"),
-    (feddst.build_feddst, "none"),
-  ):
-    algorithm = build(
-      _config(
-        algorithm=build.__name__.removeprefix("build_"),
-        sparsity=0.0,
-        readjust_every=0,
-        sgc_memory=memory,
-      ),
-      _TASK,
-      _IDS,
-    )
-    history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
-    actual = algorithm.model_weights(history[-1][1].state).trainable
-    for a, e in zip(actual, expected):
-      np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
+  return algorithm, actual, process.get_model_weights(fed_state).trainable
 
 
 @pytest.mark.slow
-def test_fedprox_term_equals_fedprox(tff_context):
-  del tff_context
+def test_sparsity_zero_without_readjustment_equals_tff_fedavg(dense_feddst):
+  # The dense model's rounds (no server memory). The memory readings of
+  # FedSGC ("models", "updates", "none") against TFF's FedAvg are
+  # sparse_process_test.py's test_each_memory_reading_by_an_oracle.
+  _, actual, expected = dense_feddst
+  for a, e in zip(actual, expected):
+    np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_fedprox_term_equals_fedprox(dense_feddst):
   # The oracle is `fedprox.build_fedprox_process` (checked against a hand
   # computation in fedprox_test.py), not TFF's `build_weighted_fed_prox`,
   # whose proximal gradient has the opposite sign (see fedprox.py).
+  _, plain, _ = dense_feddst
   process = fedprox.build_fedprox_process(
     _TASK.model_fn,
     input_spec=_TASK.element_spec,
@@ -483,55 +480,23 @@ def test_fedprox_term_equals_fedprox(tff_context):
     fed_state = process.next(fed_state, data).state
   history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
   actual = algorithm.model_weights(history[-1][1].state).trainable
-  without = feddst.build_feddst(
-    _config(algorithm="feddst", sparsity=0.0, readjust_every=0), _TASK, _IDS
-  )
-  plain = without.model_weights(_run(without, [(0, 1, 2)] * 2)[-1][1].state)
-  for a, e, p in zip(
-    actual, process.get_model_weights(fed_state).trainable, plain.trainable
-  ):
+  for a, e in zip(actual, process.get_model_weights(fed_state).trainable):
     np.testing.assert_allclose(a, e, rtol=0, atol=1e-5)
+  # The term acts: the same rounds without it (prox_mu 0) differ.
   assert any(
     np.abs(np.asarray(a) - np.asarray(p)).max() > 1e-4
-    for a, p in zip(actual, plain.trainable)
+    for a, p in zip(actual, plain)
   )
 
 
-@pytest.mark.slow
-def test_memory_none_averages_this_round_only(tff_context):
-  del tff_context
-  # Round 2 trains c0 alone: without memory the model is c0's upload (one
-  # mask: the union is that mask, already at the budget). The upload is the
-  # one the memory-keeping run records for c0: round 1 is the same in both
-  # (all three clients upload, no readjustment).
-  settings = dict(readjust_every=0, sparsity=0.5)
-  none = fedsgc.build_fedsgc(
-    _config(algorithm="fedsgc", sgc_memory="none", **settings), _TASK, _IDS
-  )
-  models = fedsgc.build_fedsgc(
-    _config(algorithm="fedsgc", sgc_memory="models", **settings), _TASK, _IDS
-  )
-  assert none.initialize().memory.weight.shape == (0,)
-  cohorts = [(0, 1, 2), (0,)]
-  without = _run(none, cohorts)[-1][1].state.model
-  upload = _run(models, cohorts)[-1][1].state.memory
-  for i in range(4):
-    np.testing.assert_allclose(
-      without.trainable[i], np.asarray(upload.values[i])[0], atol=1e-6
-    )
-
-
-def test_a_client_without_data_keeps_its_row_in_memory_and_sums(tff_context):
-  # Round 2 samples c0 with data and c1 with none: c1 sends nothing, so the
-  # server keeps its round-1 row, and the running sums stay those of the
-  # rows (a row forgotten in the sums but kept in memory would be
+def test_a_client_without_data_keeps_its_row_in_memory_and_sums(sgc_run):
+  # Round 2 (no readjustment requested) samples c0 with data and c1 with
+  # none, after `sgc_run`'s round 1 of every client: c1 sends nothing, so
+  # the server keeps its round-1 row, and the running sums stay those of
+  # the rows (a row forgotten in the sums but kept in memory would be
   # subtracted twice the next time c1 is sampled).
-  del tff_context
-  algorithm = fedsgc.build_fedsgc(
-    _config(algorithm="fedsgc", readjust_every=0), _TASK, _IDS
-  )
-  state = algorithm.initialize()
-  first = algorithm.next(state, 1, _clients(algorithm, 1, (0, 1, 2), {}))
+  algorithm, history = sgc_run
+  first = history[0][1]
   nothing = data_lib.ArrayDataset(
     np.zeros([0, 2, 3, 1], np.float32), np.zeros([0], np.int32)
   )
@@ -606,19 +571,19 @@ def test_fedsgc_learns(tmp_path):
       partition="iid",
       num_clients=10,
       clients_per_round=5,
-      rounds=12,
+      rounds=8,
       local_epochs=2,
       batch_size=20,
       client_lr=0.1,
       sparsity=0.8,
-      eval_every=12,
-      checkpoint_every=12,
+      eval_every=8,
+      checkpoint_every=8,
       progress=False,
       root_output_dir=str(tmp_path),
       experiment_name="learns",
     )
   )
-  # Ten classes: chance is 0.1.
+  # Ten classes: chance is 0.1 (eight rounds reach about 0.79).
   assert result.report["final_metrics"]["accuracy"] > 0.6
   history = result.report["history"]
   assert history[-1]["sparsity"] == pytest.approx(0.8, abs=0.01)
@@ -676,12 +641,10 @@ def _bn_mlp():
 def test_batch_norm_statistics_come_from_the_clients_data(tff_context):
   del tff_context
   task = attrs.evolve(_TASK, model_name="bn_mlp6", model_fn=_bn_mlp)
+  # Without readjustment (the statistics are those of whatever model the
+  # round ends with: the cheaper round computation).
   algorithm = fedsgc.build_fedsgc(
-    _config(
-      algorithm="fedsgc",
-    ),
-    task,
-    _IDS,
+    _config(algorithm="fedsgc", readjust_every=0), task, _IDS
   )
   state = _run(algorithm, [(0, 1, 2)])[-1][1].state
   weights = algorithm.model_weights(state)

@@ -6,6 +6,7 @@ refused arguments. `build_prunefl_process` and `build_grasp_process`: the
 initial pruning on the first client of round 1 (kept counts, its traffic)
 and PruneFL's importance upload by hand."""
 
+import functools
 import math
 
 from conftest import sparse_toy_dataset
@@ -53,9 +54,16 @@ def _process(**kwargs):
   return fedsgc.build_fedsgc_process(_model, **kwargs)
 
 
+@functools.lru_cache(maxsize=None)
+def _shared(**kwargs):
+  """`_process(**kwargs)`, built once for the tests that run the same one
+  (a process is a stateless builder: its state is explicit)."""
+  return _process(**kwargs)
+
+
 def test_computations_and_state(tff_context):
   del tff_context
-  process = _process()
+  process = _shared()
   assert list(process.computations) == ["round", "readjust_round"]
   for computation in process.computations.values():
     assert isinstance(computation, tff.Computation)
@@ -78,25 +86,16 @@ def test_computations_and_state(tff_context):
   masks = process.masks(state)
   assert [int(m.sum()) for m in masks] == list(_KEEP)
   # Without server memory: no sums or rows in the round.
-  none = _process(sgc_memory="none", readjust_every=0)
+  none = _shared(sgc_memory="none", readjust_every=0)
   assert list(none.computations) == ["round"]
   assert len(none.computations["round"].type_signature.parameter) == 5
 
 
-def _masked_fedavg(start: SparseModel, dataset) -> list[np.ndarray]:
-  """TFF's own `build_weighted_fed_avg` of one client on the prune-wrapped
-  model (masked forward pass) from `start`, then masked: what a client
-  without readjustment uploads."""
-  wrapped = masks_lib.prune_wrap(_model())
-  layout = masks_lib.MaskLayout.of(wrapped)
-  reference = tff.learning.algorithms.build_weighted_fed_avg(
-    lambda: tff.learning.models.from_keras_model(
-      masks_lib.prune_wrap(_model()),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=_SPEC,
-    ),
-    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
-  )
+def _masked_fedavg(reference, start: SparseModel, dataset) -> list[np.ndarray]:
+  """`reference` (TFF's own `build_weighted_fed_avg` on the prune-wrapped
+  model: masked forward pass) of one client from `start`, then masked: what
+  a client without readjustment uploads."""
+  layout = masks_lib.MaskLayout.of(masks_lib.prune_wrap(_model()))
   weights = tf.nest.map_structure(np.asarray, layout.to_model_weights(start))
   state = reference.set_model_weights(reference.initialize(), weights)
   state = reference.next(state, [dataset]).state
@@ -108,6 +107,31 @@ def _masked_fedavg(start: SparseModel, dataset) -> list[np.ndarray]:
   ]
 
 
+@pytest.fixture(scope="module")
+def oracle(tff_context):
+  """The start W0 (every memory's initial model: the masks come from the
+  seed) and TFF's W1 = FedAvg of a from W0, W2 = FedAvg of b from W1, on
+  the masked model (`test_each_memory_reading_by_an_oracle`)."""
+  del tff_context
+  reference = tff.learning.algorithms.build_weighted_fed_avg(
+    lambda: tff.learning.models.from_keras_model(
+      masks_lib.prune_wrap(_model()),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=_SPEC,
+    ),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
+  )
+  process = _shared(sgc_memory="models", readjust_every=0)
+  start = SparseModel(*process.initialize().server.model)
+  w1 = _masked_fedavg(reference, start, _dataset(0, 1, 20))
+  w2 = _masked_fedavg(
+    reference,
+    SparseModel(trainable=w1, masks=start.masks, statistics=[]),
+    _dataset(1, 2, 10),
+  )
+  return start, w1, w2
+
+
 @pytest.mark.parametrize(
   "memory",
   [
@@ -116,7 +140,7 @@ def _masked_fedavg(start: SparseModel, dataset) -> list[np.ndarray]:
     pytest.param("none", marks=pytest.mark.slow),
   ],
 )
-def test_each_memory_reading_by_an_oracle(memory, tff_context):
+def test_each_memory_reading_by_an_oracle(memory, oracle):
   """Round 1 trains client a (20 examples) alone, round 2 client b (10).
   Without readjustment the masks never change, so the union average is an
   element-wise mean on the global mask and the re-prune keeps that mask.
@@ -125,21 +149,19 @@ def test_each_memory_reading_by_an_oracle(memory, tff_context):
     models:  (20 W1 + 10 W2) / 30       (a's remembered upload counts)
     updates: W1 + (20 (W1 - W0) + 10 (W2 - W1)) / 30  (a's change re-added)
     none:    W2                         (this round's upload only)."""
-  del tff_context
-  process = _process(sgc_memory=memory, readjust_every=0)
+  start, w1, w2 = oracle
+  process = _shared(sgc_memory=memory, readjust_every=0)
   state = process.initialize()
-  start = SparseModel(*state.server.model)
-  data_a, data_b = _dataset(0, 1, 20), _dataset(1, 2, 10)
-  state = process.next(state, {"a": data_a}).state
+  for got, want in zip(
+    tf.nest.flatten(state.server.model), tf.nest.flatten(start)
+  ):
+    np.testing.assert_array_equal(got, want)
+  state = process.next(state, {"a": _dataset(0, 1, 20)}).state
   w0 = [np.asarray(w) for w in start.trainable]
-  w1 = _masked_fedavg(start, data_a)
   after_one = process.get_model_weights(state).trainable
   for got, want in zip(after_one, w1):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-  w2 = _masked_fedavg(
-    SparseModel(trainable=w1, masks=start.masks, statistics=[]), data_b
-  )
-  state = process.next(state, {"b": data_b}).state
+  state = process.next(state, {"b": _dataset(1, 2, 10)}).state
   if memory == "models":
     expected = [(20 * a + 10 * b) / 30 for a, b in zip(w1, w2)]
   elif memory == "updates":
@@ -199,7 +221,7 @@ def test_a_non_finite_update_is_zeroed_counted_and_not_remembered(
   tff_context,
 ):
   del tff_context
-  process = _process()
+  process = _shared()
   state = process.initialize()
   x = np.full([10, 4], np.nan, np.float32)  # Gradients of NaN are NaN.
   broken = tf.data.Dataset.from_tensor_slices(
@@ -222,7 +244,7 @@ def test_a_non_finite_update_is_zeroed_counted_and_not_remembered(
 
 def test_upload_bytes_by_hand_without_readjustment(tff_context):
   del tff_context
-  process = _process(sgc_memory="none", readjust_every=0)
+  process = _shared(sgc_memory="none", readjust_every=0)
   output = process.next(process.initialize(), {"c": _dataset(2, 1, 10)})
   (client,) = output.clients
   assert client.client_id == "c"
@@ -250,7 +272,7 @@ def test_bad_arguments_and_cohorts_are_refused(tff_context):
     _process(readjust_every=0.5)
   with pytest.raises(ValueError, match="sgc_memory='none'"):
     _process(model_aggregator=tff.aggregators.SumFactory())
-  process = _process(sgc_memory="none", readjust_every=0)
+  process = _shared(sgc_memory="none", readjust_every=0)
   state = process.initialize()
   with pytest.raises(KeyError, match="'z'"):
     process.next(state, {"z": _dataset(0, 1, 5)})
@@ -324,17 +346,16 @@ def test_grasp_prunes_once_on_the_first_client(tff_context):
     np.testing.assert_array_equal(a, b)  # Fixed from then on.
 
 
-@pytest.mark.parametrize(
-  "build", [grasp.build_grasp_process, prunefl.build_prunefl_process]
-)
 @pytest.mark.slow
-def test_baselines_sum_through_the_given_aggregator(tff_context, build):
+def test_baselines_sum_through_the_given_aggregator(tff_context):
   """TFF's zeroing at a norm every upload exceeds, around the masked sum:
   each client's values are zeroed (their weights still count), so every
-  weight some upload holds becomes 0."""
+  weight some upload holds becomes 0. GraSP's rounds: PruneFL's builder
+  hands `model_aggregator` to the same `SparseTraining` rounds (its
+  plain rounds are checked above)."""
   del tff_context
   process = _baseline(
-    build,
+    grasp.build_grasp_process,
     model_aggregator=tff.aggregators.zeroing_factory(1e-6, MaskedSumFactory()),
   )
   output = process.next(
