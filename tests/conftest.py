@@ -195,6 +195,48 @@ def resume_from_round_1(whole, flags):
   return parts
 
 
+def finish_runs_by_hand(monkeypatch, real, report_of):
+  """Has `_common.run_all` (a pipeline's runner) run for real only the
+  runs named in `real`: every other run it dispatches to
+  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
+  hand, `report_of(config)` (the report's history, final metrics, ...)
+  written as its `metrics.csv` rows and `report.json`, as a run leaves
+  them. A run finished by hand is validated but not built (building traces
+  its computations, most of a tiny run's cost): the algorithms themselves
+  are tested in tests/algorithms, and each test runs some of its pipeline's
+  runs for real. Returns the configs dispatched, in order."""
+  import csv  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
+
+  run_for_real, dispatched = loop.run_experiment, []
+
+  def run_experiment(config, **kwargs):
+    dispatched.append(config)
+    if config.experiment_name in real:
+      return run_for_real(config, **kwargs)
+    loop.validate_config(config)
+    report = dict(
+      config=config.to_json_dict(),
+      rounds_completed=config.rounds,
+      **report_of(config),
+    )
+    os.makedirs(config.experiment_dir, exist_ok=True)
+    with open(
+      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
+    ) as f:
+      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
+      writer.writeheader()
+      writer.writerows(report["history"])
+    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
+      json.dump(report, f)
+    return loop.RunResult(report, config.experiment_dir, None)
+
+  monkeypatch.setattr(loop, "run_experiment", run_experiment)
+  return dispatched
+
+
 def tff_fedavg_round(keras_fn, input_spec, learning_rate, start, datasets):
   """The trainable weights after one round of TFF's own
   `build_weighted_fed_avg` (SGD at `learning_rate`, cross-entropy on

@@ -157,10 +157,11 @@ def _trained_alone(rate, k):
 
 
 def _masked_mean_by_hand(cohort, weight_of):
-  """Each client of `cohort` (`_cohort()`'s levels) trained alone by TFF's
-  FedAvg on its hand-sliced sub-model, then per element the mean of the
-  values returned for it, client k weighted by `weight_of(n_k)` (every
-  element is covered)."""
+  """Each client of `_cohort()` at the rates `cohort` names (its keys)
+  trained alone by TFF's FedAvg on its hand-sliced sub-model, then per
+  element the mean of the values returned for it, client k weighted by
+  `weight_of(n_k)` (every element is covered). Only the keys of `cohort`
+  are read: each client's data is `_cohort()`'s."""
   start = _START
   weighted = [np.zeros_like(w) for w in start]
   counts = [np.zeros_like(w) for w in start]

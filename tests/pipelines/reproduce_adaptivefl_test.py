@@ -1,9 +1,9 @@
 """`python -m pipelines.reproduce.adaptivefl`: its plan, its errors, a tiny run."""
 
-import csv
 import json
 import os
 
+from conftest import finish_runs_by_hand
 import pytest
 
 from pipelines import _cli
@@ -109,55 +109,22 @@ def test_bad_flags_exit_2_with_one_line(argv, expected, tmp_path, capsys):
   assert not os.path.exists(tmp_path / "adaptivefl_reproduction" / "runs")
 
 
-def _finish_by_hand(monkeypatch, real, report_of):
-  """Has `_common.run_all` (a pipeline's runner) run for real only the
-  runs named in `real`: every other run it dispatches to
-  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
-  hand, `report_of(config)` (the report's history, final metrics, ...)
-  written as its `metrics.csv` rows and `report.json`, as a run leaves
-  them. The algorithms themselves are tested in tests/algorithms. Returns
-  the configs dispatched, in order."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  run_for_real, dispatched = loop.run_experiment, []
-
-  def run_experiment(config, **kwargs):
-    dispatched.append(config)
-    if config.experiment_name in real:
-      return run_for_real(config, **kwargs)
-    loop.validate_config(config)
-    report = dict(
-      config=config.to_json_dict(),
-      rounds_completed=config.rounds,
-      **report_of(config),
-    )
-    os.makedirs(config.experiment_dir, exist_ok=True)
-    with open(
-      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
-    ) as f:
-      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
-      writer.writeheader()
-      writer.writerows(report["history"])
-    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
-      json.dump(report, f)
-    return loop.RunResult(report, config.experiment_dir, None)
-
-  monkeypatch.setattr(loop, "run_experiment", run_experiment)
-  return dispatched
-
-
 def test_tiny_figure5_run_writes_tables_and_reuses_runs(
   tmp_path, capsys, monkeypatch
 ):
   # Greedy and AdaptiveFL+CS (RL) run for real; the three other variants
   # are finished by hand, each with two rounds sending 100 and 300 bytes
-  # and getting 50 and 300 back: 1 - 350 / 400 = 0.125 summed over the
-  # rounds (a mean of the round rates would be 0.25).
+  # and getting 50 + k and 300 back, k = 0, 10, 20 in dispatch order:
+  # 1 - (350 + k) / 400 summed over the rounds (for k = 0, 0.125; a mean of
+  # the round rates would be 0.25), a different rate for each variant.
   real = {"adaptivefl_greedy_iid_seed0", "adaptivefl_iid_seed0"}
-  dispatched = _finish_by_hand(
-    monkeypatch,
-    real,
-    lambda config: dict(
+  returned_first = {}
+
+  def by_hand(config):
+    k = returned_first.setdefault(
+      config.experiment_name, 50 + 10 * len(returned_first)
+    )
+    return dict(
       history=[
         {
           "round": r,
@@ -165,11 +132,12 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(
           "sent_model_bytes": sent,
           "returned_model_bytes": returned,
         }
-        for r, sent, returned in ((1, 100, 50), (2, 300, 300))
+        for r, sent, returned in ((1, 100, k), (2, 300, 300))
       ],
       final_metrics={"accuracy": 0.5, "avg_accuracy": 0.4},
-    ),
-  )
+    )
+
+  dispatched = finish_runs_by_hand(monkeypatch, real, by_hand)
   # Every device holds exactly S1 (1,835 parameters, by hand above), so
   # every client returns S1 whatever it is sent.
   argv = [
@@ -207,7 +175,10 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(
     if name in real:
       assert [r["returned_model_bytes"] for r in rows] == [3 * 4 * 1835] * 2
     else:
-      assert variants[label]["waste_rate"] == [pytest.approx(0.125)], label
+      k = returned_first[name]
+      assert variants[label]["waste_rate"] == [
+        pytest.approx(1 - (k + 300) / 400)
+      ], label
     # The run's rate sums bytes over its rounds (not a mean of round rates).
     assert variants[label]["waste_rate"] == [
       pytest.approx(
@@ -233,6 +204,7 @@ def test_tiny_figure5_run_writes_tables_and_reuses_runs(
   _cli.run_in_process(reproduce.main, argv)  # Everything reused.
   assert capsys.readouterr().out.count("done before, reused") == 5
   assert len(dispatched) == 5
+  assert sorted(returned_first.values()) == [50, 60, 70]
 
 
 def _report(full, avg, failed=()):

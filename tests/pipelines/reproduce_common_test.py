@@ -1,13 +1,13 @@
 """The reproductions' shared run bookkeeping: which saved runs are reused,
 resumed, or started afresh."""
 
-import csv
 import json
 import math
 import os
 import threading
 import time
 
+from conftest import finish_runs_by_hand
 import pytest
 
 from pipelines.reproduce import _common
@@ -200,43 +200,6 @@ def test_a_diverging_run_is_a_result_kept_and_reused(tmp_path):
   assert logged == ["[1/1] diverges: done before, reused"]
 
 
-def _finish_by_hand(monkeypatch, real, report_of):
-  """Has `_common.run_all` (a pipeline's runner) run for real only the
-  runs named in `real`: every other run it dispatches to
-  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
-  hand, `report_of(config)` (the report's history, final metrics, ...)
-  written as its `metrics.csv` rows and `report.json`, as a run leaves
-  them. The algorithms themselves are tested in tests/algorithms. Returns
-  the configs dispatched, in order."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  run_for_real, dispatched = loop.run_experiment, []
-
-  def run_experiment(config, **kwargs):
-    dispatched.append(config)
-    if config.experiment_name in real:
-      return run_for_real(config, **kwargs)
-    loop.validate_config(config)
-    report = dict(
-      config=config.to_json_dict(),
-      rounds_completed=config.rounds,
-      **report_of(config),
-    )
-    os.makedirs(config.experiment_dir, exist_ok=True)
-    with open(
-      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
-    ) as f:
-      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
-      writer.writeheader()
-      writer.writerows(report["history"])
-    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
-      json.dump(report, f)
-    return loop.RunResult(report, config.experiment_dir, None)
-
-  monkeypatch.setattr(loop, "run_experiment", run_experiment)
-  return dispatched
-
-
 def test_a_committed_run_is_restored_on_another_machine(tmp_path, monkeypatch):
   def plan(root, **changes):
     settings = dict(
@@ -255,7 +218,7 @@ def test_a_committed_run_is_restored_on_another_machine(tmp_path, monkeypatch):
 
   # Run a runs for real; run b, where it runs, is finished by hand: 3
   # rounds, 100 bytes up each.
-  dispatched = _finish_by_hand(
+  dispatched = finish_runs_by_hand(
     monkeypatch,
     {"a"},
     lambda config: dict(

@@ -1,10 +1,9 @@
 """`python -m pipelines.reproduce.fedgkt`: its plan, its tables and the
 communication figures from hand-made reports, its errors, a tiny run."""
 
-import csv
 import json
-import os
 
+from conftest import finish_runs_by_hand
 import pytest
 
 from pipelines import _cli
@@ -207,49 +206,13 @@ def test_bad_server_model_fails_before_any_run(tmp_path, capsys):
   assert not (tmp_path / "fedgkt_reproduction" / "runs").exists()
 
 
-def _finish_by_hand(monkeypatch, real, report_of):
-  """Has `_common.run_all` (a pipeline's runner) run for real only the
-  runs named in `real`: every other run it dispatches to
-  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
-  hand, `report_of(config)` (the report's history, final metrics, ...)
-  written as its `metrics.csv` rows and `report.json`, as a run leaves
-  them. The algorithms themselves are tested in tests/algorithms. Returns
-  the configs dispatched, in order."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  run_for_real, dispatched = loop.run_experiment, []
-
-  def run_experiment(config, **kwargs):
-    dispatched.append(config)
-    if config.experiment_name in real:
-      return run_for_real(config, **kwargs)
-    loop.validate_config(config)
-    report = dict(
-      config=config.to_json_dict(),
-      rounds_completed=config.rounds,
-      **report_of(config),
-    )
-    os.makedirs(config.experiment_dir, exist_ok=True)
-    with open(
-      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
-    ) as f:
-      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
-      writer.writeheader()
-      writer.writerows(report["history"])
-    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
-      json.dump(report, f)
-    return loop.RunResult(report, config.experiment_dir, None)
-
-  monkeypatch.setattr(loop, "run_experiment", run_experiment)
-  return dispatched
-
-
 def test_tiny_async_run(tmp_path, monkeypatch):
   # Part 3: the synchronous S->E run and the asynchronous one, one seed.
   # The asynchronous run runs for real; the synchronous one (FedGKT's
-  # usual rounds, run in tests/algorithms and pipelines/train_fedgkt_test)
+  # usual rounds, run in tests/algorithms/fedgkt_test and on two workers in
+  # tests/program/executors_test)
   # is finished by hand: accuracy 0.25 after 2 rounds.
-  dispatched = _finish_by_hand(
+  dispatched = finish_runs_by_hand(
     monkeypatch,
     {"fedgkt_async_iid_seed0"},
     lambda config: dict(

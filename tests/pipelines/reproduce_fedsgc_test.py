@@ -1,9 +1,8 @@
 """`python -m pipelines.reproduce.fedsgc`: its plan, its errors, a tiny run."""
 
-import csv
 import json
-import os
 
+from conftest import finish_runs_by_hand
 import pytest
 
 from pipelines import _cli
@@ -92,43 +91,6 @@ def test_bad_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
   assert not list(tmp_path.iterdir())
 
 
-def _finish_by_hand(monkeypatch, real, report_of):
-  """Has `_common.run_all` (a pipeline's runner) run for real only the
-  runs named in `real`: every other run it dispatches to
-  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
-  hand, `report_of(config)` (the report's history, final metrics, ...)
-  written as its `metrics.csv` rows and `report.json`, as a run leaves
-  them. The algorithms themselves are tested in tests/algorithms. Returns
-  the configs dispatched, in order."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  run_for_real, dispatched = loop.run_experiment, []
-
-  def run_experiment(config, **kwargs):
-    dispatched.append(config)
-    if config.experiment_name in real:
-      return run_for_real(config, **kwargs)
-    loop.validate_config(config)
-    report = dict(
-      config=config.to_json_dict(),
-      rounds_completed=config.rounds,
-      **report_of(config),
-    )
-    os.makedirs(config.experiment_dir, exist_ok=True)
-    with open(
-      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
-    ) as f:
-      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
-      writer.writeheader()
-      writer.writerows(report["history"])
-    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
-      json.dump(report, f)
-    return loop.RunResult(report, config.experiment_dir, None)
-
-  monkeypatch.setattr(loop, "run_experiment", run_experiment)
-  return dispatched
-
-
 def test_tiny_table_run(tmp_path, monkeypatch):
   # FedAvg and FedSGC run for real; the other six rows are finished by
   # hand, each with its own accuracy (0.11, 0.12, ... in table order) after
@@ -140,7 +102,7 @@ def test_tiny_table_run(tmp_path, monkeypatch):
     for i, label in enumerate(labels)
     if label not in ("FedAvg", "FedSGC")
   }
-  dispatched = _finish_by_hand(
+  dispatched = finish_runs_by_hand(
     monkeypatch,
     {"fedavg_seed1", "fedsgc_seed1"},
     lambda config: dict(

@@ -1,11 +1,10 @@
 """`python -m pipelines.reproduce.spatl`: its plan, its errors, its tables
 (from reports made by hand), a tiny run."""
 
-import csv
 import json
 import math
-import os
 
+from conftest import finish_runs_by_hand
 import pytest
 
 from pipelines import _cli
@@ -172,50 +171,13 @@ def test_tables_count_rounds_and_mib_to_the_target_and_judge_claims():
   assert "| SPATL | 3.0 | 2/2 |" in text
 
 
-def _finish_by_hand(monkeypatch, real, report_of):
-  """Has `_common.run_all` (a pipeline's runner) run for real only the
-  runs named in `real`: every other run it dispatches to
-  `loop.run_experiment` is checked (`loop.validate_config`) and finished by
-  hand, `report_of(config)` (the report's history, final metrics, ...)
-  written as its `metrics.csv` rows and `report.json`, as a run leaves
-  them. The algorithms themselves are tested in tests/algorithms. Returns
-  the configs dispatched, in order."""
-  from tff_hetero.program import loop  # pylint: disable=g-import-not-at-top
-
-  run_for_real, dispatched = loop.run_experiment, []
-
-  def run_experiment(config, **kwargs):
-    dispatched.append(config)
-    if config.experiment_name in real:
-      return run_for_real(config, **kwargs)
-    loop.validate_config(config)
-    report = dict(
-      config=config.to_json_dict(),
-      rounds_completed=config.rounds,
-      **report_of(config),
-    )
-    os.makedirs(config.experiment_dir, exist_ok=True)
-    with open(
-      os.path.join(config.experiment_dir, "metrics.csv"), "w", newline=""
-    ) as f:
-      writer = csv.DictWriter(f, fieldnames=list(report["history"][0]))
-      writer.writeheader()
-      writer.writerows(report["history"])
-    with open(os.path.join(config.experiment_dir, "report.json"), "w") as f:
-      json.dump(report, f)
-    return loop.RunResult(report, config.experiment_dir, None)
-
-  monkeypatch.setattr(loop, "run_experiment", run_experiment)
-  return dispatched
-
-
 def test_tiny_run(tmp_path, monkeypatch):
   # FedAvg, SCAFFOLD and SPATL run for real; FedNova and FedProx are
   # finished by hand, each with its own local accuracy (0.11, 0.12) and
   # 1,000 bytes up and 3,000 down per client, so that each row must be read
   # from its own run.
   by_hand = {"fednova_seed1": 0.11, "fedprox_seed1": 0.12}
-  dispatched = _finish_by_hand(
+  dispatched = finish_runs_by_hand(
     monkeypatch,
     {"fedavg_seed1", "scaffold_seed1", "spatl_seed1"},
     lambda config: dict(

@@ -91,7 +91,7 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
         ["ip", "netns", "exec", driver]
         + train
         + ["--executor=remote", f"--workers={addresses[0]}",
-           "--worker_timeout_s=1", "--experiment_name=refused"],
+           "--worker_timeout_s=3", "--experiment_name=refused"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
         check=False,
       )  # fmt: skip
@@ -99,7 +99,7 @@ def test_three_worker_hosts_with_tls_agree_with_local(tmp_path):
       last = refused.stderr.strip().splitlines()[-1]
       assert last.startswith(
         f"error: --workers: cannot reach TFF worker at {addresses[0]} within"
-        " 1s ("
+        " 3s ("
       ), refused.stderr
       # The worker answered, and closed the plaintext connection.
       assert "pass --tls_cert, --tls_key and --tls_ca" in last, last

@@ -89,6 +89,7 @@ def test_computations_and_state(tff_context):
   none = _shared(sgc_memory="none", readjust_every=0)
   assert list(none.computations) == ["round"]
   assert len(none.computations["round"].type_signature.parameter) == 5
+  assert np.shape(none.initialize().server.memory.weight) == (0,)
 
 
 def _masked_fedavg(reference, start: SparseModel, dataset) -> list[np.ndarray]:
@@ -363,3 +364,18 @@ def test_baselines_sum_through_the_given_aggregator(tff_context):
   )
   for weights in process.get_model_weights(output.state).trainable:
     np.testing.assert_array_equal(weights, np.zeros_like(weights))
+
+
+def test_prunefl_hands_the_model_aggregator_to_its_rounds():
+  """PruneFL's builder passes `model_aggregator` on (GraSP's rounds above
+  show what the rounds do with it): a factory that records its calls is
+  asked for the model's aggregation process."""
+  asked = []
+
+  class Recording(MaskedSumFactory):
+    def create(self, *args, **kwargs):
+      asked.append(args)
+      return super().create(*args, **kwargs)
+
+  _baseline(prunefl.build_prunefl_process, model_aggregator=Recording())
+  assert asked, "build_prunefl_process did not use model_aggregator"
