@@ -46,7 +46,7 @@ size) triples, the last first seen at round 65); padded to powers of two
 weighs 0 (its weight is its example count, 0), so the sums, the metrics
 and the examples are unchanged up to the order in which the worker adds
 them (the known-answer tests pass; over 20 rounds the quickstart ends at
-0.9440 instead of 0.9470); its
+0.9440 with padding and with padding off alike); its
 traffic is measured like the others' and left out of the ledger. With a
 weighting under which an empty client weighs 1 (UNIFORM, as with DP noise)
 groups run unpadded. The price: each padding client receives the group's
