@@ -91,6 +91,22 @@ def _workers_of(proc):
   return list(found)
 
 
+def _interrupt_when(proc, ready, what, signum):
+  """Sends `signum` to `proc` once `ready()` (waiting up to 300 s for
+  `what`); returns its workers, exit code and stderr. `proc` is killed if it
+  is still alive afterwards."""
+  try:
+    workers = _workers_of(proc)
+    _wait_for(ready, 300, what)
+    proc.send_signal(signum)
+    code, _, err = _finish(proc, timeout_s=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+  return workers, code, err
+
+
 def test_sigint_stops_the_run_and_the_resumed_run_matches_a_whole_one(
   tmp_path, capsys
 ):
@@ -103,17 +119,11 @@ def test_sigint_stops_the_run_and_the_resumed_run_matches_a_whole_one(
   interrupted = _start(
     args + ["--rounds=500", "--experiment_name=cut"], tmp_path
   )
-  try:
-    workers = _workers_of(interrupted)
-    checkpoints = tmp_path / "cut" / "checkpoints"
-    sidecar = checkpoints / "program_state_2.json"
-    _wait_for(sidecar.exists, 300, "the round-2 checkpoint")
-    interrupted.send_signal(signal.SIGINT)
-    code, _, err = _finish(interrupted, timeout_s=120)
-  finally:
-    if interrupted.poll() is None:
-      interrupted.kill()
-      interrupted.communicate()
+  checkpoints = tmp_path / "cut" / "checkpoints"
+  sidecar = checkpoints / "program_state_2.json"
+  workers, code, err = _interrupt_when(
+    interrupted, sidecar.exists, "the round-2 checkpoint", signal.SIGINT
+  )
   assert code == 130, err
   lines = err.strip().splitlines()
   assert lines and lines[-1] == (
@@ -230,15 +240,9 @@ def test_sigterm_stops_the_run_and_its_worker(tmp_path):
       (tmp_path / "sigterm" / "checkpoints").glob("program_state_*.json")
     )
 
-  try:
-    workers = _workers_of(proc)
-    _wait_for(checkpoints, 300, "a checkpoint")
-    proc.send_signal(signal.SIGTERM)
-    code, _, err = _finish(proc, timeout_s=120)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.communicate()
+  workers, code, err = _interrupt_when(
+    proc, checkpoints, "a checkpoint", signal.SIGTERM
+  )
   assert code == 128 + signal.SIGTERM, err
   lines = err.strip().splitlines()
   assert lines and lines[-1].startswith("error: "), err

@@ -4,12 +4,8 @@ AdaptiveFL end to end (outputs, per-level metrics), and a run stopped after
 round 1 and resumed equals the uninterrupted run: the RL tables and the
 sampling RNG live in the checkpoint.
 
-The stopped run is the uninterrupted run's own round-1 checkpoint and
-metrics row, copied under its name into another --root_output_dir (what a
-run stopped right after round 1 leaves; checkpoints are deterministic), so
-only the resumed half runs again. The pipeline as a subprocess (its exit, its one-line
-errors, no TFF worker left) is `train_run_test.py`'s: it runs the same
-`loop.run_experiment` for every algorithm.
+The stopped run is `conftest.resume_from_round_1`'s; the pipeline as a
+subprocess is `train_run_test.py`'s (the same `loop.run_experiment`).
 """
 
 import json
