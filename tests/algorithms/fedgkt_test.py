@@ -92,7 +92,7 @@ def _algorithm():
   """
   return fedgkt.FedGKT.of_registry(
     _task(),
-    "fedgkt_server_resnet19",
+    "fedgkt_server_resnet7",
     fedgkt.GKTSettings(
       temperature=4.0,
       client_kd_weight=0.5,
@@ -501,7 +501,7 @@ def _config(**overrides):
     algorithm="fedgkt",
     dataset="synthetic",
     model="fedgkt_edge_resnet4",
-    gkt_server_model="fedgkt_server_resnet19",
+    gkt_server_model="fedgkt_server_resnet7",
     partition="iid",
     num_clients=3,
     clients_per_round=3,
@@ -593,7 +593,7 @@ def _composed_logits(algorithm, state, edge_state, x):
 
 def test_type_signatures():
   # The sync rounds' experiment: fedgkt_edge_resnet4 and
-  # fedgkt_server_resnet19 on 8x8x1 images of 10 classes.
+  # fedgkt_server_resnet7 on 8x8x1 images of 10 classes.
   algorithm = _experiment("sync").algorithm
   assert algorithm.num_classes == CLASSES
   comps = algorithm.computations

@@ -45,11 +45,11 @@ def _client(cid, n, seed, nan=False):
 
 @pytest.fixture(scope="module")
 def algorithm():
-  """Split learning of fedgkt_edge_resnet4 and fedgkt_server_resnet19,
+  """Split learning of fedgkt_edge_resnet4 and fedgkt_server_resnet7,
   built (and its computations traced) once for the tests that run it: its
   state is explicit."""
   return split_learning.SplitLearning.of_registry(
-    _task(), "fedgkt_server_resnet19", client_lr=LR
+    _task(), "fedgkt_server_resnet7", client_lr=LR
   )
 
 
@@ -123,7 +123,7 @@ def test_bad_flags_name_the_flag():
       algorithm="split_learning",
       dataset="synthetic",
       model="fedgkt_edge_resnet4",
-      gkt_server_model="fedgkt_server_resnet19",
+      gkt_server_model="fedgkt_server_resnet7",
     )
     settings.update(changes)
     with pytest.raises(UsageError, match=flag):

@@ -33,6 +33,7 @@ TYPICAL_SHAPES = {
   "fedgkt_edge_resnet4": (32, 32, 3),
   "fedgkt_edge_resnet6": (32, 32, 3),
   "fedgkt_edge_resnet8": (32, 32, 3),
+  "fedgkt_server_resnet7": (32, 32, 3),
   "fedgkt_server_resnet19": (32, 32, 3),
   "fedgkt_server_resnet55": (32, 32, 3),
   "fedgkt_server_resnet109": (32, 32, 3),

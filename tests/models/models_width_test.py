@@ -43,6 +43,7 @@ SMALL_SHAPES = {
   "fedgkt_edge_resnet4": (8, 8, 3),
   "fedgkt_edge_resnet6": (8, 8, 3),
   "fedgkt_edge_resnet8": (8, 8, 3),
+  "fedgkt_server_resnet7": (8, 8, 3),
   "fedgkt_server_resnet19": (8, 8, 3),
   "fedgkt_server_resnet55": (8, 8, 3),
   "fedgkt_server_resnet109": (8, 8, 3),
@@ -75,7 +76,7 @@ UNIT_NAMES = {
   **{f"fedgkt_edge_resnet{d}": ("stem", "stage1") for d in (4, 6, 8)},
   **{
     f"fedgkt_server_resnet{d}": ("stage1", "stage2", "stage3")
-    for d in (19, 55, 109)
+    for d in (7, 19, 55, 109)
   },
   # Bottleneck ResNets: each stage's planes, then its 4x residual stream.
   "fedgkt_edge_resnet8_bottleneck": ("stem", "stage1_mid", "stage1"),
@@ -124,7 +125,7 @@ DEFAULT_START_INDICES = {
   "vgg16": (8, 6, 4),
   "vgg16_eighth": (8, 6, 4),
   **{f"fedgkt_edge_resnet{d}": (1,) for d in (4, 6, 8)},
-  **{f"fedgkt_server_resnet{d}": (2, 1) for d in (19, 55, 109)},
+  **{f"fedgkt_server_resnet{d}": (2, 1) for d in (7, 19, 55, 109)},
   "fedgkt_edge_resnet8_bottleneck": (2,),
   **{f"fedgkt_server_resnet{d}_bottleneck": (4, 2, 1) for d in (55, 109)},
   **{f"resnet{d}_bottleneck": (5, 3, 1) for d in (56, 110)},

@@ -19,7 +19,7 @@ def _base(**changes):
     root_output_dir="/r",
     experiment_name="x",
     model="fedgkt_edge_resnet8",
-    gkt_server_model="fedgkt_server_resnet19",
+    gkt_server_model="fedgkt_server_resnet7",
     num_clients=8,
     clients_per_round=8,
     batch_size=32,
@@ -53,7 +53,7 @@ def test_plan_every_method_on_the_same_seeds_and_population():
         )
         for c in configs
       } == {(configs[0].tiers, "4:3:3", "", 8, 8, 20)}
-    assert by_name[f"fedavg_iid_seed{seed}"].model == "resnet20"
+    assert by_name[f"fedavg_iid_seed{seed}"].model == "resnet8"
     # The paper's server optimizers: Adam on IID, SGD with momentum else.
     assert by_name[
       f"fedgkt_both_iid_seed{seed}"
@@ -239,6 +239,7 @@ def test_tiny_async_run(tmp_path, monkeypatch):
       "--seeds=0",
       "--dataset=synthetic",
       "--model=fedgkt_edge_resnet4",
+      "--gkt_server_model=fedgkt_server_resnet7",
       "--num_clients=2",
       "--clients_per_round=2",
       "--rounds=2",

@@ -23,7 +23,7 @@ _FLAGS = [
   "--algorithm=fedgkt",
   "--dataset=synthetic",
   "--model=fedgkt_edge_resnet4",
-  "--gkt_server_model=fedgkt_server_resnet19",
+  "--gkt_server_model=fedgkt_server_resnet7",
   "--partition=iid",
   "--num_clients=4",
   "--clients_per_round=2",
@@ -51,7 +51,7 @@ def test_fedgkt_run_resume_and_outputs(tmp_path):
   report = json.loads((whole / "report.json").read_text())
   profile = report["algorithm"]["fedgkt_models"]
   assert profile["edge_model"] == "fedgkt_edge_resnet4"
-  assert profile["full_model"] == "resnet20"
+  assert profile["full_model"] == "resnet8"
   assert profile["edge_params"] < profile["full_params"]
   final = report["final_metrics"]
   assert final["accuracy"] == final["edge_server_accuracy"]

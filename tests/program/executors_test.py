@@ -138,7 +138,7 @@ def test_fedgkt_on_two_workers_agrees_with_local(tmp_path, two_workers):
         algorithm="fedgkt",
         dataset="synthetic",
         model="fedgkt_edge_resnet4",
-        gkt_server_model="fedgkt_server_resnet19",
+        gkt_server_model="fedgkt_server_resnet7",
         partition="dirichlet",
         num_clients=4,
         clients_per_round=4,

@@ -47,6 +47,7 @@ _SHAPES = {
   "fedgkt_edge_resnet4": (8, 8, 3),
   "fedgkt_edge_resnet6": (8, 8, 3),
   "fedgkt_edge_resnet8": (8, 8, 3),
+  "fedgkt_server_resnet7": (8, 8, 3),
   "fedgkt_server_resnet19": (8, 8, 3),
   "fedgkt_server_resnet55": (8, 8, 3),
   "fedgkt_edge_resnet8_bottleneck": (8, 8, 3),

@@ -22,8 +22,9 @@ Two families, beside each other:
   2016): edge `fedgkt_edge_resnet{4,6,8}` = stem + 1, 2 or 3 BasicBlocks
   with 16 channels (the paper's Table 5: ResNet-4/6 have one and two
   BasicBlocks) + pooling + dense; server `fedgkt_server_resnet{55,109}` =
-  CIFAR ResNet-56/110 without its stem (`fedgkt_server_resnet19`: ResNet-20
-  cut the same way, not in the paper, for fast offline runs);
+  CIFAR ResNet-56/110 without its stem (`fedgkt_server_resnet19` and
+  `fedgkt_server_resnet7`: ResNet-20 and ResNet-8 cut the same way, not in
+  the paper, for fast offline runs and tests);
 * the official code's, of the Bottleneck blocks of `bottleneck.py`, whose
   counts are the paper's: edge `fedgkt_edge_resnet8_bottleneck` = stem + 2
   Bottleneck blocks with 16 planes (64 channels out) + pooling + dense
@@ -51,6 +52,7 @@ features; parameters = trainable, MACs as in `counting.py`), asserted in
 | fedgkt_edge_resnet8 | 14,650 | 14,712,992 |
 | fedgkt_edge_resnet8_bottleneck | 10,586 | 9,896,576 |
 | the extractor of every edge model (stem) | 464 | 458,752 |
+| fedgkt_server_resnet7 | 74,826 | 11,854,464 |
 | fedgkt_server_resnet19 | 269,258 | 40,280,704 |
 | fedgkt_server_resnet55 | 852,554 | 125,559,424 |
 | fedgkt_server_resnet109 | 1,727,498 | 253,477,504 |
@@ -89,6 +91,7 @@ EDGE_MODELS = {
 }
 # name -> (block family, blocks per stage).
 SERVER_MODELS = {
+  "fedgkt_server_resnet7": (BASIC, 1),
   "fedgkt_server_resnet19": (BASIC, 3),
   "fedgkt_server_resnet55": (BASIC, 9),
   "fedgkt_server_resnet109": (BASIC, 18),
@@ -97,6 +100,7 @@ SERVER_MODELS = {
 }
 # The server model -> the model the edge extractor + server is.
 FULL_MODEL_OF_SERVER = {
+  "fedgkt_server_resnet7": "resnet8",
   "fedgkt_server_resnet19": "resnet20",
   "fedgkt_server_resnet55": "resnet56",
   "fedgkt_server_resnet109": "resnet110",

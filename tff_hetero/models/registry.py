@@ -302,14 +302,15 @@ _SPECS = (
         f"(16/32/64), GAP-fc; {params} params for 10 classes"
       ),
       paper=(
-        "He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19:"
-        " this project's small variant)"
+        "He et al. 2020 (FedGKT), Figure 1(b), Appendix B.3 (ResNet-19 and"
+        " ResNet-7: this project's small variants)"
       ),
       width_units=fedgkt.server_units(name),
       default_start_indices=(2, 1),
       images="cifar",
     )
     for name, n, params in (
+      ("fedgkt_server_resnet7", 1, "74,826"),
       ("fedgkt_server_resnet19", 3, "269,258"),
       ("fedgkt_server_resnet55", 9, "852,554"),
       ("fedgkt_server_resnet109", 18, "1,727,498"),

@@ -48,11 +48,11 @@ OVERRIDES = {
   "decoupled": dict(model="small_cnn"),
   "fedgkt": dict(
     model="fedgkt_edge_resnet4",
-    gkt_server_model="fedgkt_server_resnet19",
+    gkt_server_model="fedgkt_server_resnet7",
     gkt_server_epochs=1,
   ),
   "split_learning": dict(
-    model="fedgkt_edge_resnet4", gkt_server_model="fedgkt_server_resnet19"
+    model="fedgkt_edge_resnet4", gkt_server_model="fedgkt_server_resnet7"
   ),
   "spatl": dict(model="small_cnn", local_evaluation=True, val_fraction=0.2),
   "inclusivefl": dict(model="depth_cnn"),
