@@ -805,8 +805,8 @@ def test_async_rounds_follow_the_simulated_arrivals(tff_context):
 def test_fedgkt_learns_well_above_chance(tff_context):
   del tff_context
   # Two rounds: the second's clients train with the server's answers. (The
-  # edge + server accuracy was 0.58, 0.56, ..., 0.62 after rounds 1 to 6
-  # when measured; it levels off from the first.)
+  # edge + server accuracy was 0.73 after round 2 with this ResNet-7 server,
+  # measured 2026-11-27; 0.58 to 0.62 over rounds 1 to 6 with ResNet-19.)
   result = loop.run_experiment(
     _config(
       rounds=2,
