@@ -107,7 +107,8 @@ def test_fedgkt_edge_models_by_hand(name, blocks, params, non_trainable, macs):
 
 
 # The ResNet-55 server is the same code with 9 blocks a stage (conftest's
-# SMALLER_TWINS; its size is asserted in pipelines/describe_test.py);
+# SMALLER_TWINS; its parameters and MACs are asserted in
+# pipelines/describe_test.py);
 # ResNet-19's three blocks a stage include the identity blocks after a
 # downsampling one. ResNet-109 stays: the one place its size is asserted.
 @pytest.mark.parametrize(
@@ -131,7 +132,7 @@ def test_fedgkt_server_is_the_resnet_without_its_stem(server, full, n):
   )
   kinds = [r.kind for r in models.layer_costs(model)]
   assert kinds.count("Conv2D") + kinds.count("Dense") == 6 * n + 1
-  # Same layers as ResNet-56/110 after the stem, same shapes.
+  # Same layers as the full ResNet after the stem, same shapes.
   reference = models.build_model(full, (32, 32, 3), 10, 0)
   shapes = {
     w.name: w.shape for w in reference.weights if not w.name.startswith("stem_")

@@ -867,7 +867,8 @@ def server_model_setting():
   """`--gkt_server_model`, read by FedGKT and split learning."""
   return setting(
     "fedgkt_server_resnet55",
-    "The server model (fedgkt_server_resnet19 | _resnet55 | _resnet109 |"
+    "The server model (fedgkt_server_resnet7 | _resnet19 | _resnet55 |"
+    " _resnet109 |"
     " _resnet55_bottleneck | _resnet109_bottleneck); --model is the edge"
     " model (fedgkt_edge_resnet4 | 6 | 8 | 8_bottleneck).",
     choices=gkt_models.SERVER_MODELS,
