@@ -12,7 +12,11 @@
 #
 # Test files are spread over one pytest-xdist process per logical CPU
 # (`-n logical --dist loadfile`: a file's tests, and its module fixtures, stay in one
-# process) unless the arguments choose `-n`/`--numprocesses` themselves. Most tests wait on TFF workers or on
+# process) unless the arguments choose `-n`/`--numprocesses` themselves. Files are handed
+# out in collection order, longest first (tests/conftest.py's LONGEST_FILES):
+# `--no-loadscope-reorder`, because pytest-xdist otherwise hands out the files with the
+# most tests first, which left the long files of one to five tests (worker loss,
+# namespaces, executors) to the end of the run. Most tests wait on TFF workers or on
 # subprocesses part of the time, so two processes on two cores take about half the time.
 #
 # Exit code: pytest's (0 all passed, 1 failures, 5 no tests collected, ...).
@@ -49,7 +53,7 @@ for arg in "$@"; do
   fi
 done
 
-parallel=(-n logical --dist loadfile)
+parallel=(-n logical --dist loadfile --no-loadscope-reorder)
 for arg in "$@"; do
   if [[ "$arg" == -n* || "$arg" == --numprocesses* ]]; then
     parallel=()
