@@ -11,13 +11,6 @@ starts, making the tests that interrupt a pipeline or a worker fail. The
 session restores Python's handler so that the children start with the
 default, as from a terminal.
 
-Order: the test files that take longest (`LONGEST_FILES`, measured with
-`tools/test.sh --durations`) are collected first, each file's tests in their
-own order. pytest-xdist's `--dist loadfile` hands files to its processes in
-collection order, so the long files start early and the short ones fill the
-end, instead of one process finishing a two-minute file alone. A stale list
-only changes the order.
-
 `DEEPER_TWINS`: registered models that are a shallower registered model with
 more blocks per stage, built and sliced by the same code. Structural tests
 that run once per model (`once_per_structure`) cover them by their twin:
@@ -33,50 +26,6 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 signal.signal(signal.SIGINT, signal.default_int_handler)
-
-# Longest first (sums of their tests' durations on the two-core VM, 2026-11-27
-# night, the FedGKT files re-estimated after their ResNet-7 server: 182 s down
-# to 35 s). Files left out are shorter.
-LONGEST_FILES = (
-  "program/executors_test.py",
-  "pipelines/train_run_test.py",
-  "program/worker_loss_test.py",
-  "algorithms/width_rounds_test.py",
-  "algorithms/sparse/rounds_test.py",
-  "algorithms/spatl_process_test.py",
-  "runtime/runtime_contexts_test.py",
-  "algorithms/sparse/sparse_process_test.py",
-  "runtime/runtime_netns_test.py",
-  "program/remote_conformance_test.py",
-  "algorithms/inclusivefl_test.py",
-  "algorithms/heterofl_process_test.py",
-  "algorithms/fedgkt_test.py",
-  "pipelines/train_glue_test.py",
-  "models/models_zoo_test.py",
-  "submodels/maps_test.py",
-  "models/models_width_test.py",
-  "examples/custom_keras_model_test.py",
-  "pipelines/describe_test.py",
-  "algorithms/learning_process_test.py",
-  "algorithms/sparse/feddst_process_test.py",
-  "pipelines/train_fedgkt_test.py",
-  "pipelines/reproduce_spatl_test.py",
-  "pipelines/reproduce_fedgkt_test.py",
-  "imports_test.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-  """Collects `LONGEST_FILES` first, longest first (module docstring)."""
-  rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-  tests_dir = os.path.dirname(os.path.abspath(__file__))
-
-  def key(item):
-    path = os.path.relpath(str(item.path), tests_dir)
-    return rank.get(path, len(rank))
-
-  items.sort(key=key)
-
 
 DEEPER_TWINS = {
   "resnet110": "resnet56",

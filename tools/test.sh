@@ -12,12 +12,11 @@
 #
 # Test files are spread over one pytest-xdist process per logical CPU
 # (`-n logical --dist loadfile`: a file's tests, and its module fixtures, stay in one
-# process) unless the arguments choose `-n`/`--numprocesses` themselves. Files are handed
-# out in collection order, longest first (tests/conftest.py's LONGEST_FILES):
-# `--no-loadscope-reorder`, because pytest-xdist otherwise hands out the files with the
-# most tests first, which left the long files of one to five tests (worker loss,
-# namespaces, executors) to the end of the run. Most tests wait on TFF workers or on
-# subprocesses part of the time, so two processes on two cores take about half the time.
+# process) unless the arguments choose `-n`/`--numprocesses` themselves. pytest-xdist
+# hands out the files with the most tests first; handing out the longest first instead
+# (`--no-loadscope-reorder` and a measured order) was no faster (README, Tests). Most
+# tests wait on TFF workers or on subprocesses part of the time, so two processes on two
+# cores take about half the time.
 #
 # Exit code: pytest's (0 all passed, 1 failures, 5 no tests collected, ...).
 set -euo pipefail
@@ -53,7 +52,7 @@ for arg in "$@"; do
   fi
 done
 
-parallel=(-n logical --dist loadfile --no-loadscope-reorder)
+parallel=(-n logical --dist loadfile)
 for arg in "$@"; do
   if [[ "$arg" == -n* || "$arg" == --numprocesses* ]]; then
     parallel=()
