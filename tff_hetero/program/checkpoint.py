@@ -2,7 +2,13 @@
 
 A checkpoint is one `tff.program.FileProgramStateManager` version (a SavedModel
 of a flat list of arrays, written atomically by TFF) plus a JSON sidecar
-written after it, which says how to rebuild the structure:
+written after it, which says how to rebuild the structure. The arrays are the
+state's leaves packed by dtype: every numeric or boolean leaf is raveled into
+one 1-D array per dtype (in order of first appearance), any other leaf is
+saved on its own, and the sidecar's `leaf_layout` holds each leaf's array,
+offset and shape. TFF's manager writes one SavedModel variable per array, at
+about 10 ms each on two cores, so a transformer's 1,280 leaves took 13 s per
+save and now take a handful of variables. The leaves, in order, are:
 
 * the server state, flattened with `tree` (its structure comes back from the
   algorithm's `initialize()`),
@@ -154,18 +160,20 @@ class CheckpointManager:
     ledger_arrays = state.ledger.to_arrays()
     leaves.extend(ledger_arrays.values())
     leaves = [np.asarray(leaf) for leaf in leaves]
+    arrays, layout = _pack(leaves)
     version = int(state.round_num)
     # A partial version left by a killed run is replaced.
     run_to_completion(self._manager._remove(version))  # pylint: disable=protected-access
     if os.path.exists(self._sidecar(version)):
       os.remove(self._sidecar(version))
-    run_to_completion(self._manager.save(leaves, version))
+    run_to_completion(self._manager.save(arrays, version))
     sidecar = collections.OrderedDict(
       round_num=version,
       num_server_leaves=len(server_leaves),
       client_leaf_counts=client_counts,
       ledger_client_ids=list(state.ledger.client_ids),
       ledger_columns=list(ledger_arrays.keys()),
+      leaf_layout=layout,
       rng_state=state.rng_state,
       elapsed_s=state.elapsed_s,
       history=list(state.history),
@@ -276,8 +284,14 @@ class CheckpointManager:
     client_counts = sidecar["client_leaf_counts"]
     num_columns = len(sidecar["ledger_columns"])
     total = num_server + sum(client_counts.values()) + num_columns
+    layout = sidecar.get("leaf_layout")  # None: written before packing.
+    num_arrays = total if layout is None else _num_arrays(layout)
     try:
-      leaves = run_to_completion(self._manager.load(version, [None] * total))
+      arrays = run_to_completion(
+        self._manager.load(version, [None] * num_arrays)
+      )
+      arrays = [np.asarray(array) for array in arrays]
+      leaves = arrays if layout is None else _unpack(arrays, layout)
     except (tf.errors.OpError, OSError, ValueError, IndexError) as e:
       # Files that pass (or predate) the checksums but that TensorFlow
       # cannot read: damaged too; the previous version may load.
@@ -285,7 +299,6 @@ class CheckpointManager:
       raise _Damaged(
         f"checkpoint {self._version_dir(version)} does not load ({first})"
       ) from None
-    leaves = [np.asarray(leaf) for leaf in leaves]
     server_state = tree.unflatten_as(server_template, leaves[:num_server])
     position = num_server
     client_states = collections.OrderedDict()
@@ -308,6 +321,54 @@ class CheckpointManager:
       history=tuple(sidecar["history"]),
       fingerprint=sidecar["fingerprint"],
     )
+
+
+def _pack(
+  leaves: list[np.ndarray],
+) -> tuple[list[np.ndarray], list[list[Any]]]:
+  """`leaves` as few arrays (module docstring) and each leaf's
+  [array index, offset or None, shape] in them."""
+  groups = collections.OrderedDict()  # dtype -> (array index, parts)
+  arrays = []
+  layout = []
+  for leaf in leaves:
+    if leaf.dtype.kind in "biufc":
+      if leaf.dtype not in groups:
+        groups[leaf.dtype] = (len(arrays), [], [0])
+        arrays.append(None)
+      index, parts, size = groups[leaf.dtype]
+      layout.append([index, size[0], list(leaf.shape)])
+      parts.append(leaf.reshape(-1))
+      size[0] += leaf.size
+    else:
+      layout.append([len(arrays), None, list(leaf.shape)])
+      arrays.append(leaf)
+  for index, parts, _ in groups.values():
+    arrays[index] = np.concatenate(parts)
+  return arrays, layout
+
+
+def _num_arrays(layout: list[list[Any]]) -> int:
+  return 1 + max((index for index, _, _ in layout), default=-1)
+
+
+def _unpack(
+  arrays: list[np.ndarray], layout: list[list[Any]]
+) -> list[np.ndarray]:
+  """The leaves `_pack` packed into `arrays`."""
+  leaves = []
+  for index, offset, shape in layout:
+    array = arrays[index]
+    if offset is None:
+      leaves.append(array)
+    else:
+      size = int(np.prod(shape, dtype=np.int64))
+      if offset + size > array.size:
+        raise ValueError(
+          f"array {index} holds {array.size} values, not {offset + size}"
+        )
+      leaves.append(array[offset : offset + size].reshape(shape))
+  return leaves
 
 
 class _Damaged(Exception):
