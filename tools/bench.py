@@ -1368,10 +1368,18 @@ def bench_coldstart() -> collections.OrderedDict:
     f"--{f.name}={f.value}" if f.present else f"the pipeline's {f.name}"
     for f in (_CLIENTS, _COHORT)
   )
+  by_flags = collections.defaultdict(list)
+  for name, flags_of in sorted(_COLDSTART_FLAGS.items()):
+    by_flags[" ".join(flags_of) or "the algorithm's default model"].append(
+      name
+    )
+  exceptions = "; ".join(
+    f"{described} for {', '.join(names)}"
+    for described, names in by_flags.items()
+  )
   results["setup"] = (
     f"python -m pipelines.train --rounds=1 on {_DATASET.value}, {cohort},"
-    f" {_COLDSTART_MODEL[2:]} ({' '.join(_GKT_MODELS)} for"
-    f" {', '.join(sorted(_COLDSTART_FLAGS))}), other flags at their"
+    f" {_COLDSTART_MODEL[2:]} ({exceptions}), other flags at their"
     " defaults; one fresh process per algorithm, run one at a time"
   )
   return results
