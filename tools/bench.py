@@ -1370,9 +1370,7 @@ def bench_coldstart() -> collections.OrderedDict:
   )
   by_flags = collections.defaultdict(list)
   for name, flags_of in sorted(_COLDSTART_FLAGS.items()):
-    by_flags[" ".join(flags_of) or "the algorithm's default model"].append(
-      name
-    )
+    by_flags[" ".join(flags_of) or "the algorithm's default model"].append(name)
   exceptions = "; ".join(
     f"{described} for {', '.join(names)}"
     for described, names in by_flags.items()

@@ -2,7 +2,9 @@
 
 A run can be killed at any moment (SIGTERM, SIGKILL, power): a reader must
 find either the previous file or the new one, never a torn one. Every writer
-of the program and the pipelines goes through `atomic_write`.
+of the program and the pipelines goes through `atomic_write`, except the
+appended rows of `metrics.csv` (`outputs.AppendingCSVReleaseManager`, which
+drops a torn last line when it opens the file).
 """
 
 from __future__ import annotations

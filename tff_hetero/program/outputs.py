@@ -1,7 +1,7 @@
 """What a run writes under `<root_output_dir>/<experiment_name>/`.
 
 * `metrics.csv`: one row per round, released through
-  `tff.program.CSVFileReleaseManager` (a resumed run rewrites rows from the
+  `AppendingCSVReleaseManager` (a resumed run rewrites rows from the
   resumed round on, so the file matches the checkpointed history);
 * `tensorboard/`: the same values through `tff.program.TensorBoardReleaseManager`;
 * `report.json`: configuration, partition (per-client label counts), device
@@ -20,10 +20,12 @@ import collections
 from collections.abc import Mapping
 from collections.abc import Sequence
 import csv
+import io
 import math
 import os
 from typing import Any
 
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_hetero.program import atomic_files
@@ -39,14 +41,80 @@ PLOT_UPLOAD = "accuracy_vs_upload_mib.png"
 MIB = float(1 << 20)
 
 
+class AppendingCSVReleaseManager(tff.program.ReleaseManager):
+  """A CSV file of one row per key, each release appended.
+
+  Writes what `tff.program.CSVFileReleaseManager` writes for the same
+  releases of flat mappings (the key column first, then the fields, sorted
+  within each release and in order of first release across them, values as `np.asarray(v).tolist()`, missing fields
+  empty; a release with a key not above the last one first removes the rows
+  from that key on, as a resumed run needs). TFF's manager reads and
+  rewrites the whole file at every release, in either save mode (its check
+  for rows to remove compares `key - 1` with the last key, so it rewrites
+  every time), which made a release of 30 metrics take 11 ms at round 1
+  and 133 ms at round 1,000 on two cores. Here a release appends one line,
+  and the file is rewritten (atomically) only when a row brings a new field
+  or a key goes back.
+
+  The one file of the program not written all at once: an appended line
+  can be torn by a kill (SIGKILL, a power cut; the program's handled
+  signals wait for a release to finish). Opening the file drops an
+  unterminated last line, and a resumed run rewrites every row from its
+  resumed round on, so a torn line never outlives the run that tore it.
+  """
+
+  def __init__(self, path: str, key_fieldname: str = "key"):
+    self._path = path
+    self._key = key_fieldname
+    if os.path.exists(path):
+      self._fieldnames, rows = self._read()
+      if self._key not in self._fieldnames:
+        raise ValueError(f"{path} has no {self._key!r} column")
+      self._last_key = int(rows[-1][self._key]) if rows else None
+      self._write(self._fieldnames, rows)  # Without a torn last line.
+    else:
+      self._fieldnames = [self._key]
+      self._last_key = None
+      self._write(self._fieldnames, [])
+
+  def _read(self) -> tuple[list[str], list[dict[str, str]]]:
+    with open(self._path, newline="") as f:
+      text = f.read()
+    if not text.endswith("\n"):
+      text = text[: text.rfind("\n") + 1]
+    reader = csv.DictReader(io.StringIO(text))
+    return list(reader.fieldnames or []), list(reader)
+
+  def _write(self, fieldnames, rows) -> None:
+    with atomic_files.atomic_write(self._path, "w") as f:
+      writer = csv.DictWriter(f, fieldnames=fieldnames, lineterminator="\r\n")
+      writer.writeheader()
+      writer.writerows(rows)
+
+  async def release(self, value: Mapping[str, Any], key: int) -> None:
+    row = collections.OrderedDict([(self._key, int(key))])
+    for name in sorted(value):  # TFF's order: flattened, names sorted.
+      row[name] = np.asarray(value[name]).tolist()
+    new_fields = [name for name in row if name not in self._fieldnames]
+    if new_fields or (self._last_key is not None and key <= self._last_key):
+      _, rows = self._read()
+      kept = [r for r in rows if int(r[self._key]) < key]
+      self._fieldnames = self._fieldnames + new_fields
+      self._write(self._fieldnames, [*kept, row])
+    else:
+      with open(self._path, "a", newline="") as f:
+        csv.DictWriter(
+          f, fieldnames=self._fieldnames, lineterminator="\r\n"
+        ).writerow(row)
+    self._last_key = int(key)
+
+
 class MetricsReleaser:
   """Releases one round's metrics to CSV, TensorBoard and the log."""
 
   def __init__(self, experiment_dir: str):
-    self._csv = tff.program.CSVFileReleaseManager(
-      os.path.join(experiment_dir, METRICS_CSV),
-      save_mode=tff.program.CSVSaveMode.WRITE,
-      key_fieldname="round",
+    self._csv = AppendingCSVReleaseManager(
+      os.path.join(experiment_dir, METRICS_CSV), key_fieldname="round"
     )
     self._tensorboard = tff.program.TensorBoardReleaseManager(
       os.path.join(experiment_dir, TENSORBOARD_DIR)
