@@ -16,7 +16,11 @@ embedded 5,000-image MNIST subset as 16-patch sequences (`mnist5k`, 4,000
 training images) split IID over 100 clients, 10 per round, the
 depth-scalable transformer (`--model=transformer`, d_model 64, 4 / 8 / 12
 blocks: 143,050 / 276,938 / 410,826 parameters) trained from scratch, not
-from a pre-trained checkpoint (give `--init_weights` for one), one local
+from a pre-trained checkpoint: the paper starts every type from
+pre-trained RoBERTa layers and credits part of InclusiveFL's lead to that
+initialisation (Sections 3.1, 4.1), but no pre-trained model of this
+transformer exists offline, and nothing is downloaded (give
+`--init_weights` for one; not measured here), one local
 epoch of batch 20 with SGD lr 0.05, 300 rounds (at 150, the first two
 runs were still rising: AllLarge's best 0.791 at round 145, AllSmall's
 0.828 at round 150; a finished run continues from its checkpoint when
@@ -40,14 +44,18 @@ Parts (`--parts`; every flag of `pipelines.train` applies to all runs):
   sharing, the paper's setting for its cross-device panel) at beta 0, 0.2,
   0.5, 0.8 and 1, first seed, with the best accuracy of every group's
   model. Without sharing, Algorithm 1 passes knowledge only downward: the
-  deepest model does not depend on beta (a check, not a finding), the
-  smaller ones do.
+  deepest model cannot depend on beta, the smaller ones do. The paper
+  says otherwise ("the optimal value of beta is around 0.5 for powerful
+  clients", Section 4.3): a dependence Algorithm 1 cannot produce, so
+  either run-to-run variation or code that is not Algorithm 1 (its
+  official code distils in round 0 only, `inclusivefl.py`).
 
 Reading the results: the `proportions` row "InclusiveFL MD only" trains
 the deepest model exactly as ExclusiveFL does (no sharing, and the
 deepest group receives no distillation), so its global accuracy equals
-ExclusiveFL's at the same seed; the paper's 34.96 vs 36.87 for it is the
-same comparison. In `drop`, "w/o strong" has no 12-block model: its
+ExclusiveFL's at the same seed. The paper reports 34.96 for it against
+ExclusiveFL's 36.87, a difference Algorithm 1 cannot produce (as for
+Figure 6's deepest model, above). In `drop`, "w/o strong" has no 12-block model: its
 `accuracy` is the 8-block model's. The paper averages 5 repeats; the table
 here has 3 seeds and the sweeps 1. The server learning rate was chosen on
 test accuracy of InclusiveFL (README), then used for every FedAdam

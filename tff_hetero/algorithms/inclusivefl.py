@@ -26,7 +26,7 @@ whether layers are shared (`VARIANTS`):
 * a tier with depth 0 in `--inclusivefl_depths` is dropped likewise (the
   paper's Figure 5); the global model is then the deepest that trains;
 * `inclusivefl_local`: each tier trains its depth alone, nothing shared,
-  no distillation (the paper's "Local", cross-silo);
+  no distillation (the paper's "Local" in a cross-device form, below);
 * InclusiveFL without momentum distillation: `--inclusivefl_beta=0`;
 * HeteroFL with width-matched tiers is `--algorithm=heterofl` on the same
   depth-scalable model with `--heterofl_width_units=hidden`: its default
@@ -42,9 +42,29 @@ against the tier's capacity in trainable parameters.
 Departures from the paper and from its code (`Rachelxuan11/InclusiveFL`),
 each with its reason:
 
-* Algorithm 1 as written: the official code's momentum path never applies
-  (an assignment where an accumulation was meant); ours does (tested
-  against a by-hand oracle over two rounds).
+* Algorithm 1 as written (tested against a by-hand oracle over two
+  rounds). The official code's momentum distillation applies in round 0
+  only: it distils only while the stored momentum is still the integer 0
+  (a type check, true before the first heterogeneous aggregation), so it
+  scales the top block's first update by (1 - beta) once; and its
+  aggregation assigns where it means to accumulate, so the momentum it
+  stores is the update of block L_k alone over n, not the mean of blocks
+  L^- .. L_k. It caches that update before distilling it; ours takes line
+  22's mean after line 17, as written.
+* The official code's clients take no local step (its per-batch SGD
+  optimizer never calls `step()`: a tier's update is the gradient of its
+  pooled data at the server weights, FedSGD), its server optimizer is
+  AdamW with a linear decay to 0 and one learning rate per tier (2e-4 /
+  5e-5 / 5e-5), and it shares the classifier head across tiers unless
+  `--local_cls` is given. Ours follows the paper in each: local SGD
+  epochs ("local optimization with SGD"), one constant FedAdam rate for
+  every type ("the same learning rate for each type"), a head per group
+  (Algorithm 1, lines 28-29).
+* Device types: the paper (and its code, `random.choices`) gives each
+  client a type at random with equal probability; the device population
+  here gives the tiers exact proportions by a seeded permutation
+  (`devices.population`), the same population for every algorithm of a
+  comparison, so no method sees more strong clients than another.
 * g_j is the unweighted mean over the group's users (line 14); the
   heterogeneous aggregation weighs groups by their number of users this
   round (lines 26-27). The official code weighs by sample share; with the
@@ -56,13 +76,26 @@ each with its reason:
   the update of block L_j being the one line 17 already distilled.
 * A group absent from a round keeps its model, optimizer state and
   momentum (see `depth_computations.py`).
+* With a tier dropped (a depth of 0, Figure 5), "the device type that is
+  greater than j" of line 17 is the next deeper group that trains: without
+  the medium tier the 4-block model's top block is distilled with the
+  12-block group's momentum, the mean update of its blocks 4 .. 12. The
+  paper defines the step only with all three types present.
 * Initial models: every group's embedding and blocks 1 .. L_j are the
-  deepest model's (line 2); heads are built from the same seed. With
-  `--init_weights` every group's model is loaded from the one file.
+  deepest model's (line 2); heads are built from the same seed, where
+  the paper has a head f_0^j per type and does not say how each starts:
+  one seed makes the groups differ at round 0 only in depth, which is what
+  Table 2's rows compare. With `--init_weights` every group's model is
+  loaded from the one file.
 * FedAdam is TFF's Adam (`tff.learning.optimizers.build_adam`), which
   corrects the moments' bias (the step size times sqrt(1 - beta_2^t) /
-  (1 - beta_1^t)); Reddi et al.'s FedAdam has no bias correction. TFF's
-  optimizer is what a TFF user composes; its first step equals FedAdam's.
+  (1 - beta_1^t)); Reddi et al.'s FedAdam, which the paper writes, has no
+  bias correction. Uncorrected, with the defaults beta_1 = 0.9 and beta_2
+  = 0.99, the first step is the same (1 - beta_1 = sqrt(1 - beta_2)), the
+  steps around round 13 are up to 2.1 times as large (for a constant
+  gradient, (1 - beta_1^t) / sqrt(1 - beta_2^t)), and within 3 % of ours
+  after round 300. Kept because the official code's AdamW corrects the
+  bias too, and TFF's Adam is what a TFF user composes.
 * `inclusivefl_local` is the paper's "Local" in its cross-device form: each
   tier federated on its own (FedAdam within the tier), nothing shared.
 * Not in the paper: a client whose update TFF zeroed as non-finite does
