@@ -143,3 +143,26 @@ def test_run_to_completion_without_a_signal_returns_the_result():
     assert runtime.run_to_completion(body()) == 7
   assert runtime.run_to_completion(body()) == 7  # Outside: plain asyncio.run.
   assert steps == ["ran", "ran"]
+
+
+@pytest.mark.parametrize("failure", [TypeError, ValueError, RuntimeError])
+def test_an_error_after_the_signal_is_reported_as_the_signal(failure):
+  # What a signal raised in the middle of library code can leave behind: the
+  # unwinding fails with some other error. The run was stopped, so the block
+  # still ends as the signal's exception, with that error as its cause.
+  with pytest.raises(runtime.Terminated) as e:
+    with runtime.handle_termination():
+      try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6):
+          pass
+      finally:
+        raise failure("the eager context is half-switched")
+  assert e.value.code == 128 + signal.SIGTERM
+  assert isinstance(e.value.__cause__, failure)
+
+
+def test_an_error_without_a_signal_is_left_as_it_is():
+  with pytest.raises(ValueError, match="not a signal"):
+    with runtime.handle_termination():
+      raise ValueError("not a signal")

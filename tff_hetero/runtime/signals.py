@@ -109,9 +109,14 @@ def handle_termination(
   job's) stays ignored.
   A signal arriving inside `run_to_completion` raises when that returns.
   Only the first signal raises; later ones (while the block is unwinding and
-  stopping workers) are ignored so they cannot interrupt the clean-up. The
-  previous handlers are restored on exit. Outside the main thread (where
-  Python cannot install handlers) this is a no-op.
+  stopping workers) are ignored so they cannot interrupt the clean-up. Once
+  a signal has arrived, any other error leaving the block becomes that
+  signal's exception (the error chained as its cause): raised in the middle
+  of library code, the signal can leave it half-done, and what fails next
+  while the block unwinds (a TensorFlow call that finds its eager context
+  half-switched, say) is a consequence of being stopped, not a failure of
+  the run. The previous handlers are restored on exit. Outside the main
+  thread (where Python cannot install handlers) this is a no-op.
   """
   if threading.current_thread() is not threading.main_thread():
     yield
@@ -138,6 +143,11 @@ def handle_termination(
     for signum in (*signals, *interrupt):
       previous[signum] = signal.signal(signum, handler)
     yield
+  except BaseException as e:
+    stopped = _exception_for(fired[0]) if fired else None
+    if stopped is None or isinstance(e, type(stopped)):
+      raise
+    raise stopped from e
   finally:
     for signum, old in previous.items():
       signal.signal(signum, old if old is not None else signal.SIG_DFL)
