@@ -9,6 +9,13 @@ import pytest
 from tff_hetero import runtime
 
 
+def _signal_and_spin(sig=signal.SIGTERM, spins=10**6):
+  """Sends `sig` to this process and runs bytecode until it is handled."""
+  os.kill(os.getpid(), sig)
+  for _ in range(spins):
+    pass
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_raises_terminated_and_handlers_are_restored(sig):
   before = signal.getsignal(sig)
@@ -31,13 +38,9 @@ def test_second_signal_does_not_interrupt_cleanup():
   with pytest.raises(runtime.Terminated):
     with runtime.handle_termination():
       try:
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(10**6):
-          pass
+        _signal_and_spin()
       finally:
-        os.kill(os.getpid(), signal.SIGTERM)  # Ignored: clean-up goes on.
-        for _ in range(10**5):
-          pass
+        _signal_and_spin(spins=10**5)  # Ignored: clean-up goes on.
         cleaned.append(True)
   assert cleaned == [True]
 
@@ -153,9 +156,7 @@ def test_an_error_after_the_signal_is_reported_as_the_signal(failure):
   with pytest.raises(runtime.Terminated) as e:
     with runtime.handle_termination():
       try:
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(10**6):
-          pass
+        _signal_and_spin()
       finally:
         raise failure("the eager context is half-switched")
   assert e.value.code == 128 + signal.SIGTERM
