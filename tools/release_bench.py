@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import glob
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
 from tff_hetero.program import outputs  # noqa: E402
@@ -52,11 +54,27 @@ def _managers(root: str):
     ours_csv=lambda: outputs.AppendingCSVReleaseManager(
       os.path.join(root, "ours.csv"), key_fieldname="round"
     ),
-    tensorboard=lambda: tff.program.TensorBoardReleaseManager(
-      os.path.join(root, "tensorboard")
+    tff_tensorboard=lambda: tff.program.TensorBoardReleaseManager(
+      os.path.join(root, "tff_tensorboard")
+    ),
+    ours_tensorboard=lambda: outputs.CompiledTensorBoardReleaseManager(
+      os.path.join(root, "ours_tensorboard")
     ),
     logging=tff.program.LoggingReleaseManager,
   )
+
+
+def _summaries(directory: str):
+  """(step, tag, value) of every summary in `directory`'s event files."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(directory, "events.out.*"))):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        found.append(
+          (event.step, value.tag, tf.make_ndarray(value.tensor).tolist())
+        )
+  return sorted(found)
 
 
 def main(argv):
@@ -70,8 +88,10 @@ def main(argv):
   windows = [w for w in windows if w >= 0]
   results = collections.OrderedDict(rounds=rounds, fields=_FIELDS.value)
   with tempfile.TemporaryDirectory() as root:
+    managers = []
     for name, make in _managers(root).items():
       manager = make()
+      managers.append(manager)
       times = []
       for key in range(1, rounds + 1):
         start = time.perf_counter()
@@ -93,9 +113,22 @@ def main(argv):
       name: open(os.path.join(root, name), "rb").read()
       for name in ("tff_write.csv", "tff_append.csv", "ours.csv")
     }
+    for manager in managers:  # The TensorBoard ones' pending events.
+      writer = getattr(manager, "_summary_writer", None) or getattr(
+        manager, "_writer", None
+      )
+      if writer is not None:
+        writer.flush()
+    tensorboards = [
+      _summaries(os.path.join(root, name))
+      for name in ("tff_tensorboard", "ours_tensorboard")
+    ]
   if len(set(contents.values())) != 1:
     raise SystemExit("error: the three CSV files differ")
+  if tensorboards[0] != tensorboards[1] or not tensorboards[0]:
+    raise SystemExit("error: the two TensorBoard directories differ")
   results["csv_files_identical"] = True
+  results["tensorboard_summaries_identical"] = True
   print(json.dumps(results))
 
 
