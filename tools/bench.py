@@ -17,8 +17,8 @@ Suite `base` runs FedAvg (SGD 0.05, iid partition of `--dataset`,
 `--num_clients` clients, cohort `--clients_per_round`) in two
 configurations, `compute` (mnist_cnn_feddst, 5 local epochs, batch 50: the
 clients' arithmetic dominates) and `overhead` (mnist_cnn, 1 epoch, batch 20:
-the framework's per-round cost dominates), and reports for each, keys
-prefixed `<cfg>_`:
+the framework's per-round cost dominates; `--base_configs` picks), and
+reports for each, keys prefixed `<cfg>_`:
   * `ours_round_s`: a round of our program's FedAvg (`loop.run_experiment`:
     sampling, client datasets, the measured TFF process, ledger, metrics
     release), from its history's wall times; the last round, which also
@@ -250,6 +250,11 @@ _RSS_ALGORITHMS_FLAG = flags.DEFINE_list(
   "rss_algorithms",
   ["fedavg", "adaptivefl"],
   "Algorithms of the memory-growth runs (fedavg, adaptivefl).",
+)
+_BASE_CONFIGS_FLAG = flags.DEFINE_list(
+  "base_configs",
+  ["compute", "overhead"],
+  "Configurations of suite base (compute, overhead).",
 )
 _DATASET = flags.DEFINE_string("dataset", "mnist5k", "Data set.")
 _MODEL = flags.DEFINE_string(
@@ -594,7 +599,12 @@ def _bench_config(
 def bench_base() -> collections.OrderedDict:
   results = collections.OrderedDict()
   with tempfile.TemporaryDirectory() as root:
-    for name, (model, epochs, batch) in BASE_CONFIGS.items():
+    for name in _BASE_CONFIGS_FLAG.value:
+      if name not in BASE_CONFIGS:
+        raise app.UsageError(
+          f"--base_configs: {name!r} is not one of {', '.join(BASE_CONFIGS)}"
+        )
+      model, epochs, batch = BASE_CONFIGS[name]
       for key, value in _bench_config(name, model, epochs, batch, root).items():
         results[f"{name}_{key}"] = value
 
