@@ -596,14 +596,21 @@ def _bench_config(
   return results
 
 
+def _base_configs() -> list[str]:
+  """`--base_configs`, checked before anything runs, each name once."""
+  names = list(dict.fromkeys(_BASE_CONFIGS_FLAG.value))
+  for name in names:
+    if name not in BASE_CONFIGS:
+      raise app.UsageError(
+        f"--base_configs: {name!r} is not one of {', '.join(BASE_CONFIGS)}"
+      )
+  return names
+
+
 def bench_base() -> collections.OrderedDict:
   results = collections.OrderedDict()
   with tempfile.TemporaryDirectory() as root:
-    for name in _BASE_CONFIGS_FLAG.value:
-      if name not in BASE_CONFIGS:
-        raise app.UsageError(
-          f"--base_configs: {name!r} is not one of {', '.join(BASE_CONFIGS)}"
-        )
+    for name in _base_configs():
       model, epochs, batch = BASE_CONFIGS[name]
       for key, value in _bench_config(name, model, epochs, batch, root).items():
         results[f"{name}_{key}"] = value

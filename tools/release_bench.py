@@ -1,16 +1,20 @@
-r"""Metrics release per round: TFF's CSV manager against ours, over a long run.
+r"""Metrics release per round: TFF's release managers against ours.
 
   python tools/release_bench.py [--rounds=1000] [--fields=30]
 
 Releases the same row of `--fields` float metrics for rounds 1..`--rounds`,
-one release manager at a time, each into a fresh file: TFF's
+one release manager at a time, each into a fresh file or directory: TFF's
 `CSVFileReleaseManager` in `WRITE` and in `APPEND` mode,
-`outputs.AppendingCSVReleaseManager` (what `metrics.csv` is written with), and
-for scale the other two parts of a round's release, TFF's
-`TensorBoardReleaseManager` and `LoggingReleaseManager`. Prints, for each,
-the median milliseconds of a release over the first and last 50 rounds and
-at three points between, then one JSON object with them. It checks that
-the three CSV files are byte for byte the same.
+`outputs.AppendingCSVReleaseManager` (what `metrics.csv` is written with),
+TFF's `TensorBoardReleaseManager` and
+`outputs.CompiledTensorBoardReleaseManager` (what `tensorboard/` is written
+with), and for scale the last part of a round's release, TFF's
+`LoggingReleaseManager`. Prints, for each (`tff_csv_write`,
+`tff_csv_append`, `ours_csv`, `tff_tensorboard`, `ours_tensorboard`,
+`logging`), the median milliseconds of a release over the first and last 50
+rounds and at three points between, then one JSON object with them. It
+checks that the three CSV files are byte for byte the same and that the two
+TensorBoard directories hold the same summaries (steps, tags, values).
 """
 
 from __future__ import annotations

@@ -26,7 +26,12 @@ Sizes are those of an encoding: by default every tensor is sent dense
 (`payload.tf_dense_nbytes`); `nbytes_fn` (a TF function of the value, or of
 `(value, weight)` for uploads, returning an int64 scalar) states another, e.g.
 masked values plus bit masks for sparse models. Either way it runs on the
-tensors each client actually receives or sends.
+tensors each client actually receives or sends, given as Python containers
+(an upload's `nbytes_fn` gets the value and the weight as two arguments).
+Each process adds one `federated_map` at the clients and one
+`federated_sum` of a struct per round (the upload also one map at the
+server to assemble its measurements): each intrinsic costs the runtime
+about a millisecond per round whatever it carries.
 * `measured_metrics_aggregator(inner)`: wraps a metrics aggregator
   (default `tff.learning.metrics.sum_then_finalize`) and adds
   `uploaded_bytes` (sum over clients of the unfinalized metrics' size) to the
@@ -117,8 +122,6 @@ def build_measured_broadcast_process(
   )
   def next_fn(state, value):
     received = tff.federated_broadcast(value)
-    # One map and one sum of a struct: each intrinsic costs the runtime
-    # about a millisecond per round, whatever it carries.
     measurements = tff.federated_sum(
       tff.federated_map(download_counts, received)
     )
@@ -149,6 +152,18 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
     inner_process = self._inner.create(value_type, weight_type)
     upload_counts = _upload_counts_fn(value_type, weight_type, self._nbytes_fn)
 
+    @tff.tensorflow.computation(
+      inner_process.next.type_signature.result.measurements.member,
+      upload_counts.type_signature.result,
+    )
+    def assemble(inner, counts):
+      return collections.OrderedDict(
+        inner=inner,
+        bytes_up=counts["bytes_up"],
+        clients=counts["clients"],
+        zero_weight_clients=counts["zero_weight_clients"],
+      )
+
     @tff.federated_computation()
     def init_fn():
       return inner_process.initialize()
@@ -163,13 +178,8 @@ class MeasuredUploadFactory(tff.aggregators.WeightedAggregationFactory):
         tff.federated_map(upload_counts, (value, weight))
       )
       inner_output = inner_process.next(state, value, weight)
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          inner=inner_output.measurements,
-          bytes_up=counts.bytes_up,
-          clients=counts.clients,
-          zero_weight_clients=counts.zero_weight_clients,
-        )
+      measurements = tff.federated_map(
+        assemble, (inner_output.measurements, counts)
       )
       return tff.templates.MeasuredProcessOutput(
         inner_output.state, inner_output.result, measurements

@@ -591,7 +591,12 @@ def _gathered_batches(
     fields["index"] = order
   num_batches = sum(-(-(end - begin) // batch_size) for begin, end in bounds)
 
+  per_sample = list(fields)
   for name, rows in (sample_rows or {}).items():
+    if name in per_sample or name in (batch_values or {}):
+      raise ValueError(
+        f"sample_rows: {name!r} is already a field of the batches"
+      )
     fields[name] = np.asarray(rows)[order]
 
   def batched(values):
@@ -612,10 +617,8 @@ def _gathered_batches(
     # client of 200 MNIST samples), for the same elements.
     return batched(fields)
   # The per-batch values go in between, in the elements' order of keys.
-  per_sample = list(fields)
   datasets = collections.OrderedDict(
-    (name, batched(fields[name]))
-    for name in per_sample[: len(per_sample) - len(sample_rows or {})]
+    (name, batched(fields[name])) for name in per_sample
   )
   for name, value in batch_values.items():
     datasets[name] = tf.data.Dataset.from_tensors(tf.constant(value)).repeat(

@@ -113,20 +113,33 @@ class AppendingCSVReleaseManager(tff.program.ReleaseManager):
     self._last_key = int(key)
 
 
+# What `tf.summary.scalar` attaches: TensorBoard's scalars plugin, no content.
+_SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
+  plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
+).SerializeToString()
+
+
 class CompiledTensorBoardReleaseManager(tff.program.ReleaseManager):
   """Summaries of a flat mapping of numbers, one compiled call per release.
 
   Writes the events `tff.program.TensorBoardReleaseManager` writes for the
-  same releases of a flat mapping: each boolean or numeric value under its
-  name at step `key`, a scalar with `tf.summary.scalar` (float32), an array
-  with `tf.summary.histogram`; other values are skipped, as TFF's manager
-  skips them. TFF's manager issues one eager summary op per value: a
-  release of 30 scalars took 15-24 ms at every round on two idle cores
-  (`tools/release_bench.py`). Here the scalars of a release go into one
-  `tf.function` call (one per set of names, traced once: an evaluated
-  round and one without evaluation are two), their values in one float64
-  vector cast to float32 inside, as TFF's conversion of a Python number
-  does for any value below 2**53.
+  same releases of a flat mapping (what the program releases): each
+  boolean or numeric value under its name at step `key`, a scalar as a
+  float32 `scalars` summary, an array with `tf.summary.histogram`; other
+  values (strings) are skipped, as TFF's manager skips them. Nested
+  structures and sequences, which TFF's manager flattens into `name/...`
+  tags, are refused with a `TypeError`. TFF's manager issues one eager
+  summary op per value: a release of 30 scalars took 15-24 ms at every
+  round on two idle cores (`tools/release_bench.py`). Here the scalars of a
+  release go into one `tf.function` call (one per set of names, traced
+  once: an evaluated round and one without evaluation are two), their
+  values in one float64 vector cast to float32 inside, as TFF's conversion
+  of a Python number does for any value below 2**53. Each scalar is written
+  with `tf.summary.write` under its name as the tag: `tf.summary.scalar`
+  would open a name scope in the traced graph, which refuses names starting
+  with `_`, `-` or `/`, and would add an enclosing `tf.name_scope` (TFF's
+  manager, in eager mode, adds the caller's scope; the program releases
+  outside any).
   """
 
   def __init__(self, summary_dir: str):
@@ -154,7 +167,12 @@ class CompiledTensorBoardReleaseManager(tff.program.ReleaseManager):
       def write(values, step):
         with writer.as_default(step=step):
           for i, name in enumerate(names):
-            tf.summary.scalar(name, tf.cast(values[i], tf.float32))
+            tf.summary.write(
+              tag=name,
+              tensor=tf.cast(values[i], tf.float32),
+              step=step,
+              metadata=_SCALAR_METADATA,
+            )
         return tf.constant(True)
 
       self._functions[names] = write
@@ -164,6 +182,11 @@ class CompiledTensorBoardReleaseManager(tff.program.ReleaseManager):
     value = await tff.program.materialize_value(value)
     scalars, arrays = [], []
     for name, v in value.items():
+      if not isinstance(v, (bool, int, float, str, np.generic, np.ndarray)):
+        raise TypeError(
+          f"{type(self).__name__} releases a flat mapping of numbers and"
+          f" arrays; {name!r} is a {type(v).__name__}"
+        )
       array = np.asarray(v)
       if array.dtype.kind not in "biuf":
         continue
