@@ -5,7 +5,6 @@ import collections
 import glob
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -35,6 +34,7 @@ _RELEASES = (
         ("/root", 2.5),
         ("per_class", np.array([1.0, 2.0, 2.0])),
         ("note", "skipped"),
+        ("nested", collections.OrderedDict(b=[1.0, 2.0], a=np.int64(4))),
       ]
     ),
   ),
@@ -71,14 +71,16 @@ def test_the_events_are_what_tffs_manager_writes(tmp_path):
   theirs._summary_writer.flush()  # pylint: disable=protected-access
   expected = _events(tmp_path / "tff")
   assert _events(tmp_path / "ours") == expected
-  # By hand: 3 + 3 + 8 summaries (the string skipped), float32 scalars
-  # (3,000,000,017 rounded to float32), one histogram.
-  assert len(expected) == 14
+  # By hand: 3 + 3 + 11 summaries (the string skipped, the nested value
+  # three), float32 scalars (3,000,000,017 rounded to float32), one
+  # histogram.
+  assert len(expected) == 17
   scalars = {(s, t): v for s, t, p, _, v in expected if p == "scalars"}
   assert scalars[(2, "bytes_up")] == 3_000_000_000.0
   assert scalars[(3, "eval/accuracy")] == np.float32(0.7)
   assert scalars[(2, "ok")] == 0.0
   assert scalars[(3, "-dash")] == -2.0
+  assert scalars[(3, "nested/b/1")] == 2.0
   assert [t for _, t, p, _, _ in expected if p == "histograms"] == ["per_class"]
 
 
@@ -90,9 +92,3 @@ def test_one_traced_function_per_set_of_names(tmp_path):
   assert len(functions) == 2  # Rounds 1-2 and round 3 (one name more).
   for function in functions.values():
     assert function.experimental_get_tracing_count() == 1
-
-
-def test_a_nested_value_is_refused(tmp_path):
-  manager = outputs.CompiledTensorBoardReleaseManager(str(tmp_path))
-  with pytest.raises(TypeError, match="'l' is a list"):
-    asyncio.run(manager.release({"l": [1.0, 2.0]}, key=1))

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+import tree
 
 from tff_hetero.program import atomic_files
 from tff_hetero.runtime.signals import run_to_completion
@@ -120,26 +121,25 @@ _SCALAR_METADATA = tf.compat.v1.SummaryMetadata(
 
 
 class CompiledTensorBoardReleaseManager(tff.program.ReleaseManager):
-  """Summaries of a flat mapping of numbers, one compiled call per release.
+  """Summaries of a release's numbers, one compiled call per release.
 
   Writes the events `tff.program.TensorBoardReleaseManager` writes for the
-  same releases of a flat mapping (what the program releases): each
-  boolean or numeric value under its name at step `key`, a scalar as a
-  float32 `scalars` summary, an array with `tf.summary.histogram`; other
-  values (strings) are skipped, as TFF's manager skips them. Nested
-  structures and sequences, which TFF's manager flattens into `name/...`
-  tags, are refused with a `TypeError`. TFF's manager issues one eager
-  summary op per value: a release of 30 scalars took 15-24 ms at every
-  round on two idle cores (`tools/release_bench.py`). Here the scalars of a
-  release go into one `tf.function` call (one per set of names, traced
-  once: an evaluated round and one without evaluation are two), their
-  values in one float64 vector cast to float32 inside, as TFF's conversion
-  of a Python number does for any value below 2**53. Each scalar is written
-  with `tf.summary.write` under its name as the tag: `tf.summary.scalar`
-  would open a name scope in the traced graph, which refuses names starting
-  with `_`, `-` or `/`, and would add an enclosing `tf.name_scope` (TFF's
-  manager, in eager mode, adds the caller's scope; the program releases
-  outside any).
+  same releases: the value flattened as TFF flattens it (nested names joined
+  by `/`), each boolean or numeric leaf under its name at step `key`, a
+  scalar as a float32 `scalars` summary, an array with
+  `tf.summary.histogram`; other leaves (strings) are skipped, as TFF's
+  manager skips them (and a `tf.data.Dataset` leaf, which TFF's manager
+  turns into a list). TFF's manager issues one eager summary op per value:
+  a release of 30 scalars took 15-24 ms at every round on two idle cores
+  (`tools/release_bench.py`). Here the scalars of a release go into one
+  `tf.function` call (one per set of names, traced once: an evaluated round
+  and one without evaluation are two), their values in one float64 vector
+  cast to float32 inside, as TFF's conversion of a Python number does for
+  any value below 2**53. Each scalar is written with `tf.summary.write`
+  under its name as the tag: `tf.summary.scalar` would open a name scope in
+  the traced graph, which refuses names starting with `_`, `-` or `/`, and
+  would add an enclosing `tf.name_scope` (TFF's manager, in eager mode,
+  adds the caller's scope; the program releases outside any).
   """
 
   def __init__(self, summary_dir: str):
@@ -181,12 +181,8 @@ class CompiledTensorBoardReleaseManager(tff.program.ReleaseManager):
   async def release(self, value: Mapping[str, Any], key: int) -> None:
     value = await tff.program.materialize_value(value)
     scalars, arrays = [], []
-    for name, v in value.items():
-      if not isinstance(v, (bool, int, float, str, np.generic, np.ndarray)):
-        raise TypeError(
-          f"{type(self).__name__} releases a flat mapping of numbers and"
-          f" arrays; {name!r} is a {type(v).__name__}"
-        )
+    for path, v in tree.flatten_with_path(value):
+      name = "/".join(map(str, path))  # TFF's names of nested values.
       array = np.asarray(v)
       if array.dtype.kind not in "biuf":
         continue
