@@ -1,8 +1,10 @@
 """handle_termination: SIGTERM/SIGHUP raise `Terminated` once, then restore."""
 
+import gc
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -167,3 +169,29 @@ def test_an_error_without_a_signal_is_left_as_it_is():
   with pytest.raises(ValueError, match="not a signal"):
     with runtime.handle_termination():
       raise ValueError("not a signal")
+
+
+def test_a_signal_dropped_in_a_gc_callback_is_delivered_again(capsys):
+  """Raised inside a garbage-collector callback, the exception is only
+  printed by Python; the block must still stop, and print nothing."""
+  sent, finished = [], []
+
+  def callback(phase, info):
+    del info
+    if phase == "start" and not sent:
+      sent.append(True)
+      _signal_and_spin()  # Handled here, inside the callback.
+
+  gc.callbacks.append(callback)
+  try:
+    with pytest.raises(runtime.Terminated):
+      with runtime.handle_termination():
+        gc.collect()
+        for _ in range(200):  # Up to 2 s for the second delivery.
+          time.sleep(0.01)
+        finished.append(True)
+  finally:
+    gc.callbacks.remove(callback)
+  assert sent == [True]
+  assert not finished
+  assert "Exception ignored" not in capsys.readouterr().err

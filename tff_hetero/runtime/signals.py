@@ -23,7 +23,9 @@ from collections.abc import Coroutine
 from collections.abc import Iterator
 from collections.abc import Sequence
 import contextlib
+import os
 import signal
+import sys
 import threading
 from typing import Any
 from typing import TypeVar
@@ -115,25 +117,53 @@ def handle_termination(
   of library code, the signal can leave it half-done, and what fails next
   while the block unwinds (a TensorFlow call that finds its eager context
   half-switched, say) is a consequence of being stopped, not a failure of
-  the run. The previous handlers are restored on exit. Outside the main
+  the run. A signal whose exception Python drops (raised inside a garbage-
+  collector callback or a `__del__`, where Python only prints errors) is
+  delivered again 50 ms later, without the printout: once, a SIGTERM
+  arriving in a collector callback was lost and the run went on, deaf to
+  further signals. The previous handlers are restored on exit. Outside the main
   thread (where Python cannot install handlers) this is a no-op.
   """
   if threading.current_thread() is not threading.main_thread():
     yield
     return
   fired = []
+  raised = []  # The exception the handler raised last.
+  redeliver = []  # Set once Python has dropped that exception.
+  timers = []
 
   def handler(signum, frame):
     del frame
-    if fired:
+    if fired and not redeliver:
       return
-    fired.append(signum)
+    redeliver.clear()
+    if not fired:
+      fired.append(signum)
     if _hold_depth:
-      _held_signal.append(signum)
+      _held_signal.append(fired[0])
       return
-    raise _exception_for(signum)
+    raised[:] = [_exception_for(fired[0])]
+    raise raised[0]
+
+  previous_unraisable_hook = sys.unraisablehook
+
+  def unraisable_hook(unraisable):
+    # Raised inside a garbage-collector callback or a `__del__` (a signal
+    # handler runs wherever the main thread is), the exception is only
+    # printed, and the block would go on. Deliver the signal again, from a
+    # thread, a moment later: the main thread is by then back in code whose
+    # errors propagate (else this repeats).
+    if raised and unraisable.exc_value is raised[0]:
+      redeliver.append(True)
+      timer = threading.Timer(0.05, os.kill, (os.getpid(), fired[0]))
+      timer.daemon = True
+      timers.append(timer)
+      timer.start()
+      return
+    previous_unraisable_hook(unraisable)
 
   previous = {}
+  sys.unraisablehook = unraisable_hook
   try:
     interrupt = (
       (signal.SIGINT,)
@@ -149,5 +179,8 @@ def handle_termination(
       raise
     raise stopped from e
   finally:
+    for timer in timers:
+      timer.cancel()
+    sys.unraisablehook = previous_unraisable_hook
     for signum, old in previous.items():
       signal.signal(signum, old if old is not None else signal.SIG_DFL)
