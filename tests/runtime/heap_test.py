@@ -1,6 +1,7 @@
-"""heap: the fixed mmap threshold returns freed tensors' memory to the system,
-and the arena limit caps the threads' heaps, in this process (`mallopt`) and
-in the TFF workers we start (environment)."""
+"""heap: the compact profile's fixed mmap threshold returns freed tensors'
+memory to the system (the throughput profile keeps glibc's dynamic one, which
+does not), and both profiles' arena limit caps the threads' heaps, in this
+process (`mallopt`) and in the TFF workers we start (environment)."""
 
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 from tff_hetero import runtime
 from tff_hetero.runtime import heap
@@ -19,15 +21,16 @@ REPO = os.path.dirname(
 # After glibc frees a mapped 8 MiB block it raises its mmap threshold to 8 MiB,
 # so 200 blocks of 1 MiB come from the heap; 64 KiB blocks kept between them
 # pin the freed space there: about 200 MiB stay resident. With the threshold
-# fixed at 128 KiB each 1 MiB block is its own mapping, unmapped when freed.
+# fixed at 128 KiB (the compact profile) each 1 MiB block is its own mapping,
+# unmapped when freed.
 _FRAGMENT = textwrap.dedent("""
     import ctypes, sys
     import psutil
     from tff_hetero.runtime import heap
     def rss_mib():
       return psutil.Process().memory_info().rss / 2**20
-    if sys.argv[1] == "configured":
-      assert heap.configure_process_heap()
+    if sys.argv[1] != "default":
+      assert heap.configure_process_heap(heap.get_profile(sys.argv[1]))
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
@@ -71,23 +74,48 @@ def _retained_mib(mode):
   return float(_run(_FRAGMENT, mode))
 
 
-def test_fixed_threshold_returns_freed_blocks():
+def test_only_the_compact_profile_returns_freed_blocks():
   assert _retained_mib("default") > 150
-  assert _retained_mib("configured") < 20
+  assert _retained_mib("throughput") > 150
+  assert _retained_mib("compact") < 20
 
 
-def test_worker_environment_sets_the_threshold_and_keeps_a_users_value():
-  assert heap.worker_environment({})[heap.ENVIRONMENT_VARIABLE] == "131072"
-  assert heap.worker_environment({})[heap.ARENA_ENVIRONMENT_VARIABLE] == "2"
+def test_worker_environment_carries_the_profile_and_keeps_a_users_value():
+  assert heap.worker_environment({}, heap.COMPACT) == {
+    "MALLOC_MMAP_THRESHOLD_": "131072",
+    "MALLOC_ARENA_MAX": "2",
+  }
+  assert heap.worker_environment({}, heap.THROUGHPUT) == {
+    "MALLOC_ARENA_MAX": "2"
+  }
   mine = {
     heap.ENVIRONMENT_VARIABLE: "65536",
     heap.ARENA_ENVIRONMENT_VARIABLE: "4",
     "PATH": "/bin",
   }
-  assert heap.worker_environment(mine) == mine
+  assert heap.worker_environment(mine, heap.COMPACT) == mine
 
 
-def test_workers_start_with_the_threshold(tmp_path):
+def test_a_fixed_threshold_stays_the_process_profile():
+  script = textwrap.dedent("""
+      from tff_hetero.runtime import heap
+      names = [heap.process_profile().name]
+      for profile in (heap.THROUGHPUT, heap.COMPACT, heap.THROUGHPUT):
+        heap.configure_process_heap(profile)
+        names.append(heap.process_profile().name)
+      print(",".join(names))
+  """)
+  assert _run(script, "-").strip() == "throughput,throughput,compact,compact"
+
+
+def test_unknown_profile_names_the_choices():
+  with pytest.raises(
+    ValueError, match="'fast'; choose from throughput, compact"
+  ):
+    heap.get_profile("fast")
+
+
+def test_workers_start_with_the_process_profile(tmp_path):
   worker = runtime.WorkerProcess(log_path=str(tmp_path / "w.log"))
   try:
     # Read the environment once the binary answers: right after fork, before
@@ -96,7 +124,9 @@ def test_workers_start_with_the_threshold(tmp_path):
     env = psutil.Process(worker.pid).environ()
   finally:
     worker.stop()
-  assert env["MALLOC_MMAP_THRESHOLD_"] == "131072"
+  # This process may have run FedGKT (compact) in an earlier test.
+  compact = heap.process_profile() == heap.COMPACT
+  assert env.get("MALLOC_MMAP_THRESHOLD_") == ("131072" if compact else None)
   assert env["MALLOC_ARENA_MAX"] == "2"
 
 

@@ -64,6 +64,7 @@ from tff_hetero.program.evaluation import CentralEvaluator
 from tff_hetero.program.evaluation import TaskMetric
 from tff_hetero.program.progress import ProgressBar
 from tff_hetero.program.sampling import CohortSampler
+from tff_hetero.runtime import heap
 
 MIB = outputs.MIB
 
@@ -436,6 +437,10 @@ def run_experiment(
   sampler = CohortSampler(config.seed)
   client_template = algorithm.initial_client_state()
 
+  # Before the workers start: they inherit the driver's heap profile.
+  heap.configure_process_heap(
+    heap.get_profile(ALGORITHMS[config.algorithm].heap_profile)
+  )
   tls = config.tls()
   with runtime.execution_context(
     config.executor,

@@ -1,38 +1,49 @@
-"""A fixed glibc mmap threshold and arena limit for the driver and its TFF
-workers.
+"""glibc heap settings for the driver and its TFF workers: two profiles.
 
-glibc's malloc serves an allocation of at least M_MMAP_THRESHOLD bytes (128
-KiB at start) with its own mapping and unmaps it when it is freed. After the
-first such free it raises the threshold to the freed block's size (up to 32
-MiB on 64-bit), so later tensors of that size come from the heap instead. A
-round that allocates and frees many tensors of a few MiB among long-lived
-small objects (FedGKT: each client's features and logits, the server's
-batches) then leaves the freed space scattered through the heap, where it
-cannot be returned to the system, and resident memory creeps up round after
-round. Setting the threshold explicitly turns the adjustment off: every
-tensor of 128 KiB or more is mapped and unmapped on its own.
-
-Measured with `python tools/bench.py --suite=gkt` (driver + worker resident
-memory from round 10 to 50 of FedGKT, sync / async): 21.8 % / 30.0 % at
-800df27, before this module, and 14.9 % / 18.1 % at f4c86e7, with it.
-
-glibc also gives each new thread an arena of its own, up to 8 per core;
+glibc gives each new thread an arena (heap) of its own, up to 8 per core;
 TensorFlow's and gRPC's thread pools then spread a round's allocations over
-many heaps, each keeping its own freed space. Limiting the arenas to
-`ARENA_MAX` (2) keeps that space where the next round reuses it. Measured
-with `python tools/gkt_memory.py 50 async` (FedGKT, driver / worker resident
-memory, rounds 10 -> 45, on a machine busy with other runs, commit 14c0f69):
-851 -> 1,042 / 505 -> 596 MiB by default, 802 -> 818 / 445 -> 499 MiB with
-`MALLOC_ARENA_MAX=2` in the environment of both.
+many heaps, each keeping its own freed space. Both profiles limit the arenas
+to `ARENA_MAX` (2), which keeps that space where the next round reuses it.
+Measured with `python tools/gkt_memory.py 50 async` (FedGKT, driver / worker
+resident memory, rounds 10 -> 45, on a machine busy with other runs, commit
+14c0f69): 851 -> 1,042 / 505 -> 596 MiB by default, 802 -> 818 / 445 -> 499
+MiB with `MALLOC_ARENA_MAX=2` in the environment of both.
 
-`configure_process_heap` sets both in the running process (`mallopt`),
-except a setting the environment already gives (`MALLOC_MMAP_THRESHOLD_`,
-`MALLOC_ARENA_MAX`, read by glibc at start-up: the user's setting wins).
-Arenas created before the limit is set are kept, so the command-line entry
-points call it before importing TensorFlow, whose thread pools allocate;
-the execution contexts call it again for library users. `worker_environment`
-carries both to a child through the same variables. Both do nothing where
-the C library is not glibc.
+They differ in glibc's mmap threshold:
+
+* `THROUGHPUT` (the default) keeps glibc's dynamic threshold. glibc serves
+  an allocation of at least the threshold (128 KiB at start) with its own
+  mapping; after the first such block is freed it raises the threshold to
+  that block's size (up to 32 MiB), so a training step's activations and
+  gradients of a few MiB come from the heap and are reused step after step.
+* `COMPACT` fixes the threshold at 128 KiB (`MMAP_THRESHOLD_BYTES`), which
+  turns the adjustment off: every tensor of 128 KiB or more is mapped on its
+  own and unmapped when freed. A round that allocates and frees many
+  tensors of a few MiB among long-lived small objects (FedGKT: each
+  client's features and logits, the server's batches) then cannot leave
+  freed space scattered through the heap, where it stays resident. Measured
+  with `python tools/bench.py --suite=gkt` (driver + worker resident memory
+  from round 10 to 50 of FedGKT, sync / async): 21.8 % / 30.0 % at 800df27,
+  before the fixed threshold, and 14.9 % / 18.1 % at f4c86e7, with it.
+  The price is a page fault for every page of every such tensor, at every
+  step: `python tools/heap_bench.py` (mnist_cnn_feddst, batch 50;
+  docs/performance.md) measures it.
+
+An algorithm that needs the compact heap says so in its registry entry
+(`AlgorithmEntry.heap_profile`); the program configures it before its
+workers start.
+
+`configure_process_heap(profile)` sets the profile in the running process
+(`mallopt`), except a setting the environment already gives
+(`MALLOC_MMAP_THRESHOLD_`, `MALLOC_ARENA_MAX`, read by glibc at start-up:
+the user's setting wins). Arenas created before the limit is set are kept,
+so the command-line entry points call it before importing TensorFlow, whose
+thread pools allocate; the execution contexts call it again for library
+users. A threshold once fixed stays fixed for the life of the process
+(glibc cannot turn the adjustment back on), so the process's profile is the
+most compact one configured so far (`process_profile`).
+`worker_environment` carries the process's profile to a child through the
+same variables. Both do nothing where the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+from typing import NamedTuple
 from typing import Optional
 
 MMAP_THRESHOLD_BYTES = 128 * 1024
@@ -52,6 +64,47 @@ ARENA_MAX = 2
 # glibc's malloc.h: #define M_ARENA_MAX -8
 _M_ARENA_MAX = -8
 ARENA_ENVIRONMENT_VARIABLE = "MALLOC_ARENA_MAX"
+
+
+class HeapProfile(NamedTuple):
+  """glibc settings of one profile (module docstring)."""
+
+  name: str
+  # None: glibc's dynamic threshold.
+  mmap_threshold_bytes: Optional[int]
+  arena_max: int
+
+
+THROUGHPUT = HeapProfile("throughput", None, ARENA_MAX)
+COMPACT = HeapProfile("compact", MMAP_THRESHOLD_BYTES, ARENA_MAX)
+PROFILES: Mapping[str, HeapProfile] = {p.name: p for p in (THROUGHPUT, COMPACT)}
+
+# The profile this process runs with, once configured.
+_process_profile: Optional[HeapProfile] = None
+
+
+def get_profile(name: str) -> HeapProfile:
+  """The profile called `name`; ValueError naming the choices otherwise."""
+  try:
+    return PROFILES[name]
+  except KeyError:
+    raise ValueError(
+      f"unknown heap profile {name!r}; choose from {', '.join(PROFILES)}"
+    ) from None
+
+
+def environment_of(profile: HeapProfile) -> dict[str, str]:
+  """The glibc environment variables that give a new process `profile`."""
+  env = {ARENA_ENVIRONMENT_VARIABLE: str(profile.arena_max)}
+  if profile.mmap_threshold_bytes is not None:
+    env[ENVIRONMENT_VARIABLE] = str(profile.mmap_threshold_bytes)
+  return env
+
+
+def process_profile() -> HeapProfile:
+  """The profile this process runs with: the most compact one configured so
+  far (`THROUGHPUT` before any)."""
+  return _process_profile or THROUGHPUT
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,17 +123,22 @@ def _glibc() -> Optional[ctypes.CDLL]:
   )
 
 
-def configure_process_heap() -> bool:
-  """Fixes this process's mmap threshold and arena limit (module docstring);
-  whether it could (glibc only)."""
+def configure_process_heap(profile: HeapProfile = THROUGHPUT) -> bool:
+  """Gives this process `profile` (module docstring); whether it could
+  (glibc only). A threshold fixed before stays fixed."""
+  global _process_profile
+  if _process_profile is None or _process_profile.mmap_threshold_bytes is None:
+    _process_profile = profile
   libc = _glibc()
   if libc is None:
     return False
   done = True
-  for variable, parameter, value in (
-    (ENVIRONMENT_VARIABLE, _M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
-    (ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, ARENA_MAX),
-  ):
+  settings = [(ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, profile.arena_max)]
+  if profile.mmap_threshold_bytes is not None:
+    settings.append(
+      (ENVIRONMENT_VARIABLE, _M_MMAP_THRESHOLD, profile.mmap_threshold_bytes)
+    )
+  for variable, parameter, value in settings:
     if variable not in os.environ:
       done = bool(libc.mallopt(parameter, value)) and done
   return done
@@ -88,13 +146,14 @@ def configure_process_heap() -> bool:
 
 def worker_environment(
   base: Optional[Mapping[str, str]] = None,
+  profile: Optional[HeapProfile] = None,
 ) -> dict[str, str]:
-  """`base` (default `os.environ`) with the threshold and the arena limit
-  set for a child.
+  """`base` (default `os.environ`) with `profile`'s settings (default: this
+  process's, `process_profile()`) set for a child.
 
   A value already in `base` is kept: the user's setting wins.
   """
   env = dict(os.environ if base is None else base)
-  env.setdefault(ENVIRONMENT_VARIABLE, str(MMAP_THRESHOLD_BYTES))
-  env.setdefault(ARENA_ENVIRONMENT_VARIABLE, str(ARENA_MAX))
+  for variable, value in environment_of(profile or process_profile()).items():
+    env.setdefault(variable, value)
   return env
