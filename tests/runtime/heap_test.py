@@ -29,8 +29,9 @@ _FRAGMENT = textwrap.dedent("""
     from tff_hetero.runtime import heap
     def rss_mib():
       return psutil.Process().memory_info().rss / 2**20
-    if sys.argv[1] != "default":
-      assert heap.configure_process_heap(heap.get_profile(sys.argv[1]))
+    profile, _, then = sys.argv[1].partition("+")
+    if profile != "default":
+      assert heap.configure_process_heap(heap.get_profile(profile))
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
@@ -46,6 +47,8 @@ _FRAGMENT = textwrap.dedent("""
       small.append(libc.malloc(64 << 10))
     for block in big:
       libc.free(block)
+    if then == "release":
+      assert heap.release_free_memory()
     print(rss_mib() - before)
 """)
 
@@ -78,6 +81,11 @@ def test_only_the_compact_profile_returns_freed_blocks():
   assert _retained_mib("default") > 150
   assert _retained_mib("throughput") > 150
   assert _retained_mib("compact") < 20
+
+
+def test_releasing_free_memory_returns_the_throughput_heaps_blocks():
+  # What the program does after every round.
+  assert _retained_mib("throughput+release") < 20
 
 
 def test_worker_environment_carries_the_profile_and_keeps_a_users_value():

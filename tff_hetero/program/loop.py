@@ -555,6 +555,8 @@ def run_experiment(
         progress.update(
           round_num, row.get("accuracy"), cumulative.bytes_up / MIB
         )
+        # Freed tensors' pages back to the system (runtime/heap.py).
+        heap.release_free_memory()
         if on_round is not None:
           on_round(round_num, row)
         if (

@@ -157,3 +157,20 @@ def worker_environment(
   for variable, value in environment_of(profile or process_profile()).items():
     env.setdefault(variable, value)
   return env
+
+
+def release_free_memory() -> bool:
+  """Hands the free pages inside this process's heaps back to the system
+  (glibc's `malloc_trim(0)`; about 2 ms in a driver with TensorFlow loaded);
+  whether it could (glibc only).
+
+  On the throughput heap, freed blocks of a few MiB stay in the heap between
+  live ones, resident; the program calls this after every round, so the
+  driver's resident memory stays flat. (The TFF workers are a C++ binary
+  that cannot be asked to.)
+  """
+  libc = _glibc()
+  if libc is None or not hasattr(libc, "malloc_trim"):
+    return False
+  libc.malloc_trim(0)
+  return True
