@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,6 +56,7 @@ SETTINGS = collections.OrderedDict(
 _CHILD = textwrap.dedent("""
     import json, os, resource, sys, time
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.path.insert(0, os.getcwd())
     import tensorflow as tf
     from tff_hetero.models import registry
     model_name, batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -87,7 +89,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _child(setting: str) -> dict:
+def _child(setting: str, script: str) -> dict:
   env = {
     k: v
     for k, v in os.environ.items()
@@ -97,8 +99,7 @@ def _child(setting: str) -> dict:
   out = subprocess.run(
     [
       sys.executable,
-      "-c",
-      _CHILD,
+      script,
       _MODEL.value,
       str(_BATCH.value),
       str(_STEPS.value),
@@ -119,9 +120,14 @@ def _child(setting: str) -> dict:
 def main(argv):
   del argv
   runs = collections.defaultdict(list)
-  for _ in range(_REPEATS.value):
-    for setting in SETTINGS:
-      runs[setting].append(_child(setting))
+  # A file, not `python -c`: AutoGraph reads the loop's source.
+  with tempfile.TemporaryDirectory() as tmp:
+    script = os.path.join(tmp, "heap_step.py")
+    with open(script, "w") as f:
+      f.write(_CHILD)
+    for _ in range(_REPEATS.value):
+      for setting in SETTINGS:
+        runs[setting].append(_child(setting, script))
   results = collections.OrderedDict(
     model=_MODEL.value, batch=_BATCH.value, steps=_STEPS.value
   )
