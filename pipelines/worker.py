@@ -101,6 +101,13 @@ _MAX_CONCURRENT = flags.DEFINE_integer(
 _READY_TIMEOUT = flags.DEFINE_float(
   "ready_timeout_s", 60.0, "Seconds to wait for the worker to answer."
 )
+_HEAP_PROFILE = flags.DEFINE_string(
+  "heap_profile",
+  "throughput",
+  "glibc heap of the worker binary (tff_hetero/runtime/heap.py): throughput"
+  " (glibc's dynamic mmap threshold) or compact (fixed at 128 KiB; what the"
+  " program gives FedGKT's local workers, whose memory grows otherwise).",
+)
 _LOG_FILE = flags.DEFINE_string(
   "log_file", "", "File for the worker binary's own log (default: discarded)."
 )
@@ -253,6 +260,13 @@ def main(argv: list[str]) -> None:
 
   from tff_hetero import runtime  # pylint: disable=g-import-not-at-top
   from tff_hetero.runtime import front as front_lib  # pylint: disable=g-import-not-at-top
+  from tff_hetero.runtime import heap  # pylint: disable=g-import-not-at-top
+
+  try:
+    # The worker binary started below inherits this process's profile.
+    heap.configure_process_heap(heap.get_profile(_HEAP_PROFILE.value))
+  except ValueError as e:
+    _cli.fail(f"--heap_profile: {e}")
 
   if not runtime.port_is_free(port):
     _cli.fail(f"port {port} is already in use; cannot start a TFF worker on it")

@@ -107,13 +107,20 @@ def test_worker_environment_carries_the_profile_and_keeps_a_users_value():
 def test_a_fixed_threshold_stays_the_process_profile():
   script = textwrap.dedent("""
       from tff_hetero.runtime import heap
-      names = [heap.process_profile().name]
+      def state(done="-"):
+        threshold = heap.worker_environment({}).get("MALLOC_MMAP_THRESHOLD_")
+        return f"{heap.process_profile().name}:{threshold}:{done}"
+      states = [state()]
       for profile in (heap.THROUGHPUT, heap.COMPACT, heap.THROUGHPUT):
-        heap.configure_process_heap(profile)
-        names.append(heap.process_profile().name)
-      print(",".join(names))
+        states.append(state(heap.configure_process_heap(profile)))
+      print(",".join(states))
   """)
-  assert _run(script, "-").strip() == "throughput,throughput,compact,compact"
+  # Workers started after a compact configuration get its threshold; a
+  # later throughput configuration cannot undo it and says so.
+  assert _run(script, "-").strip() == (
+    "throughput:None:-,throughput:None:True,compact:131072:True,"
+    "compact:131072:False"
+  )
 
 
 def test_unknown_profile_names_the_choices():
@@ -132,9 +139,11 @@ def test_workers_start_with_the_process_profile(tmp_path):
     env = psutil.Process(worker.pid).environ()
   finally:
     worker.stop()
-  # This process may have run FedGKT (compact) in an earlier test.
-  compact = heap.process_profile() == heap.COMPACT
-  assert env.get("MALLOC_MMAP_THRESHOLD_") == ("131072" if compact else None)
+  # Wiring: the binary gets `worker_environment()` (this process's profile:
+  # it may have run FedGKT, compact, in an earlier test; the values of each
+  # profile are checked above).
+  for variable in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX"):
+    assert env.get(variable) == heap.worker_environment().get(variable)
   assert env["MALLOC_ARENA_MAX"] == "2"
 
 

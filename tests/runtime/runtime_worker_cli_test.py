@@ -109,6 +109,11 @@ def test_busy_port_is_a_one_line_error_with_status_2():
       ["--port=9000", "--max_message_mb=10000"],
       "error: --max_message_mb must be in 1..2047, got 10000",
     ),
+    (
+      ["--port=9000", "--heap_profile=fast"],
+      "error: --heap_profile: unknown heap profile 'fast'; choose from"
+      " throughput, compact",
+    ),
   ],
 )
 def test_bad_flags(args, message):

@@ -61,8 +61,9 @@ class AlgorithmEntry:
   )
   # glibc heap profile of the run's processes (`tff_hetero.runtime.heap`):
   # "compact" for an algorithm whose rounds free multi-MiB tensors among
-  # long-lived objects (resident memory grows otherwise), "throughput" (no
-  # page fault per large tensor) for the rest.
+  # long-lived objects (resident memory grows otherwise), "throughput"
+  # (large tensors reused from the heap instead of mapped afresh, so far
+  # fewer page faults a step) for the rest.
   heap_profile: str = attrs.field(
     default=heap.THROUGHPUT.name,
     validator=attrs.validators.in_(tuple(heap.PROFILES)),

@@ -24,7 +24,9 @@ They differ in glibc's mmap threshold:
   freed space scattered through the heap, where it stays resident. Measured
   with `python tools/bench.py --suite=gkt` (driver + worker resident memory
   from round 10 to 50 of FedGKT, sync / async): 21.8 % / 30.0 % at 800df27,
-  before the fixed threshold, and 14.9 % / 18.1 % at f4c86e7, with it.
+  before the fixed threshold, and 14.9 % / 18.1 % at f4c86e7, with it
+  (fixed from start-up then; the program now fixes it when it sets up a
+  FedGKT run, after TensorFlow has started: not measured again).
   The price is a page fault for every page of every such tensor, at every
   step: `python tools/heap_bench.py` (mnist_cnn_feddst, batch 50;
   docs/performance.md) measures it.
@@ -43,7 +45,11 @@ users. A threshold once fixed stays fixed for the life of the process
 (glibc cannot turn the adjustment back on), so the process's profile is the
 most compact one configured so far (`process_profile`).
 `worker_environment` carries the process's profile to a child through the
-same variables. Both do nothing where the C library is not glibc.
+same variables: the program's local workers inherit the driver's, and a
+remote worker gets `python -m pipelines.worker --heap_profile=...`
+(default throughput). `configure_process_heap` does nothing where the C
+library is not glibc. A user's `MALLOC_*` variable wins over the profile
+but is not reflected in `process_profile()`.
 """
 
 from __future__ import annotations
@@ -124,15 +130,19 @@ def _glibc() -> Optional[ctypes.CDLL]:
 
 
 def configure_process_heap(profile: HeapProfile = THROUGHPUT) -> bool:
-  """Gives this process `profile` (module docstring); whether it could
-  (glibc only). A threshold fixed before stays fixed."""
+  """Gives this process `profile` (module docstring); whether it did
+  (glibc only). A threshold fixed before stays fixed: `THROUGHPUT` after
+  `COMPACT` only limits the arenas and returns False."""
   global _process_profile
-  if _process_profile is None or _process_profile.mmap_threshold_bytes is None:
-    _process_profile = profile
   libc = _glibc()
   if libc is None:
     return False
-  done = True
+  fixed = _process_profile is not None and (
+    _process_profile.mmap_threshold_bytes is not None
+  )
+  if not fixed:
+    _process_profile = profile
+  done = profile.mmap_threshold_bytes is not None or not fixed
   settings = [(ARENA_ENVIRONMENT_VARIABLE, _M_ARENA_MAX, profile.arena_max)]
   if profile.mmap_threshold_bytes is not None:
     settings.append(
