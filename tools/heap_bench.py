@@ -90,11 +90,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _child(setting: str, script: str) -> dict:
-  env = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
-  }
+  env = heap.without_malloc_settings(os.environ)
   env.update(SETTINGS[setting])
   out = subprocess.run(
     [

@@ -56,11 +56,7 @@ _FRAGMENT = textwrap.dedent("""
 def _run(script, mode, **extra_env):
   """`script` in a fresh interpreter whose environment sets no malloc
   tunable but `extra_env` (a user's setting wins over the configured one)."""
-  env = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
-  }
+  env = heap.without_malloc_settings(os.environ)
   env.update(extra_env)
   return subprocess.run(
     [sys.executable, "-c", script, mode],
@@ -121,6 +117,20 @@ def test_a_fixed_threshold_stays_the_process_profile():
     "throughput:None:-,throughput:None:True,compact:131072:True,"
     "compact:131072:False"
   )
+
+
+def test_without_malloc_settings_drops_only_glibcs_tunables():
+  env = {
+    "MALLOC_ARENA_MAX": "8",
+    "MALLOC_MMAP_THRESHOLD_": "1",
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1",
+    "PATH": "/bin",
+    "MY_MALLOC_": "x",
+  }
+  assert heap.without_malloc_settings(env) == {
+    "PATH": "/bin",
+    "MY_MALLOC_": "x",
+  }
 
 
 def test_unknown_profile_names_the_choices():

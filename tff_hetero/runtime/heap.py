@@ -154,6 +154,16 @@ def configure_process_heap(profile: HeapProfile = THROUGHPUT) -> bool:
   return done
 
 
+def without_malloc_settings(base: Mapping[str, str]) -> dict[str, str]:
+  """`base` without glibc's malloc tunables (`MALLOC_*`, `GLIBC_TUNABLES`):
+  the environment of a child whose heap is to be chosen afresh."""
+  return {
+    k: v
+    for k, v in base.items()
+    if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
+  }
+
+
 def worker_environment(
   base: Optional[Mapping[str, str]] = None,
   profile: Optional[HeapProfile] = None,
