@@ -85,3 +85,24 @@ out="$("${UV[@]}" "${sync[@]}" 2>&1)" || {
 }
 
 [[ -x .venv/bin/python ]] || die "uv sync succeeded but $REPO_ROOT/.venv/bin/python is missing"
+
+# The project is installed editable, and uv hard-links installed files from its cache:
+# a second clone bootstrapped on the same machine can rewrite the first venv's editable
+# finder (same inode), so that its tff_hetero is the other clone's (seen 2026-11-28).
+# Re-install the project alone with copied files when the venv points elsewhere or its
+# editable files are still shared with the cache.
+installed_root() {
+  (cd / && "$REPO_ROOT/.venv/bin/python" -c \
+    'import os, tff_hetero; print(os.path.dirname(os.path.dirname(os.path.realpath(tff_hetero.__file__))))')
+}
+shared_editable_files() {
+  find .venv/lib/python3*/site-packages -maxdepth 1 -name '__editable__*tff_hetero*' -links +1 | wc -l
+}
+if [[ "$(installed_root)" != "$(realpath "$REPO_ROOT")" || "$(shared_editable_files)" != 0 ]]; then
+  out="$(UV_LINK_MODE=copy "${UV[@]}" "${sync[@]}" --reinstall-package tff-hetero 2>&1)" || {
+    echo "$out" >&2
+    die "re-installing tff-hetero into $REPO_ROOT/.venv failed"
+  }
+  [[ "$(installed_root)" == "$(realpath "$REPO_ROOT")" ]] ||
+    die "$REPO_ROOT/.venv imports tff_hetero from $(installed_root), not from $REPO_ROOT"
+fi
