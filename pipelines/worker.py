@@ -104,9 +104,10 @@ _READY_TIMEOUT = flags.DEFINE_float(
 _HEAP_PROFILE = flags.DEFINE_string(
   "heap_profile",
   "throughput",
-  "glibc heap of the worker binary (tff_hetero/runtime/heap.py): throughput"
-  " (glibc's dynamic mmap threshold) or compact (fixed at 128 KiB; what the"
-  " program gives FedGKT's local workers, whose memory grows otherwise).",
+  "Heap of the worker binary (tff_hetero/runtime/heap.py): throughput"
+  " (glibc's dynamic mmap threshold, tensors from TensorFlow's BFC pools) or"
+  " compact (glibc's threshold fixed at 128 KiB: freed tensors unmapped at"
+  " once, a page fault for each of their pages at every step).",
 )
 _LOG_FILE = flags.DEFINE_string(
   "log_file", "", "File for the worker binary's own log (default: discarded)."

@@ -1,11 +1,13 @@
-r"""What glibc's heap settings cost a training step.
+r"""What the heap settings of a worker cost a training step.
 
   python tools/heap_bench.py [--model=mnist_cnn_feddst] [--batch=50]
       [--steps=40] [--repeats=3]
 
 Each setting of `SETTINGS` runs in a fresh interpreter whose environment
-sets glibc's tunables (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_ARENA_MAX`: read at
-start-up, as in the TFF workers the runtime starts) and nothing else of
+is a worker's under that setting (`heap.environment_of`: glibc's tunables
+`MALLOC_MMAP_THRESHOLD_` and `MALLOC_ARENA_MAX`, read at start-up, and
+TensorFlow's `TF_CPU_ALLOCATOR_USE_BFC`, read when it creates its CPU
+device, as in the TFF workers the runtime starts) and nothing else of
 malloc's. The child builds `--model` (a registered model, MNIST-shaped
 input, 10 classes, seed 0), runs one compiled `tf.function` of `--steps`
 plain SGD steps on one random batch of `--batch` once to trace it, then
@@ -17,7 +19,9 @@ median minor page faults per step, then one JSON object with them.
 Why: a fixed mmap threshold of 128 KiB (`heap.py`'s compact profile) maps
 every tensor of 128 KiB or more on its own and unmaps it when freed, so a
 step touches fresh pages for each activation and gradient, and each page
-costs the kernel a fault.
+costs the kernel a fault. glibc's dynamic threshold (the throughput
+profile) reuses most of them from its heap; TensorFlow's BFC pools, which
+the throughput profile gives the workers, reuse all of them.
 """
 
 from __future__ import annotations
@@ -45,11 +49,15 @@ _BATCH = flags.DEFINE_integer("batch", 50, "Examples per batch.")
 _STEPS = flags.DEFINE_integer("steps", 40, "Timed SGD steps per run.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Runs of each setting.")
 
-# Setting name -> the malloc environment of the child (heap.py's profiles,
-# and glibc as it comes).
+# Setting name -> the allocator environment of the child: glibc and
+# TensorFlow as they come, heap.py's profiles (a worker's environment), and
+# the throughput profile without TensorFlow's pools.
 SETTINGS = collections.OrderedDict(
   glibc_default={},
   throughput=heap.environment_of(heap.THROUGHPUT),
+  throughput_without_tf_pools=heap.environment_of(
+    heap.THROUGHPUT._replace(worker_tf_bfc=False)
+  ),
   compact=heap.environment_of(heap.COMPACT),
 )
 

@@ -1,7 +1,8 @@
 """heap: the compact profile's fixed mmap threshold returns freed tensors'
 memory to the system (the throughput profile keeps glibc's dynamic one, which
-does not), and both profiles' arena limit caps the threads' heaps, in this
-process (`mallopt`) and in the TFF workers we start (environment)."""
+does not), both profiles' arena limit caps the threads' heaps, in this
+process (`mallopt`) and in the TFF workers we start (environment), and the
+throughput profile's workers take their tensors from TensorFlow's pools."""
 
 import os
 import subprocess
@@ -90,14 +91,17 @@ def test_worker_environment_carries_the_profile_and_keeps_a_users_value():
     "MALLOC_ARENA_MAX": "2",
   }
   assert heap.worker_environment({}, heap.THROUGHPUT) == {
-    "MALLOC_ARENA_MAX": "2"
+    "MALLOC_ARENA_MAX": "2",
+    "TF_CPU_ALLOCATOR_USE_BFC": "true",
   }
   mine = {
     heap.ENVIRONMENT_VARIABLE: "65536",
     heap.ARENA_ENVIRONMENT_VARIABLE: "4",
+    "TF_CPU_ALLOCATOR_USE_BFC": "false",
     "PATH": "/bin",
   }
   assert heap.worker_environment(mine, heap.COMPACT) == mine
+  assert heap.worker_environment(mine, heap.THROUGHPUT) == mine
 
 
 def test_a_fixed_threshold_stays_the_process_profile():
@@ -124,6 +128,7 @@ def test_without_malloc_settings_drops_only_glibcs_tunables():
     "MALLOC_ARENA_MAX": "8",
     "MALLOC_MMAP_THRESHOLD_": "1",
     "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1",
+    "TF_CPU_ALLOCATOR_USE_BFC": "true",
     "PATH": "/bin",
     "MY_MALLOC_": "x",
   }
@@ -152,7 +157,11 @@ def test_workers_start_with_the_process_profile(tmp_path):
   # Wiring: the binary gets `worker_environment()` (this process's profile:
   # it may have run FedGKT, compact, in an earlier test; the values of each
   # profile are checked above).
-  for variable in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX"):
+  for variable in (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_ARENA_MAX",
+    "TF_CPU_ALLOCATOR_USE_BFC",
+  ):
     assert env.get(variable) == heap.worker_environment().get(variable)
   assert env["MALLOC_ARENA_MAX"] == "2"
 
@@ -208,3 +217,32 @@ def test_importing_heap_does_not_import_tensorflow():
       print("tensorflow" in sys.modules)
   """)
   assert _run(script, "-").strip() == "False"
+
+
+# A step that allocates and frees a 48 MiB tensor: above glibc's largest
+# dynamic mmap threshold (32 MiB), so glibc maps it afresh at every step and
+# each of its 12,288 pages faults; from TensorFlow's pools it is the same
+# block each time, already resident.
+_BIG_TENSOR_STEPS = textwrap.dedent("""
+    import os, resource
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    @tf.function(autograph=False)  # `python -c`: no source to convert
+    def steps(x):
+      return tf.while_loop(
+          lambda i, total: i < 10,
+          lambda i, total: (i + 1, total + tf.reduce_sum(tf.fill([12 << 20], x))),
+          (tf.constant(0), tf.constant(0.0)))[1]
+    steps(tf.constant(1.0)).numpy()  # traced, pools grown
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    steps(tf.constant(2.0)).numpy()
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+""")
+
+
+def test_a_throughput_workers_tensors_come_from_tensorflows_pools():
+  # The environment a worker gets; TensorFlow must still read the variable.
+  env = heap.environment_of(heap.THROUGHPUT)
+  assert float(_run(_BIG_TENSOR_STEPS, "-", **env)) < 100
+  without = heap.environment_of(heap.THROUGHPUT._replace(worker_tf_bfc=False))
+  assert float(_run(_BIG_TENSOR_STEPS, "-", **without)) > 10_000

@@ -36,7 +36,6 @@ from tff_hetero.algorithms.sparse import prunefl
 from tff_hetero.algorithms.sparse.settings import DynamicSparseSettings
 from tff_hetero.algorithms.sparse.settings import SparseSettings
 from tff_hetero.algorithms.spatl import spatl
-from tff_hetero.runtime import heap
 from tff_hetero.settings import AlgorithmSettings
 
 
@@ -59,15 +58,6 @@ class AlgorithmEntry:
   defaults: Mapping[str, Any] = attrs.field(
     factory=dict, converter=lambda d: types.MappingProxyType(dict(d))
   )
-  # glibc heap profile of the run's processes (`tff_hetero.runtime.heap`):
-  # "compact" for an algorithm whose rounds free multi-MiB tensors among
-  # long-lived objects (resident memory grows otherwise), "throughput"
-  # (large tensors reused from the heap instead of mapped afresh, so far
-  # fewer page faults a step) for the rest.
-  heap_profile: str = attrs.field(
-    default=heap.THROUGHPUT.name,
-    validator=attrs.validators.in_(tuple(heap.PROFILES)),
-  )
 
 
 ALGORITHMS: "collections.OrderedDict[str, AlgorithmEntry]" = (
@@ -84,7 +74,6 @@ def register(
   aggregators: tuple[str, ...] = ("mean",),
   client_momentum: bool = True,
   defaults: Mapping[str, Any] = (),
-  heap_profile: str = heap.THROUGHPUT.name,
 ) -> None:
   if name in ALGORITHMS:
     raise ValueError(f"algorithm {name!r} is already registered")
@@ -104,7 +93,6 @@ def register(
     tuple(aggregators),
     bool(client_momentum),
     dict(defaults),
-    heap_profile,
   )
 
 
@@ -206,9 +194,6 @@ register(
   fedgkt.build_fedgkt,
   "He et al. 2020 (FedGKT)",
   settings=fedgkt.FedGKTSettings,
-  # Each round's features and logits are multi-MiB tensors freed among the
-  # client states: resident memory grew on the throughput heap (heap.py).
-  heap_profile=heap.COMPACT.name,
 )
 register(
   "split_learning",

@@ -437,10 +437,6 @@ def run_experiment(
   sampler = CohortSampler(config.seed)
   client_template = algorithm.initial_client_state()
 
-  # Before the workers start: they inherit the driver's heap profile.
-  heap.configure_process_heap(
-    heap.get_profile(ALGORITHMS[config.algorithm].heap_profile)
-  )
   tls = config.tls()
   with runtime.execution_context(
     config.executor,

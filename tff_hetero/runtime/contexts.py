@@ -666,9 +666,9 @@ def execution_context(
   'auto' is 'remote' when workers are given, else 'local'. Extra keyword
   arguments go to `local_execution` / `remote_execution`
   (e.g. `default_num_clients`). Limits this process's glibc arenas
-  (`heap.py`; a heap profile configured before, such as the program's
-  compact one for FedGKT, is kept) so that resident memory stays flat over
-  long runs; the workers started get the process's heap profile.
+  (`heap.py`; a compact profile configured before is kept) so that
+  resident memory stays flat over long runs; the workers started get the
+  process's heap profile.
   """
   try:
     factory = _REGISTRY[executor]

@@ -1,4 +1,4 @@
-"""glibc heap settings for the driver and its TFF workers: two profiles.
+"""Heap settings for the driver and its TFF workers: two profiles.
 
 glibc gives each new thread an arena (heap) of its own, up to 8 per core;
 TensorFlow's and gRPC's thread pools then spread a round's allocations over
@@ -9,31 +9,42 @@ resident memory, rounds 10 -> 45, on a machine busy with other runs, commit
 14c0f69): 851 -> 1,042 / 505 -> 596 MiB by default, 802 -> 818 / 445 -> 499
 MiB with `MALLOC_ARENA_MAX=2` in the environment of both.
 
-They differ in glibc's mmap threshold:
+They differ in glibc's mmap threshold and in the workers' tensors:
 
-* `THROUGHPUT` (the default) keeps glibc's dynamic threshold. glibc serves
-  an allocation of at least the threshold (128 KiB at start) with its own
-  mapping; after the first such block is freed it raises the threshold to
-  that block's size (up to 32 MiB), so a training step's activations and
-  gradients of a few MiB come from the heap and are reused step after step.
+* `THROUGHPUT` (the default, every algorithm's) keeps glibc's dynamic
+  threshold. glibc serves an allocation of at least the threshold (128 KiB
+  at start) with its own mapping; after the first such block is freed it
+  raises the threshold to that block's size (up to 32 MiB), so a training
+  step's activations and gradients of a few MiB come from the heap and are
+  reused step after step. Blocks freed between live ones stay resident
+  there; the program hands the driver's back after every round
+  (`release_free_memory`). The workers, which cannot be asked to, get
+  TensorFlow's own CPU allocator in its best-fit-with-coalescing form
+  instead (`TF_CPU_ALLOCATOR_USE_BFC`, read by TensorFlow when it creates
+  its CPU device): their tensors come from pools that grow to the largest
+  working set a computation has needed and are reused from then on, so a
+  step neither faults in fresh pages nor scatters freed blocks through
+  glibc's heap, which keeps what is not a tensor (gRPC's and the protocol
+  buffers' memory, small objects). The pools are never handed back: a
+  worker's resident memory is the peak of its tensors, reached in the
+  first rounds. The driver keeps glibc's allocator: its evaluations' peaks
+  would otherwise stay resident in pools.
 * `COMPACT` fixes the threshold at 128 KiB (`MMAP_THRESHOLD_BYTES`), which
-  turns the adjustment off: every tensor of 128 KiB or more is mapped on its
-  own and unmapped when freed. A round that allocates and frees many
-  tensors of a few MiB among long-lived small objects (FedGKT: each
-  client's features and logits, the server's batches) then cannot leave
-  freed space scattered through the heap, where it stays resident. Measured
-  with `python tools/bench.py --suite=gkt` (driver + worker resident memory
-  from round 10 to 50 of FedGKT, sync / async): 21.8 % / 30.0 % at 800df27,
-  before the fixed threshold, and 14.9 % / 18.1 % at f4c86e7, with it
-  (fixed from start-up then; the program now fixes it when it sets up a
-  FedGKT run, after TensorFlow has started: not measured again).
-  The price is a page fault for every page of every such tensor, at every
-  step: `python tools/heap_bench.py` (mnist_cnn_feddst, batch 50;
-  docs/performance.md) measures it.
+  turns the adjustment off, and leaves TensorFlow's allocator as it comes:
+  every tensor of 128 KiB or more is mapped on its own and unmapped when
+  freed, so freed space is never left in the heap, and every page of every
+  such tensor faults at every step. Until 2026-11-28 FedGKT ran on it (its
+  rounds free multi-MiB features and logits among long-lived client
+  states).
 
-An algorithm that needs the compact heap says so in its registry entry
-(`AlgorithmEntry.heap_profile`); the program configures it before its
-workers start.
+Measured (docs/performance.md, 2026-11-28, beside other runs; driver +
+worker resident memory): `python tools/heap_bench.py` (mnist_cnn_feddst,
+batch 50, a worker's environment) 0 minor faults a step on the throughput
+profile, 525 without the pools, about 13,000 on the compact one; `python
+tools/gkt_memory.py 50 sync` (FedGKT, rounds 10 to 50) +15.1 % on the
+throughput heap without the pools, +3.0 % with them; `python tools/bench.py
+--suite=rss --rss_rounds=500 --rss_algorithms=adaptivefl` +7.29 % without
+the pools, +3.70 % with them.
 
 `configure_process_heap(profile)` sets the profile in the running process
 (`mallopt`), except a setting the environment already gives
@@ -44,12 +55,13 @@ thread pools allocate; the execution contexts call it again for library
 users. A threshold once fixed stays fixed for the life of the process
 (glibc cannot turn the adjustment back on), so the process's profile is the
 most compact one configured so far (`process_profile`).
-`worker_environment` carries the process's profile to a child through the
-same variables: the program's local workers inherit the driver's, and a
+`worker_environment` carries the process's profile to a child through
+`environment_of`'s variables: the program's local workers inherit the driver's, and a
 remote worker gets `python -m pipelines.worker --heap_profile=...`
-(default throughput). `configure_process_heap` does nothing where the C
-library is not glibc. A user's `MALLOC_*` variable wins over the profile
-but is not reflected in `process_profile()`.
+(default throughput; `--heap_profile=compact` for the old setting).
+`configure_process_heap` does nothing where the C library is not glibc.
+A user's `MALLOC_*` or `TF_CPU_ALLOCATOR_USE_BFC` variable wins over the
+profile but is not reflected in `process_profile()`.
 """
 
 from __future__ import annotations
@@ -70,6 +82,8 @@ ARENA_MAX = 2
 # glibc's malloc.h: #define M_ARENA_MAX -8
 _M_ARENA_MAX = -8
 ARENA_ENVIRONMENT_VARIABLE = "MALLOC_ARENA_MAX"
+# TensorFlow's process_state.cc reads it when it creates the CPU allocator.
+TF_BFC_ENVIRONMENT_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 
 
 class HeapProfile(NamedTuple):
@@ -79,9 +93,12 @@ class HeapProfile(NamedTuple):
   # None: glibc's dynamic threshold.
   mmap_threshold_bytes: Optional[int]
   arena_max: int
+  # TensorFlow's BFC pools for the tensors of a child (a worker), not of
+  # the driver (module docstring).
+  worker_tf_bfc: bool = False
 
 
-THROUGHPUT = HeapProfile("throughput", None, ARENA_MAX)
+THROUGHPUT = HeapProfile("throughput", None, ARENA_MAX, worker_tf_bfc=True)
 COMPACT = HeapProfile("compact", MMAP_THRESHOLD_BYTES, ARENA_MAX)
 PROFILES: Mapping[str, HeapProfile] = {p.name: p for p in (THROUGHPUT, COMPACT)}
 
@@ -100,10 +117,12 @@ def get_profile(name: str) -> HeapProfile:
 
 
 def environment_of(profile: HeapProfile) -> dict[str, str]:
-  """The glibc environment variables that give a new process `profile`."""
+  """The environment variables that give a new worker process `profile`."""
   env = {ARENA_ENVIRONMENT_VARIABLE: str(profile.arena_max)}
   if profile.mmap_threshold_bytes is not None:
     env[ENVIRONMENT_VARIABLE] = str(profile.mmap_threshold_bytes)
+  if profile.worker_tf_bfc:
+    env[TF_BFC_ENVIRONMENT_VARIABLE] = "true"
   return env
 
 
@@ -155,12 +174,14 @@ def configure_process_heap(profile: HeapProfile = THROUGHPUT) -> bool:
 
 
 def without_malloc_settings(base: Mapping[str, str]) -> dict[str, str]:
-  """`base` without glibc's malloc tunables (`MALLOC_*`, `GLIBC_TUNABLES`):
-  the environment of a child whose heap is to be chosen afresh."""
+  """`base` without glibc's malloc tunables (`MALLOC_*`, `GLIBC_TUNABLES`)
+  and TensorFlow's allocator choice (`TF_CPU_ALLOCATOR_USE_BFC`): the
+  environment of a child whose heap is to be chosen afresh."""
   return {
     k: v
     for k, v in base.items()
-    if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
+    if not k.startswith("MALLOC_")
+    and k not in ("GLIBC_TUNABLES", TF_BFC_ENVIRONMENT_VARIABLE)
   }
 
 
@@ -187,7 +208,8 @@ def release_free_memory() -> bool:
   On the throughput heap, freed blocks of a few MiB stay in the heap between
   live ones, resident; the program calls this after every round, so the
   driver's resident memory stays flat. (The TFF workers are a C++ binary
-  that cannot be asked to.)
+  that cannot be asked to; their tensors come from TensorFlow's pools
+  instead, module docstring.)
   """
   libc = _glibc()
   if libc is None or not hasattr(libc, "malloc_trim"):
