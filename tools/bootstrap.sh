@@ -4,7 +4,8 @@
 #
 #   tools/bootstrap.sh            # from anywhere; the venv is <repo>/.venv
 #
-# Needs python3 (3.11) on PATH; installs uv with pip if it is missing. Never downloads a
+# The project itself is installed editable with its own copies of the files (not links
+# into uv's cache; below). Needs python3 (3.11) on PATH; installs uv with pip if it is missing. Never downloads a
 # Python (UV_PYTHON_DOWNLOADS=never). Env: PYTHON=/path/to/python3.11 to choose the
 # interpreter.
 set -euo pipefail
@@ -90,19 +91,24 @@ out="$("${UV[@]}" "${sync[@]}" 2>&1)" || {
 # a second clone bootstrapped on the same machine can rewrite the first venv's editable
 # finder (same inode), so that its tff_hetero is the other clone's (seen 2026-11-28).
 # Re-install the project alone with copied files when the venv points elsewhere or its
-# editable files are still shared with the cache.
+# editable files are still shared with the cache; a clone bootstrapped before this check
+# existed is repaired by its own next bootstrap.
 installed_root() {
-  (cd / && "$REPO_ROOT/.venv/bin/python" -c \
-    'import os, tff_hetero; print(os.path.dirname(os.path.dirname(os.path.realpath(tff_hetero.__file__))))')
+  # -I: neither PYTHONPATH nor the current directory may stand in for the install.
+  "$REPO_ROOT/.venv/bin/python" -I -c \
+    'import os, tff_hetero; print(os.path.dirname(os.path.dirname(os.path.realpath(tff_hetero.__file__))))' \
+    2>/dev/null || true
 }
-shared_editable_files() {
-  find .venv/lib/python3*/site-packages -maxdepth 1 -name '__editable__*tff_hetero*' -links +1 | wc -l
+shares_editable_files() {
+  [[ -n "$(find .venv/lib/python3*/site-packages -maxdepth 1 -name '__editable__*tff_hetero*' -links +1 -print -quit)" ]]
 }
-if [[ "$(installed_root)" != "$(realpath "$REPO_ROOT")" || "$(shared_editable_files)" != 0 ]]; then
+if [[ "$(installed_root)" != "$(realpath "$REPO_ROOT")" ]] || shares_editable_files; then
   out="$(UV_LINK_MODE=copy "${UV[@]}" "${sync[@]}" --reinstall-package tff-hetero 2>&1)" || {
     echo "$out" >&2
     die "re-installing tff-hetero into $REPO_ROOT/.venv failed"
   }
   [[ "$(installed_root)" == "$(realpath "$REPO_ROOT")" ]] ||
-    die "$REPO_ROOT/.venv imports tff_hetero from $(installed_root), not from $REPO_ROOT"
+    die "$REPO_ROOT/.venv imports tff_hetero from '$(installed_root)', not from $REPO_ROOT"
+  ! shares_editable_files ||
+    die "$REPO_ROOT/.venv's editable install still shares its files with uv's cache"
 fi

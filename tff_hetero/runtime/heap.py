@@ -26,9 +26,10 @@ They differ in glibc's mmap threshold and in the workers' tensors:
   step neither faults in fresh pages nor scatters freed blocks through
   glibc's heap, which keeps what is not a tensor (gRPC's and the protocol
   buffers' memory, small objects). The pools are never handed back: a
-  worker's resident memory is the peak of its tensors, reached in the
-  first rounds. The driver keeps glibc's allocator: its evaluations' peaks
-  would otherwise stay resident in pools.
+  worker's tensors hold the largest peak they have reached, for the life of
+  the worker (a long-lived remote worker included). The driver keeps
+  glibc's allocator: its evaluations' peaks would otherwise stay resident
+  in pools.
 * `COMPACT` fixes the threshold at 128 KiB (`MMAP_THRESHOLD_BYTES`), which
   turns the adjustment off, and leaves TensorFlow's allocator as it comes:
   every tensor of 128 KiB or more is mapped on its own and unmapped when
@@ -37,14 +38,15 @@ They differ in glibc's mmap threshold and in the workers' tensors:
   rounds free multi-MiB features and logits among long-lived client
   states).
 
-Measured (docs/performance.md, 2026-11-28, beside other runs; driver +
-worker resident memory): `python tools/heap_bench.py` (mnist_cnn_feddst,
-batch 50, a worker's environment) 0 minor faults a step on the throughput
-profile, 525 without the pools, about 13,000 on the compact one; `python
-tools/gkt_memory.py 50 sync` (FedGKT, rounds 10 to 50) +15.1 % on the
-throughput heap without the pools, +3.0 % with them; `python tools/bench.py
---suite=rss --rss_rounds=500 --rss_algorithms=adaptivefl` +7.29 % without
-the pools, +3.70 % with them.
+Measured (docs/performance.md, 2026-11-28, beside other runs): `python
+tools/heap_bench.py` (mnist_cnn_feddst, batch 50; a Python TensorFlow child
+given a worker's environment) 0 minor faults a step on the throughput
+profile, 525 without the pools, about 13,000 on the compact one. Driver +
+worker resident memory: `python tools/gkt_memory.py 50 sync` (FedGKT,
+round 10 to 50) +15.1 % on the throughput heap without the pools, +3.0 %
+with them; `python tools/bench.py --suite=rss --rss_rounds=500
+--rss_algorithms=adaptivefl` +7.29 % without the pools, +3.70 % with them
+(FedAvg: +3.45 % and +3.86 %, its worker's growth not its tensors').
 
 `configure_process_heap(profile)` sets the profile in the running process
 (`mallopt`), except a setting the environment already gives
@@ -58,7 +60,9 @@ most compact one configured so far (`process_profile`).
 `worker_environment` carries the process's profile to a child through
 `environment_of`'s variables: the program's local workers inherit the driver's, and a
 remote worker gets `python -m pipelines.worker --heap_profile=...`
-(default throughput; `--heap_profile=compact` for the old setting).
+(default throughput; `--heap_profile=compact` for the old setting, which
+`MALLOC_MMAP_THRESHOLD_=131072 TF_CPU_ALLOCATOR_USE_BFC=false` in the
+environment gives any run).
 `configure_process_heap` does nothing where the C library is not glibc.
 A user's `MALLOC_*` or `TF_CPU_ALLOCATOR_USE_BFC` variable wins over the
 profile but is not reflected in `process_profile()`.
@@ -87,7 +91,8 @@ TF_BFC_ENVIRONMENT_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 
 
 class HeapProfile(NamedTuple):
-  """glibc settings of one profile (module docstring)."""
+  """glibc's settings of one profile, and whether its workers use
+  TensorFlow's pools (module docstring)."""
 
   name: str
   # None: glibc's dynamic threshold.
