@@ -98,7 +98,7 @@ _CHILD = textwrap.dedent("""
 
 
 def _child(setting: str, script: str) -> dict:
-  env = heap.without_malloc_settings(os.environ)
+  env = heap.without_allocator_settings(os.environ)
   env.update(SETTINGS[setting])
   out = subprocess.run(
     [

@@ -58,7 +58,7 @@ _FRAGMENT = textwrap.dedent("""
 def _run(script, mode, **extra_env):
   """`script` in a fresh interpreter whose environment sets no allocator
   setting but `extra_env` (a user's setting wins over the configured one)."""
-  env = heap.without_malloc_settings(os.environ)
+  env = heap.without_allocator_settings(os.environ)
   env.update(extra_env)
   return subprocess.run(
     [sys.executable, "-c", script, mode],
@@ -124,7 +124,7 @@ def test_a_fixed_threshold_stays_the_process_profile():
   )
 
 
-def test_without_malloc_settings_drops_only_the_allocator_settings():
+def test_without_allocator_settings_drops_only_the_allocator_variables():
   env = {
     "MALLOC_ARENA_MAX": "8",
     "MALLOC_MMAP_THRESHOLD_": "1",
@@ -133,7 +133,7 @@ def test_without_malloc_settings_drops_only_the_allocator_settings():
     "PATH": "/bin",
     "MY_MALLOC_": "x",
   }
-  assert heap.without_malloc_settings(env) == {
+  assert heap.without_allocator_settings(env) == {
     "PATH": "/bin",
     "MY_MALLOC_": "x",
   }

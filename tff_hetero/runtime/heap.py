@@ -58,8 +58,9 @@ users. A threshold once fixed stays fixed for the life of the process
 (glibc cannot turn the adjustment back on), so the process's profile is the
 most compact one configured so far (`process_profile`).
 `worker_environment` carries the process's profile to a child through
-`environment_of`'s variables: the program's local workers inherit the driver's, and a
-remote worker gets `python -m pipelines.worker --heap_profile=...`
+`environment_of`'s variables: the program's local workers inherit the
+driver's, and a remote worker gets
+`python -m pipelines.worker --heap_profile=...`
 (default throughput; `--heap_profile=compact` for the old setting, which
 `MALLOC_MMAP_THRESHOLD_=131072 TF_CPU_ALLOCATOR_USE_BFC=false` in the
 environment gives any run).
@@ -178,7 +179,7 @@ def configure_process_heap(profile: HeapProfile = THROUGHPUT) -> bool:
   return done
 
 
-def without_malloc_settings(base: Mapping[str, str]) -> dict[str, str]:
+def without_allocator_settings(base: Mapping[str, str]) -> dict[str, str]:
   """`base` without glibc's malloc tunables (`MALLOC_*`, `GLIBC_TUNABLES`)
   and TensorFlow's allocator choice (`TF_CPU_ALLOCATOR_USE_BFC`): the
   environment of a child whose heap is to be chosen afresh."""
