@@ -123,6 +123,44 @@ def test_client_datasets_hold_no_dataset_function(kwargs):
     assert "MapDataset" not in {node.op for node in graph.node}
 
 
+def test_datasets_a_worker_receives_have_autotuning_off():
+  # With autotuning on, each iterator's model thread could hold the TFF
+  # worker idle for seconds when the iterator was destroyed
+  # (tff_hetero/data/options.py). The option must survive TFF's own
+  # serialization of a dataset argument, which is what a worker receives.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executors import (
+    value_serialization,
+  )  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.algorithms import cohort_positions  # pylint: disable=g-import-not-at-top
+
+  plain = make_client_dataset(
+    _arrays(9), batch_size=4, local_epochs=2, shuffle_seed=3
+  )
+  datasets = [
+    plain,
+    make_indexed_client_dataset(
+      _arrays(9),
+      batch_size=4,
+      local_epochs=2,
+      shuffle_seed=3,
+      batch_values={"flag": True},
+    ),
+    cohort_positions.empty_dataset(plain.element_spec),
+  ]
+  # tf.data's default is on, so the check below can fail.
+  assert tf.data.Dataset.range(3).options().autotune.enabled is not False
+  for dataset in datasets:
+    proto, _ = value_serialization.serialize_value(
+      dataset,
+      tff.SequenceType(tff.types.tensorflow_to_type(dataset.element_spec)),
+    )
+    received, _ = value_serialization.deserialize_value(proto)
+    assert received.options().autotune.enabled is False
+    assert len(list(received)) == len(list(dataset))
+
+
 @pytest.mark.parametrize(
   ("kwargs", "flag"),
   [

@@ -51,6 +51,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hetero.data.options import without_autotune
+
 POSITION_TYPE = tff.TensorType(np.int32)
 POSITIONS_AT_CLIENTS = tff.FederatedType(POSITION_TYPE, tff.CLIENTS)
 
@@ -72,12 +74,14 @@ def padded(values: Sequence, size: int, fill) -> list:
 def empty_dataset(element_spec) -> tf.data.Dataset:
   """A padding client's dataset: no batches, of `element_spec` (a structure
   of `tf.TensorSpec`s with a leading batch axis of any size)."""
-  return tf.data.Dataset.from_tensor_slices(
-    tf.nest.map_structure(
-      lambda s: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype),
-      element_spec,
-    )
-  ).batch(1)
+  return without_autotune(
+    tf.data.Dataset.from_tensor_slices(
+      tf.nest.map_structure(
+        lambda s: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype),
+        element_spec,
+      )
+    ).batch(1)
+  )
 
 
 def cohort_order(echoed: Sequence, n: int, what: str) -> list[int]:

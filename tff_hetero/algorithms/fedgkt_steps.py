@@ -37,6 +37,7 @@ from tff_hetero import data as data_lib
 from tff_hetero.accounting import payload
 from tff_hetero.algorithms import local_training
 from tff_hetero.algorithms.distillation import soft_label_kl
+from tff_hetero.data.options import without_autotune
 from tff_hetero.models import fedgkt as gkt_models
 
 TRANSFERS = ("both", "server_to_edge", "none")
@@ -350,13 +351,11 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
   batch_size = int(settings.server_batch_size)
 
   def inference(features):
-    return (
-      tf.data.Dataset.from_tensor_slices(features)
-      .batch(batch_size)
-      .reduce(
-        tf.zeros((0, num_classes)),
-        lambda out, h: tf.concat([out, model(h, training=False)], 0),
-      )
+    return without_autotune(
+      tf.data.Dataset.from_tensor_slices(features).batch(batch_size)
+    ).reduce(
+      tf.zeros((0, num_classes)),
+      lambda out, h: tf.concat([out, model(h, training=False)], 0),
     )
 
   @tf.function
@@ -405,7 +404,7 @@ def build_server_update(server_fn, optimizer, settings: GKTSettings):
       # The plan's order, without the samples of a client not finite.
       order = plan.orders[order_starts[g] : plan.order_ends[g]]
       order = tf.boolean_mask(order, tf.gather(group_valid, order) > 0)
-      data = (
+      data = without_autotune(
         tf.data.Dataset.from_tensor_slices(order)
         .batch(batch_size)
         .map(

@@ -12,6 +12,8 @@
   `tf.data.Dataset` a TFF client computation consumes;
   `make_indexed_client_dataset` adds each batch's sample positions and a
   final ordered pass (FedGKT).
+* `without_autotune` (`options`): tf.data's autotuning off, for every dataset
+  a round iterates (its model thread stalled the TFF worker).
 * `AUGMENTATIONS` (`augment`): seeded crop / flip of training batches
   (`--augment`).
 * `DataError`: the one-line, user-facing error every check here raises.
@@ -34,6 +36,7 @@ from tff_hetero.data.datasets import is_text_dataset
 from tff_hetero.data.datasets import load_dataset
 from tff_hetero.data.glue import GlueSplits
 from tff_hetero.data.glue import TextArrayDataset
+from tff_hetero.data.options import without_autotune
 from tff_hetero.data.partition import DIRICHLET_MAX_ATTEMPTS
 from tff_hetero.data.partition import PARTITIONERS
 from tff_hetero.data.partition import ClientSplit
@@ -85,4 +88,5 @@ __all__ = [
   "make_indexed_client_dataset",
   "partition_indices",
   "split_train_validation",
+  "without_autotune",
 ]

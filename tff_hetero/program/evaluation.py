@@ -24,6 +24,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_hetero.data.options import without_autotune
+
 
 class TaskMetric(NamedTuple):
   """A metric of a whole test split: its name and fn(outputs, labels).
@@ -114,7 +116,9 @@ class CentralEvaluator:
 
   def _batched(self, x, y) -> tf.data.Dataset:
     """`(x, y)` in batches, in order (module docstring: not arrays)."""
-    return tf.data.Dataset.from_tensor_slices((x, y)).batch(self._batch_size)
+    return without_autotune(
+      tf.data.Dataset.from_tensor_slices((x, y)).batch(self._batch_size)
+    )
 
   def _with_metric(
     self, model: tf.keras.Model, batches: tf.data.Dataset, y

@@ -530,19 +530,10 @@ class Spatl(api.FederatedAlgorithm):
     settings: SpatlSettings,
     server_lr: float,
     seed: int,
-    batch_size: int,
   ):
     self.process, self.task = process, task
     self._settings, self._server_lr, self._seed = settings, server_lr, seed
-    self._batch_size = batch_size
-    self._empty = tf.data.Dataset.from_tensor_slices(
-      tf.nest.map_structure(
-        lambda spec: np.zeros(
-          (0,) + tuple(spec.shape[1:]), spec.dtype.as_numpy_dtype
-        ),
-        task.element_spec,
-      )
-    ).batch(batch_size)
+    self._empty = cohort_positions.empty_dataset(task.element_spec)
     graph = process.layout.graph
     self._layers = graph.prunable_names if graph is not None else ()
 
@@ -724,5 +715,4 @@ def build_spatl(config, task: api.Task, client_ids=()) -> Spatl:
     settings=s,
     server_lr=config.server_lr,
     seed=config.seed,
-    batch_size=config.batch_size,
   )
