@@ -280,15 +280,19 @@ def mean_std_percent(values: Sequence[float]) -> str:
   return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
 
 
-def claim_verdict(ours: Sequence[float], baseline: Sequence[float]) -> str:
+def claim_verdict(
+  ours: Sequence[float], baseline: Sequence[float], noise: float = 0.0
+) -> str:
   """Whether `ours` beats `baseline` over seeds: "within noise" when the
   difference of the means is not larger than the larger standard deviation
-  of the two, else "supported" (higher) or "not supported" (lower)."""
+  of the two (or than `noise`, the spread a one-seed comparison borrows from
+  runs with several seeds), else "supported" (higher) or "not supported"
+  (lower)."""
   a, b = seed_stats(ours), seed_stats(baseline)
   if a["n"] == 0 or b["n"] == 0:
     return "not measured"
   difference = a["mean"] - b["mean"]
-  if abs(difference) <= max(a["std"], b["std"]):
+  if abs(difference) <= max(a["std"], b["std"], noise):
     return "within noise"
   return "supported" if difference > 0 else "not supported"
 

@@ -384,18 +384,10 @@ def _claim(
   """
   sign = -1 if lower_is_better else 1
   a, b = [sign * v for v in ours], [sign * v for v in theirs]
-  if noise is None:
-    verdict = _common.claim_verdict(a, b)
-  else:
-    margin = max(_common.seed_stats(v)["std"] for v in noise)
-    difference = _common.seed_stats(a)["mean"] - _common.seed_stats(b)["mean"]
-    verdict = (
-      "within noise"
-      if abs(difference) <= margin
-      else "supported"
-      if difference > 0
-      else "not supported"
-    )
+  margin = (
+    0.0 if noise is None else max(_common.seed_stats(v)["std"] for v in noise)
+  )
+  verdict = _common.claim_verdict(a, b, noise=margin)
   claims.append([text, _pct(ours), _pct(theirs), verdict + note])
 
 

@@ -365,6 +365,93 @@ def _claims(best):
   return claims
 
 
+def _sweep_claims(results, noise):
+  """The paper's claims on the one-seed sweeps (Table 5, Figures 5 and 6,
+  Section 4.3), from `results` as `build_tables` fills it. `noise`: the
+  largest seed standard deviation of Table 2's rows, the margin a
+  difference of two one-seed runs must pass."""
+  claims = []
+
+  def judge(text, ours, baseline):
+    if not any(v is None or math.isnan(v) for v in (ours, baseline)):
+      claims.append(
+        (
+          text,
+          _common.mean_std_percent([ours]),
+          _common.mean_std_percent([baseline]),
+          _common.claim_verdict([ours], [baseline], noise=noise),
+        )
+      )
+
+  table5 = results.get("proportions", {})
+  if table5:
+    for label in ("ExclusiveFL", "HeteroFL"):
+      at = dict(zip(("1:1:1",) + PROPORTIONS, table5[label]))
+      judge(f"{label}: 1:2:7 > 1:1:1 (more strong)", at["1:2:7"], at["1:1:1"])
+      judge(f"{label}: 1:1:1 > 7:2:1 (more strong)", at["1:1:1"], at["7:2:1"])
+    inclusive = dict(zip(("1:1:1",) + PROPORTIONS, table5["InclusiveFL"]))
+    for proportion in ("1:1:1", "1:2:7"):
+      for other in ("AllSmall", "ExclusiveFL", "HeteroFL"):
+        values = dict(zip(("1:1:1",) + PROPORTIONS, table5[other]))
+        # AllSmall gives every device the same model: no proportion
+        # changes it, so its 1:1:1 run stands for every column.
+        theirs = values["1:1:1" if other == "AllSmall" else proportion]
+        judge(
+          f"InclusiveFL > {other} at {proportion}",
+          inclusive[proportion],
+          theirs,
+        )
+    judge(
+      "ExclusiveFL > InclusiveFL MD only at 7:2:1",
+      table5["ExclusiveFL"][2],
+      table5["InclusiveFL MD only"][2],
+    )
+  drop = results.get("drop", {})
+  if drop:
+    best = {label: row["best"] for label, row in drop.items()}
+    judge(
+      "InclusiveFL w/o weak > w/o medium",
+      best["InclusiveFL w/o weak"],
+      best["InclusiveFL w/o medium"],
+    )
+    judge(
+      "InclusiveFL w/o weak > w/o strong",
+      best["InclusiveFL w/o weak"],
+      best["InclusiveFL w/o strong"],
+    )
+    judge(
+      "InclusiveFL w/o medium > w/o strong",
+      best["InclusiveFL w/o medium"],
+      best["InclusiveFL w/o strong"],
+    )
+    for label in ("InclusiveFL", "InclusiveFL w/o MD"):
+      ours = table5.get(label, [math.nan])[0]
+      for dropped, value in best.items():
+        judge(f"{label} > {dropped}", ours, value)
+  sweep = results.get("beta", {})
+  if sweep:
+    by_beta = {
+      beta: sweep[f"InclusiveFL MD only, beta={beta:g}"] for beta in BETAS
+    }
+    models = [("deepest model", lambda row: row["best"])] + [
+      (name, lambda row, name=name: row["local"].get(name, math.nan))
+      for name in by_beta[BETAS[0]]["local"]
+    ]
+    for name, value_of in models:
+      value = {beta: value_of(row) for beta, row in by_beta.items()}
+      judge(
+        f"{name}: beta 0.5 > every other beta",
+        value[0.5],
+        max(v for b, v in value.items() if b != 0.5),
+      )
+      judge(
+        f"{name}: beta 0.2 or 0.5 > beta 1",
+        max(value[0.2], value[0.5]),
+        value[1.0],
+      )
+  return claims
+
+
 def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
   metric = metric_of(base)
   scale = (
@@ -497,6 +584,32 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
       + "\n"
     )
     results[part] = numbers
+  noise = max(
+    (
+      std
+      for std in (_common.seed_stats(v)["std"] for v in best.values())
+      if not math.isnan(std)
+    ),
+    default=math.nan,
+  )
+  if len(seeds) > 1 and not math.isnan(noise):
+    claims = _sweep_claims(results, noise)
+    if claims:
+      md.append(
+        f"## Claims of the sweeps (seed {seeds[0]})\n\n"
+        + _common.markdown_table(
+          ["Claim (paper, Section 4.3)", "ours", "baseline", "verdict"],
+          [list(c) for c in claims],
+        )
+        + "\n\nOne run each: a difference counts when it is larger than"
+        f" {100 * noise:.1f} points, the largest seed standard deviation of"
+        " Table 2's rows. The 1:1:1 column is Table 2's first seed; AllSmall"
+        " trains the same model at every proportion, so its run stands for"
+        " 1:2:7 too.\n"
+      )
+      results["sweep_claims"] = [
+        dict(zip(("claim", "ours", "baseline", "verdict"), c)) for c in claims
+      ]
   results["runs"] = [
     _common.run_record(run, reports[run.name])
     for run in plan_runs(base, parts, seeds)

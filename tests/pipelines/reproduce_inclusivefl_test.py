@@ -122,6 +122,48 @@ def test_tables_take_the_best_round_average_seeds_and_judge_claims():
   assert math.isnan(results["proportions"]["AllLarge"][1])
 
 
+def test_sweep_claims_borrow_the_tables_seed_spread():
+  base = _base()
+  reports = {}
+  for run in reproduce.plan_runs(base, list(reproduce.PARTS), seeds=(0, 1)):
+    reports[run.name] = _report([0.5], {"L4": [0.5]})
+  # Table 2's largest seed spread: HeteroFL's 0.40 and 0.46, sample std
+  # 0.0424 (sqrt(0.0018)); every other row is 0.5 on both seeds.
+  reports["heterofl_seed0"] = _report([0.40])
+  reports["heterofl_seed1"] = _report([0.46])
+  reports["allsmall_seed0"] = _report([0.60])
+  reports["exclusivefl_p127_seed0"] = _report([0.60])
+  reports["exclusivefl_p721_seed0"] = _report([0.47])
+  reports["inclusivefl_p127_seed0"] = _report([0.57])
+  reports["inclusivefl_w_o_strong_seed0"] = _report([0.40])
+  # beta: the smaller model's best at beta 0.5 is 0.60, at beta 1 0.52.
+  reports["inclusivefl_md_only_beta0_5_seed0"] = _report([0.5], {"L4": [0.6]})
+  reports["inclusivefl_md_only_beta1_0_seed0"] = _report([0.5], {"L4": [0.52]})
+  _, results = reproduce.build_tables(
+    base, reports, list(reproduce.PARTS), seeds=(0, 1)
+  )
+  verdicts = {c["claim"]: c["verdict"] for c in results["sweep_claims"]}
+  assert verdicts["ExclusiveFL: 1:2:7 > 1:1:1 (more strong)"] == "supported"
+  # 0.5 against 0.47: 0.03 is within the 0.042 margin.
+  assert verdicts["ExclusiveFL: 1:1:1 > 7:2:1 (more strong)"] == "within noise"
+  # HeteroFL's 1:1:1 is its first seed (0.40) against 0.5 at 1:2:7.
+  assert verdicts["HeteroFL: 1:2:7 > 1:1:1 (more strong)"] == "supported"
+  # AllSmall's one run (0.60) stands for 1:2:7 as well.
+  assert verdicts["InclusiveFL > AllSmall at 1:1:1"] == "not supported"
+  assert verdicts["InclusiveFL > AllSmall at 1:2:7"] == "within noise"
+  assert verdicts["InclusiveFL > HeteroFL at 1:1:1"] == "supported"
+  assert verdicts["InclusiveFL w/o medium > w/o strong"] == "supported"
+  assert verdicts["InclusiveFL > InclusiveFL w/o weak"] == "within noise"
+  assert verdicts["deepest model: beta 0.5 > every other beta"] == (
+    "within noise"
+  )
+  assert verdicts["L4: beta 0.5 > every other beta"] == "supported"
+  # 0.60 against 0.52: 0.08 > 0.042.
+  assert verdicts["L4: beta 0.2 or 0.5 > beta 1"] == "supported"
+  rows = {c["claim"]: c for c in results["sweep_claims"]}
+  assert rows["L4: beta 0.2 or 0.5 > beta 1"]["ours"] == "60.0"
+
+
 def test_tiny_table_run(tmp_path, monkeypatch):
   # ExclusiveFL runs for real; the other five rows are finished by hand,
   # each with its own best accuracy (0.11, 0.12, ... in table order) at
