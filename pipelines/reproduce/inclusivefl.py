@@ -53,8 +53,10 @@ Parts (`--parts`; every flag of `pipelines.train` applies to all runs):
 Reading the results: the `proportions` row "InclusiveFL MD only" trains
 the deepest model exactly as ExclusiveFL does (no sharing, and the
 deepest group receives no distillation), so its global accuracy equals
-ExclusiveFL's at the same seed. The paper reports 34.96 for it against
-ExclusiveFL's 36.87, a difference Algorithm 1 cannot produce (as for
+ExclusiveFL's at the same seed (the committed 1:1:1 runs drift apart by
+at most 0.010 after round 200; cause not isolated). The paper reports
+34.96 for it against ExclusiveFL's 36.87, a difference Algorithm 1 does
+not produce by construction (as for
 Figure 6's deepest model, above). In `drop`, "w/o strong" has no 12-block model: its
 `accuracy` is the 8-block model's. The paper averages 5 repeats; the table
 here has 3 seeds and the sweeps 1. The server learning rate was chosen on
@@ -406,6 +408,20 @@ def _sweep_claims(results, noise):
       table5["ExclusiveFL"][2],
       table5["InclusiveFL MD only"][2],
     )
+    # The paper: MD only "slightly worse than the best baseline".
+    baselines = {
+      "AllSmall": table5["AllSmall"][0],
+      "ExclusiveFL": table5["ExclusiveFL"][2],
+      "HeteroFL": table5["HeteroFL"][2],
+    }
+    kept = {k: v for k, v in baselines.items() if not math.isnan(v)}
+    if kept:
+      best_baseline = max(kept, key=kept.get)
+      judge(
+        f"best baseline at 7:2:1 ({best_baseline}) > InclusiveFL MD only",
+        kept[best_baseline],
+        table5["InclusiveFL MD only"][2],
+      )
   drop = results.get("drop", {})
   if drop:
     best = {label: row["best"] for label, row in drop.items()}
@@ -439,10 +455,14 @@ def _sweep_claims(results, noise):
     ]
     for name, value_of in models:
       value = {beta: value_of(row) for beta, row in by_beta.items()}
+      # The paper: beta around 0.5 best for the strong devices' model, 0.2
+      # or 0.5 good for the others.
+      best_betas = (0.5,) if name == "deepest model" else (0.2, 0.5)
       judge(
-        f"{name}: beta 0.5 > every other beta",
-        value[0.5],
-        max(v for b, v in value.items() if b != 0.5),
+        f"{name}: beta {' or '.join(f'{b:g}' for b in best_betas)} >"
+        " every other beta",
+        max(value[b] for b in best_betas),
+        max(v for b, v in value.items() if b not in best_betas),
       )
       judge(
         f"{name}: beta 0.2 or 0.5 > beta 1",

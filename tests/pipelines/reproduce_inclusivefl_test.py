@@ -157,7 +157,12 @@ def test_sweep_claims_borrow_the_tables_seed_spread():
   assert verdicts["deepest model: beta 0.5 > every other beta"] == (
     "within noise"
   )
-  assert verdicts["L4: beta 0.5 > every other beta"] == "supported"
+  assert verdicts["L4: beta 0.2 or 0.5 > every other beta"] == "supported"
+  # The best baseline at 7:2:1: AllSmall's 0.60 (its one run) against
+  # ExclusiveFL's 0.47 and HeteroFL's 0.5; MD only 0.5.
+  assert verdicts[
+    "best baseline at 7:2:1 (AllSmall) > InclusiveFL MD only"
+  ] == ("supported")
   # 0.60 against 0.52: 0.08 > 0.042.
   assert verdicts["L4: beta 0.2 or 0.5 > beta 1"] == "supported"
   rows = {c["claim"]: c for c in results["sweep_claims"]}
