@@ -14,8 +14,9 @@ second during FedAvg rounds of `mnist_cnn_feddst`, 10 clients x 20 steps:
 0.00 CPU seconds for 6 s in a row, the stacks then showed one thread in
 `~IteratorResource` waiting on the model thread, every other thread waiting
 on it). With autotuning off there is no model thread: the same rounds went
-from 8.9-14.5 s (median 11.6) to 7.3-9.0 s (median 8.7), against 7.0 s for
-the same steps in plain TensorFlow (`tools/bench.py --suite=base`). Nothing
+from 8.9-14.5 s (median 11.6) to 7.3-9.0 s (median 8.7); `tools/bench.py
+--suite=base`'s compute-bound round went from 16.34 s to 8.63 s against a
+floor of 7.05 / 7.30 s (plain TensorFlow, `docs/performance.md`). Nothing
 is lost: these datasets are in-memory slices with no parallel stage for
 autotuning to tune.
 """
