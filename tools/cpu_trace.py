@@ -88,6 +88,8 @@ def main(argv):
     if child.poll() is None:
       child.kill()
     child.wait()
+    if log is not subprocess.DEVNULL:
+      log.close()
   # Real work: at least half a core busy.
   busy = [i for i, cpu in enumerate(intervals) if cpu >= _INTERVAL.value / 2]
   first_busy = busy[0] if busy else len(intervals)

@@ -367,11 +367,12 @@ def _claims(best):
   return claims
 
 
-def _sweep_claims(results, noise):
+def _sweep_claims(results, first_seed, noise):
   """The paper's claims on the one-seed sweeps (Table 5, Figures 5 and 6,
-  Section 4.3), from `results` as `build_tables` fills it. `noise`: the
-  largest seed standard deviation of Table 2's rows, the margin a
-  difference of two one-seed runs must pass."""
+  Section 4.3), from `results` as `build_tables` fills it. `first_seed`:
+  Table 2's rows at the sweeps' seed (label -> best). `noise`: the largest
+  seed standard deviation of Table 2's rows, the margin a difference of two
+  one-seed runs must pass."""
   claims = []
 
   def judge(text, ours, baseline):
@@ -441,7 +442,7 @@ def _sweep_claims(results, noise):
       best["InclusiveFL w/o strong"],
     )
     for label in ("InclusiveFL", "InclusiveFL w/o MD"):
-      ours = table5.get(label, [math.nan])[0]
+      ours = first_seed.get(label, math.nan)
       for dropped, value in best.items():
         judge(f"{label} > {dropped}", ours, value)
   sweep = results.get("beta", {})
@@ -613,7 +614,14 @@ def build_tables(base, reports, parts, seeds=DEFAULT_SEEDS):
     default=math.nan,
   )
   if len(seeds) > 1 and not math.isnan(noise):
-    claims = _sweep_claims(results, noise)
+    claims = _sweep_claims(
+      results,
+      {
+        label: values[0] if values else math.nan
+        for label, values in best.items()
+      },
+      noise,
+    )
     if claims:
       md.append(
         f"## Claims of the sweeps (seed {seeds[0]})\n\n"
