@@ -258,4 +258,12 @@ def test_tensorflow_given_a_workers_environment_takes_tensors_from_pools():
     pytest.skip("huge pages: a fresh mapping costs few faults anyway")
   without = heap.environment_of(heap.THROUGHPUT._replace(worker_tf_bfc=False))
   pages = (48 << 20) // resource.getpagesize()
-  assert float(_run(_BIG_TENSOR_STEPS, "-", **without)) > pages / 2
+  faults_without = float(_run(_BIG_TENSOR_STEPS, "-", **without))
+  if faults_without < 100:
+    # Seen on a machine of 2026-11-28 (transparent huge pages "madvise"):
+    # glibc kept the freed tensor's mapping, so the control shows nothing.
+    pytest.skip(
+      f"this machine's allocator reuses the freed mapping anyway"
+      f" ({faults_without:g} faults a step without the pools)"
+    )
+  assert faults_without > pages / 2

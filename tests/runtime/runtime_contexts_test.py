@@ -195,11 +195,25 @@ def federated_variance(x):
 
 
 def test_local_execution_with_two_workers_uses_mergeable_context():
+  from tensorflow_federated.python.core.impl.context_stack import context_base  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  class OtherContext(context_base.SyncContext):
+    def invoke(self, comp, arg):
+      raise NotImplementedError
+
   values = [1.0, 2.0, 3.0, 6.0]
+  with context_stack_impl.context_stack.install(OtherContext()):
+    assert not runtime.compile_ahead(federated_variance)  # Not ours: no-op.
   with runtime.local_execution(worker_timeout_s=30):
+    # One worker: compiled in the background, then called.
+    assert runtime.compile_ahead(federated_variance)
     assert federated_variance(values) == pytest.approx(3.5)
   with runtime.local_execution(num_workers=2, worker_timeout_s=30) as handle:
     assert handle.mergeable and len(handle.workers) == 2
+    assert not runtime.compile_ahead(federated_mean)  # Its own compiler.
     assert federated_mean(values) == pytest.approx(3.0)
     # The mergeable context's limit: one aggregation may not depend on another.
     with pytest.raises(ValueError, match="one aggregate dependent on another"):

@@ -130,6 +130,7 @@ from tff_hetero.errors import ModelError
 from tff_hetero.errors import UsageError
 from tff_hetero.models import depth as depth_lib
 from tff_hetero.parsing import parse_number_list
+from tff_hetero.runtime.contexts import compile_ahead
 from tff_hetero.settings import in_interval
 from tff_hetero.settings import setting
 
@@ -374,6 +375,15 @@ class InclusiveFL(api.FederatedAlgorithm):
         idle += 1
       else:
         members[j].append(client)
+    # Every computation this round calls is traced before the first runs,
+    # each queued for compilation as soon as it is traced, the deepest
+    # group's (the longest to compile) first: the worker's context compiles
+    # one while the next is traced (`compile_ahead`; the first round's
+    # start-up, docs/performance.md). Later rounds find them compiled.
+    compile_ahead(self.computations.server_step)
+    for j in reversed(range(len(self.groups))):
+      if members[j]:
+        compile_ahead(self.computations.group_round(j))
     updates, traffic = [], []
     counts = np.zeros([len(self.groups)], np.float32)
     loss_sum = accuracy_sum = 0.0

@@ -171,6 +171,71 @@ def _layer_norm(x, gamma, beta, epsilon):
   return (x - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
 
 
+BLOCK_WEIGHTS = (
+  "ln1_gamma",
+  "ln1_beta",
+  "query_kernel",
+  "query_bias",
+  "key_kernel",
+  "key_bias",
+  "value_kernel",
+  "value_bias",
+  "output_kernel",
+  "output_bias",
+  "ln2_gamma",
+  "ln2_beta",
+  "mlp_in_kernel",
+  "mlp_in_bias",
+  "mlp_out_kernel",
+  "mlp_out_bias",
+)
+"""A `TransformerBlock`'s weights, in the order of its `trainable_weights`."""
+
+
+# One traced function for every block of a model: a graph holds its body
+# (and, under a gradient tape, its gradient) once per shape instead of once
+# per block, which makes a deep model's graph several times cheaper to trace
+# and to hand to TFF. Grappler inlines the calls back (TFF compiles with
+# function inlining), so the worker runs the same ops as with the body
+# written out per block. The weights come in as read tensors: the gradient
+# reaches each block's variables through its own reads.
+@tf.function(autograph=False)
+def _block(x, weights, key_dim, epsilon, activation):
+  (
+    ln1_gamma,
+    ln1_beta,
+    query_kernel,
+    query_bias,
+    key_kernel,
+    key_bias,
+    value_kernel,
+    value_bias,
+    output_kernel,
+    output_bias,
+    ln2_gamma,
+    ln2_beta,
+    mlp_in_kernel,
+    mlp_in_bias,
+    mlp_out_kernel,
+    mlp_out_bias,
+  ) = weights
+  y = _layer_norm(x, ln1_gamma, ln1_beta, epsilon)
+  q = tf.einsum("btd,dhk->bthk", y, query_kernel) + query_bias
+  k = tf.einsum("btd,dhk->bthk", y, key_kernel) + key_bias
+  v = tf.einsum("btd,dhk->bthk", y, value_kernel) + value_bias
+  scores = tf.einsum("bthk,bshk->bhts", q, k) / math.sqrt(key_dim)
+  attention = tf.nn.softmax(scores, axis=-1)
+  context = tf.einsum("bhts,bshk->bthk", attention, v)
+  x = x + (tf.einsum("bthk,hkd->btd", context, output_kernel) + output_bias)
+  y = _layer_norm(x, ln2_gamma, ln2_beta, epsilon)
+  y = tf.einsum("btd,dm->btm", y, mlp_in_kernel) + mlp_in_bias
+  y = (
+    tf.nn.gelu(y, approximate=False) if activation == "gelu" else tf.nn.relu(y)
+  )
+  y = tf.einsum("btm,md->btd", y, mlp_out_kernel) + mlp_out_bias
+  return x + y
+
+
 class TransformerBlock(tf.keras.layers.Layer):
   """A pre-LayerNorm transformer encoder layer as ONE Keras layer.
 
@@ -251,26 +316,14 @@ class TransformerBlock(tf.keras.layers.Layer):
   @tf.autograph.experimental.do_not_convert
   def call(self, inputs: tf.Tensor, training=None) -> tf.Tensor:
     del training  # the same function in training and inference
-    x = inputs
-    y = _layer_norm(x, self.ln1_gamma, self.ln1_beta, self.epsilon)
-    q = tf.einsum("btd,dhk->bthk", y, self.query_kernel) + self.query_bias
-    k = tf.einsum("btd,dhk->bthk", y, self.key_kernel) + self.key_bias
-    v = tf.einsum("btd,dhk->bthk", y, self.value_kernel) + self.value_bias
-    scores = tf.einsum("bthk,bshk->bhts", q, k) / math.sqrt(self.key_dim)
-    attention = tf.nn.softmax(scores, axis=-1)
-    context = tf.einsum("bhts,bshk->bthk", attention, v)
-    x = x + (
-      tf.einsum("bthk,hkd->btd", context, self.output_kernel) + self.output_bias
+    weights = [tf.convert_to_tensor(getattr(self, n)) for n in BLOCK_WEIGHTS]
+    return _block(
+      inputs,
+      weights,
+      key_dim=self.key_dim,
+      epsilon=self.epsilon,
+      activation=self.activation,
     )
-    y = _layer_norm(x, self.ln2_gamma, self.ln2_beta, self.epsilon)
-    y = tf.einsum("btd,dm->btm", y, self.mlp_in_kernel) + self.mlp_in_bias
-    y = (
-      tf.nn.gelu(y, approximate=False)
-      if self.activation == "gelu"
-      else (tf.nn.relu(y))
-    )
-    y = tf.einsum("btm,md->btd", y, self.mlp_out_kernel) + self.mlp_out_bias
-    return x + y
 
   def compute_output_shape(self, input_shape):
     return tf.TensorShape(input_shape)

@@ -4,7 +4,8 @@
 * `local_execution`, `remote_execution`, `execution_context`: context managers
   installing a TFF execution context (local own worker, remote workers, several
   workers through TFF's mergeable context) whose RPCs are bounded by
-  `worker_timeout_s` (see `contexts`).
+  `worker_timeout_s` (see `contexts`); `compile_ahead` starts compiling a
+  computation for those workers before its first call.
 * `handle_termination`: SIGTERM/SIGHUP raise `Terminated` so contexts unwind;
   `run_to_completion` runs a short coroutine that such a signal must not cut.
 * `testing`: helpers for tests asserting that no worker outlives a run.
@@ -19,6 +20,7 @@ from tff_hetero.runtime.bounded_stub import check_workers
 from tff_hetero.runtime.bounded_stub import parse_address
 from tff_hetero.runtime.contexts import ExecutionHandle
 from tff_hetero.runtime.contexts import available_executors
+from tff_hetero.runtime.contexts import compile_ahead
 from tff_hetero.runtime.contexts import execution_context
 from tff_hetero.runtime.contexts import local_execution
 from tff_hetero.runtime.contexts import register_executor
@@ -50,6 +52,7 @@ __all__ = [
   "WorkerStartError",
   "WorkerUnavailableError",
   "available_executors",
+  "compile_ahead",
   "check_workers",
   "execution_context",
   "find_free_port",

@@ -36,6 +36,13 @@ secure aggregation protocol would produce, but no protocol runs: the worker
 sees each client's quantized values. The C++ worker has no secure-sum
 implementation (it refuses the intrinsic).
 
+Compiling ahead: TFF compiles a computation for the worker (native form,
+Grappler over its graphs) when it is first called. With one worker,
+`compile_ahead(computation)` starts that compilation on a background thread
+(`AheadOfTimeCompiler`), so that a program tracing several computations
+before calling them overlaps the two; the mergeable context compiles into
+its own form and ignores the hint.
+
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
 """
@@ -62,8 +69,10 @@ from tff_hetero.runtime.workers import DEFAULT_MAX_MESSAGE_MB
 from tff_hetero.runtime.workers import WorkerProcess
 
 __all__ = [
+  "AheadOfTimeCompiler",
   "ExecutionHandle",
   "available_executors",
+  "compile_ahead",
   "execution_context",
   "local_execution",
   "register_executor",
@@ -159,19 +168,90 @@ def _without_secure_intrinsics(computation):
   )
 
 
-def _context_kwargs():
+class AheadOfTimeCompiler:
+  """The `compiler_fn` of a worker's TFF context that can start compiling a
+  computation before its first call (`compile_ahead`).
+
+  TFF compiles a computation for the worker at its first invocation, in the
+  calling context's event-loop thread: it rewrites the computation into the
+  native form and runs Grappler over every TensorFlow graph in it
+  (`tff.backends.native.desugar_and_transform_to_native`). For a program
+  that traces several large computations before it calls them, that work
+  can run on a background thread while the next one is traced: Grappler
+  releases the GIL, so the two share the machine's cores. `submit` queues a
+  computation (one thread, in order); `__call__` is what TFF calls and
+  returns the queued result, waiting for it if need be, or compiles on the
+  spot a computation never submitted. A compilation that failed raises at
+  that call, as it would have without `submit`. A computation object is
+  compiled once: TFF keeps what it compiled (`CompilerPipeline`), so a
+  computation already handed over is not submitted again.
+  """
+
+  def __init__(self, compile_fn: Callable[[Any], Any]):
+    import threading  # pylint: disable=g-import-not-at-top
+
+    self._compile_fn = compile_fn
+    self._lock = threading.Lock()
+    self._pending: dict[int, tuple[Any, Any]] = {}
+    self._handed_over: dict[int, Any] = {}  # id -> weakref of the computation
+    self._pool = None
+
+  def submit(self, computation) -> None:
+    """Starts compiling `computation` in the background, once."""
+    from concurrent import futures  # pylint: disable=g-import-not-at-top
+
+    with self._lock:
+      key = id(computation)
+      if key in self._pending:
+        return
+      handed_over = self._handed_over.get(key)
+      if handed_over is not None and handed_over() is computation:
+        return
+      if self._pool is None:
+        self._pool = futures.ThreadPoolExecutor(
+          1, thread_name_prefix="tff-hetero-compile"
+        )
+      future = self._pool.submit(self._compile_fn, computation)
+      # The computation is kept with its future, so its id stays its own.
+      self._pending[id(computation)] = (computation, future)
+
+  def __call__(self, computation):
+    with self._lock:
+      pending = self._pending.pop(id(computation), None)
+      try:
+        self._handed_over[id(computation)] = weakref.ref(computation)
+      except TypeError:  # Not weakly referenceable: it may be submitted again.
+        pass
+    if pending is None:
+      return self._compile_fn(computation)
+    return pending[1].result()
+
+  def close(self) -> None:
+    """Drops what was not called yet; a compilation under way finishes on
+    its thread, which then exits."""
+    with self._lock:
+      self._pending.clear()
+      self._handed_over.clear()
+      pool, self._pool = self._pool, None
+    if pool is not None:
+      pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compile_for_worker(computation):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  return tff.backends.native.desugar_and_transform_to_native(
+    _without_secure_intrinsics(computation)
+  )
+
+
+def _context_kwargs(compiler_fn):
   from tensorflow_federated.python.core.environments.tensorflow_frontend import (
     tensorflow_computation,
   )  # pylint: disable=g-import-not-at-top
 
-  def compile_for_worker(computation):
-    return tff.backends.native.desugar_and_transform_to_native(
-      _without_secure_intrinsics(computation)
-    )
-
   return dict(
-    compiler_fn=compile_for_worker,
+    compiler_fn=compiler_fn,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   )
@@ -179,23 +259,27 @@ def _context_kwargs():
 
 def _build_context(
   stacks: Sequence[_RemoteStack], num_subrounds: Optional[int]
-):
+) -> tuple[Any, Optional[AheadOfTimeCompiler]]:
+  """The TFF context of `stacks`, and its `AheadOfTimeCompiler` (None for
+  the mergeable context, which compiles into its own form)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if len(stacks) == 1 and num_subrounds in (None, 1):
-    return tff.framework.SyncExecutionContext(
-      executor_fn=stacks[0].factory, **_context_kwargs()
+    compiler = AheadOfTimeCompiler(_compile_for_worker)
+    context = tff.framework.SyncExecutionContext(
+      executor_fn=stacks[0].factory, **_context_kwargs(compiler)
     )
+    return context, compiler
   async_contexts = [
     tff.framework.AsyncExecutionContext(
-      executor_fn=stack.factory, **_context_kwargs()
+      executor_fn=stack.factory, **_context_kwargs(_compile_for_worker)
     )
     for stack in stacks
   ]
   # TFF's own mergeable context (`create_mergeable_comp_execution_context`)
   # with the secure sums replaced before the split into mergeable form,
   # which refuses them.
-  return tff.framework.MergeableCompExecutionContext(
+  context = tff.framework.MergeableCompExecutionContext(
     async_contexts,
     compiler_fn=lambda computation: (
       tff.backends.native.compile_to_mergeable_comp_form(
@@ -204,6 +288,23 @@ def _build_context(
     ),
     num_subrounds=num_subrounds,
   )
+  return context, None
+
+
+def compile_ahead(computation) -> bool:
+  """Starts compiling `computation` for the installed context's workers in
+  the background, so that its first call finds it compiled
+  (`AheadOfTimeCompiler`). A no-op, returning False, in any other context
+  (TFF's own, the mergeable one): safe to call from code that does not know
+  where it runs. Call it from the thread that installed the context."""
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  start = getattr(
+    context_stack_impl.context_stack.current, "compile_ahead", None
+  )
+  return bool(start(computation)) if start is not None else False
 
 
 def _switchable_context_class():
@@ -214,11 +315,23 @@ def _switchable_context_class():
     use, which `ExecutionHandle` replaces when the set of workers changes
     (`--on_worker_loss=redistribute`)."""
 
-    def __init__(self, inner):
-      self.inner = inner
+    def __init__(self, connection):
+      self.use(connection)
+
+    def use(self, connection) -> None:
+      self.inner = connection.context
+      self._compiler = connection.compiler
 
     def invoke(self, comp, arg):
       return self.inner.invoke(comp, arg)
+
+    def compile_ahead(self, comp) -> bool:
+      """Starts compiling `comp` for the workers in use, if their context
+      compiles with an `AheadOfTimeCompiler`; True if it does."""
+      if self._compiler is None:
+        return False
+      self._compiler.submit(comp)
+      return True
 
   return _SwitchableContext
 
@@ -229,15 +342,18 @@ class _Connection:
   def __init__(self, addresses, num_subrounds, **stack_kwargs):
     self.addresses = tuple(addresses)
     self.stacks: list[_RemoteStack] = []
+    self.compiler: Optional[AheadOfTimeCompiler] = None
     try:
       for address in self.addresses:
         self.stacks.append(_RemoteStack(address, **stack_kwargs))
-      self.context = _build_context(self.stacks, num_subrounds)
+      self.context, self.compiler = _build_context(self.stacks, num_subrounds)
     except BaseException:
       self.close(dispose=False)
       raise
 
   def close(self, dispose: bool) -> None:
+    if self.compiler is not None:
+      self.compiler.close()
     for stack in self.stacks:
       stack.close(dispose=dispose)
 
@@ -274,7 +390,7 @@ class ExecutionHandle:
     self._connect = connect
     self._tls = tls
     self._connection = connect(self.configured_addresses)
-    self.context = _switchable_context_class()(self._connection.context)
+    self.context = _switchable_context_class()(self._connection)
 
   def __repr__(self):
     return f"ExecutionHandle(kind={self.kind!r}, addresses={self.addresses})"
@@ -299,7 +415,7 @@ class ExecutionHandle:
     """Switches the installed context to the workers at `addresses`."""
     connection = self._connect(tuple(addresses))
     old, self._connection = self._connection, connection
-    self.context.inner = connection.context
+    self.context.use(connection)
     old.close(dispose=False)
 
   def _reachable(self, addresses: Sequence[str], timeout_s: float) -> list[str]:

@@ -1,0 +1,99 @@
+"""`AheadOfTimeCompiler`: what TFF's context gets back is what the compile
+function returned for that very computation, compiled once, on the
+background thread when it was submitted, and failures surface at the call
+as they would without it. Plain Python stands in for the computations (the
+compiler only holds them); `runtime_contexts_test.py` runs it under TFF."""
+
+import threading
+
+import pytest
+
+from tff_hetero.runtime.contexts import AheadOfTimeCompiler
+
+
+class _Computation:
+  def __init__(self, name):
+    self.name = name
+
+
+class _Recorder:
+  """A compile function that records which thread compiled what."""
+
+  def __init__(self, fail=()):
+    self.calls = []
+    self.fail = set(fail)
+    self.release = threading.Event()
+    self.release.set()
+
+  def __call__(self, computation):
+    self.release.wait(10)
+    self.calls.append((computation.name, threading.current_thread().name))
+    if computation.name in self.fail:
+      raise ValueError(f"cannot compile {computation.name}")
+    return f"compiled {computation.name}"
+
+
+def test_submitted_computation_is_compiled_once_in_the_background():
+  compile_fn = _Recorder()
+  compiler = AheadOfTimeCompiler(compile_fn)
+  a, b = _Computation("a"), _Computation("b")
+  compiler.submit(a)
+  compiler.submit(a)  # Still pending: not queued twice.
+  compiler.submit(b)
+  assert compiler(b) == "compiled b"
+  assert compiler(a) == "compiled a"
+  assert [name for name, _ in compile_fn.calls] == ["a", "b"]
+  assert all(
+    thread.startswith("tff-hetero-compile") for _, thread in compile_fn.calls
+  )
+  # Handed over to TFF, which keeps it: a later submit does nothing.
+  compiler.submit(a)
+  compiler.close()
+  assert len(compile_fn.calls) == 2
+
+
+def test_unsubmitted_computation_compiles_on_the_calling_thread():
+  compile_fn = _Recorder()
+  compiler = AheadOfTimeCompiler(compile_fn)
+  assert compiler(_Computation("c")) == "compiled c"
+  assert compile_fn.calls == [("c", threading.current_thread().name)]
+
+
+def test_call_waits_for_a_compilation_under_way():
+  compile_fn = _Recorder()
+  compile_fn.release.clear()
+  compiler = AheadOfTimeCompiler(compile_fn)
+  slow = _Computation("slow")
+  compiler.submit(slow)
+  result = []
+  caller = threading.Thread(target=lambda: result.append(compiler(slow)))
+  caller.start()
+  caller.join(0.2)
+  assert caller.is_alive() and not result  # Waiting for the background.
+  compile_fn.release.set()
+  caller.join(10)
+  assert result == ["compiled slow"]
+  assert len(compile_fn.calls) == 1
+
+
+def test_a_failed_compilation_raises_at_the_call():
+  compiler = AheadOfTimeCompiler(_Recorder(fail=["bad"]))
+  bad = _Computation("bad")
+  compiler.submit(bad)
+  with pytest.raises(ValueError, match="cannot compile bad"):
+    compiler(bad)
+
+
+def test_close_drops_what_was_not_called():
+  compile_fn = _Recorder()
+  compile_fn.release.clear()
+  compiler = AheadOfTimeCompiler(compile_fn)
+  first, queued = _Computation("first"), _Computation("queued")
+  compiler.submit(first)
+  compiler.submit(queued)
+  compiler.close()
+  compile_fn.release.set()
+  # `first` may have started before the close; `queued` never runs, and a
+  # call after the close compiles on the spot.
+  assert compiler(queued) == "compiled queued"
+  assert [n for n, _ in compile_fn.calls].count("queued") == 1
