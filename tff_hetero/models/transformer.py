@@ -32,7 +32,10 @@ head. Layers, in order, with their Keras names:
 
 Layer norms use epsilon 1e-6. Defaults, small enough for a 2-core CPU:
 d_model 64, 4 heads (key_dim 16), mlp_dim 128, depth 12. No dropout and no
-batch norm: every weight is trainable.
+batch norm: every weight is trainable. Every block of a model calls one traced
+function (`_block`) with its own weights, so a graph of the model holds the
+block's ops once per shape, not once per block (cheaper to trace and to
+compile for TFF; the same ops run).
 
 Initialisation (seeded per part, `depth.DepthSeeds`: the embedding, block i
 and the head start the same whatever the depth): Dense kernels and the
