@@ -379,11 +379,20 @@ class InclusiveFL(api.FederatedAlgorithm):
     # each queued for compilation as soon as it is traced, the deepest
     # group's (the longest to compile) first: the worker's context compiles
     # one while the next is traced (`compile_ahead`; the first round's
-    # start-up, docs/performance.md). Later rounds find them compiled.
+    # start-up, docs/performance.md), and the groups run in that order, the
+    # worker training one while the next compiles. Later rounds find them
+    # compiled. The groups are independent until the server step: their
+    # results are read below in the order of the groups.
+    present = [j for j in reversed(range(len(self.groups))) if members[j]]
     compile_ahead(self.computations.server_step)
-    for j in reversed(range(len(self.groups))):
-      if members[j]:
-        compile_ahead(self.computations.group_round(j))
+    for j in present:
+      compile_ahead(self.computations.group_round(j))
+    outputs = {
+      j: self.computations.group_round(j)(
+        state["models"][j], [c.dataset for c in members[j]]
+      )
+      for j in present
+    }
     updates, traffic = [], []
     counts = np.zeros([len(self.groups)], np.float32)
     loss_sum = accuracy_sum = 0.0
@@ -396,9 +405,7 @@ class InclusiveFL(api.FederatedAlgorithm):
       if not cohort:
         updates.append([np.zeros_like(w) for w in state["models"][j]])
         continue
-      update, measured = self.computations.group_round(j)(
-        state["models"][j], [c.dataset for c in cohort]
-      )
+      update, measured = outputs[j]
       # A client whose update was not finite sent zeros of weight 0 (the
       # group's client work weighs the others 1: no empty one weighs 0).
       zeroed = learning_process.non_finite_count(
