@@ -86,6 +86,34 @@ def test_keeps_newest_and_ignores_versions_without_sidecar(tmp_path):
   assert manager.latest_round() == 3
 
 
+def test_a_save_cut_before_its_sidecar_leaves_keep_total_complete(
+  tmp_path, monkeypatch
+):
+  # Killed after TFF wrote version 4 (and pruned what it prunes) but before
+  # the sidecar completed it: versions 2 and 3 must both still be there.
+  manager = checkpoint_lib.CheckpointManager(str(tmp_path), keep_total=2)
+  sampler = CohortSampler(seed=0)
+  for round_num in (1, 2, 3):
+    manager.save(_state(round_num, sampler))
+
+  def killed(path, value):
+    raise KeyboardInterrupt(path)
+
+  monkeypatch.setattr(checkpoint_lib.atomic_files, "write_json", killed)
+  with pytest.raises(KeyboardInterrupt):
+    manager.save(_state(4, sampler))
+  assert manager.complete_versions() == [2, 3]
+  monkeypatch.undo()
+  manager.save(_state(4, sampler))  # The next save completes it, keeps two.
+  assert manager.complete_versions() == [3, 4]
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+    "program_state_3",
+    "program_state_3.json",
+    "program_state_4",
+    "program_state_4.json",
+  ]
+
+
 def test_no_checkpoint(tmp_path):
   manager = checkpoint_lib.CheckpointManager(str(tmp_path / "none"))
   assert manager.load_latest(_server(0), _client(0)) is None

@@ -46,10 +46,13 @@ def test_submitted_computation_is_compiled_once_in_the_background():
   assert all(
     thread.startswith("tff-hetero-compile") for _, thread in compile_fn.calls
   )
-  # Handed over to TFF, which keeps it: a later submit does nothing.
+  # Handed over to TFF, which keeps it: a later submit queues nothing, so
+  # a call (TFF would not make it) compiles on the calling thread.
   compiler.submit(a)
+  assert compiler(a) == "compiled a"
+  assert compile_fn.calls[2] == ("a", threading.current_thread().name)
+  assert len(compile_fn.calls) == 3
   compiler.close()
-  assert len(compile_fn.calls) == 2
 
 
 def test_unsubmitted_computation_compiles_on_the_calling_thread():
@@ -86,14 +89,19 @@ def test_a_failed_compilation_raises_at_the_call():
 
 def test_close_drops_what_was_not_called():
   compile_fn = _Recorder()
-  compile_fn.release.clear()
+  compile_fn.release.clear()  # The background is held inside `first`.
   compiler = AheadOfTimeCompiler(compile_fn)
   first, queued = _Computation("first"), _Computation("queued")
   compiler.submit(first)
   compiler.submit(queued)
   compiler.close()
+  compiler.submit(_Computation("late"))  # Closed: taken no more.
   compile_fn.release.set()
-  # `first` may have started before the close; `queued` never runs, and a
-  # call after the close compiles on the spot.
+  # `queued` was dropped: a call compiles it on the calling thread, and the
+  # background compiles neither it nor `late`.
+  here = threading.current_thread().name
   assert compiler(queued) == "compiled queued"
-  assert [n for n, _ in compile_fn.calls].count("queued") == 1
+  assert compiler(first) == "compiled first"  # Dropped too: on the spot.
+  background = [name for name, thread in compile_fn.calls if thread != here]
+  assert background in ([], ["first"])  # `first` had started, or not.
+  assert ("queued", here) in compile_fn.calls

@@ -376,11 +376,12 @@ class InclusiveFL(api.FederatedAlgorithm):
       else:
         members[j].append(client)
     # Every computation this round calls is traced before the first runs,
-    # each queued for compilation as soon as it is traced, the deepest
-    # group's (the longest to compile) first: the worker's context compiles
-    # one while the next is traced (`compile_ahead`; the first round's
-    # start-up, docs/performance.md), and the groups run in that order, the
-    # worker training one while the next compiles. Later rounds find them
+    # each queued for compilation as soon as it is traced: the server step
+    # (built with the algorithm), then the groups deepest first (the longest
+    # to compile). The worker's context compiles one while the next is
+    # traced (`compile_ahead`; the first round's start-up,
+    # docs/performance.md), and the groups run in that order, so that the
+    # worker can train one while the next compiles. Later rounds find them
     # compiled. The groups are independent until the server step: their
     # results are read below in the order of the groups.
     present = [j for j in reversed(range(len(self.groups))) if members[j]]

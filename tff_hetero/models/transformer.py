@@ -33,9 +33,10 @@ head. Layers, in order, with their Keras names:
 Layer norms use epsilon 1e-6. Defaults, small enough for a 2-core CPU:
 d_model 64, 4 heads (key_dim 16), mlp_dim 128, depth 12. No dropout and no
 batch norm: every weight is trainable. Every block of a model calls one traced
-function (`_block`) with its own weights, so a graph of the model holds the
-block's ops once per shape, not once per block (cheaper to trace and to
-compile for TFF; the same ops run).
+function (`_SharedBody`) with its own weights, so a graph of the model holds
+the block's ops once per shape, not once per block (cheaper to trace and to
+compile for TFF; Grappler inlines the calls, and results agree with the
+blocks written out to float32 rounding, docs/performance.md).
 
 Initialisation (seeded per part, `depth.DepthSeeds`: the embedding, block i
 and the head start the same whatever the depth): Dense kernels and the
@@ -195,15 +196,9 @@ BLOCK_WEIGHTS = (
 """A `TransformerBlock`'s weights, in the order of its `trainable_weights`."""
 
 
-# One traced function for every block of a model: a graph holds its body
-# (and, under a gradient tape, its gradient) once per shape instead of once
-# per block, which makes a deep model's graph several times cheaper to trace
-# and to hand to TFF. Grappler inlines the calls back (TFF compiles with
-# function inlining), so the worker runs the same ops as with the body
-# written out per block. The weights come in as read tensors: the gradient
-# reaches each block's variables through its own reads.
-@tf.function(autograph=False)
-def _block(x, weights, key_dim, epsilon, activation):
+def _block_body(x, weights, key_dim, epsilon, activation):
+  """A block's forward pass (module docstring) from its weights, in
+  `BLOCK_WEIGHTS` order."""
   (
     ln1_gamma,
     ln1_beta,
@@ -237,6 +232,23 @@ def _block(x, weights, key_dim, epsilon, activation):
   )
   y = tf.einsum("btm,md->btd", y, mlp_out_kernel) + mlp_out_bias
   return x + y
+
+
+class _SharedBody:
+  """One traced block function for the blocks of one model.
+
+  A graph of the model then holds the block's body (and, under a gradient
+  tape, its gradient) once per shape instead of once per block, which
+  makes a deep model's graph several times cheaper to trace and to hand to
+  TFF. Grappler inlines the calls back (TFF compiles with function
+  inlining). The weights come in as read tensors: the gradient reaches each
+  block's variables through its own reads. One function per model, not
+  per module: its traces (keyed by the graph they were made in) go with the
+  model. A plain object, so that Keras does not track the function.
+  """
+
+  def __init__(self):
+    self.function = tf.function(_block_body, autograph=False)
 
 
 class TransformerBlock(tf.keras.layers.Layer):
@@ -276,6 +288,7 @@ class TransformerBlock(tf.keras.layers.Layer):
     self.seed = int(seed)
     self.activation = activation
     self.epsilon = float(epsilon)
+    self._body = _SharedBody()  # `_blocks_and_head` shares one per model.
 
   def build(self, input_shape):
     d = int(input_shape[-1])
@@ -320,7 +333,7 @@ class TransformerBlock(tf.keras.layers.Layer):
   def call(self, inputs: tf.Tensor, training=None) -> tf.Tensor:
     del training  # the same function in training and inference
     weights = [tf.convert_to_tensor(getattr(self, n)) for n in BLOCK_WEIGHTS]
-    return _block(
+    return self._body.function(
       inputs,
       weights,
       key_dim=self.key_dim,
@@ -489,15 +502,18 @@ def _blocks_and_head(
   mlp_dim: int,
   activation: str,
 ) -> tf.keras.Model:
+  body = _SharedBody()
   for i in range(1, depth + 1):
-    x = TransformerBlock(
+    block = TransformerBlock(
       num_heads,
       key_dim,
       mlp_dim,
       seeds.block(i),
       activation=activation,
       name=depth_lib.block_name(i),
-    )(x)
+    )
+    block._body = body  # pylint: disable=protected-access
+    x = block(x)
   head = seeds.head()
   x = tf.keras.layers.LayerNormalization(epsilon=LN_EPSILON, name="final_norm")(
     x

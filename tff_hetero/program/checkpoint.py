@@ -121,10 +121,14 @@ class CheckpointManager:
     # Created on first use: TFF's manager makes `root_dir`, and a run that
     # fails validation must leave nothing behind.
     if self._tff_manager is None:
+      # One more than kept: TFF removes the oldest version as soon as it
+      # has written a new one, before the new one's sidecar completes it;
+      # `_prune` removes it after, so that `keep_total` complete versions
+      # exist at every moment.
       self._tff_manager = tff.program.FileProgramStateManager(
         self._root_dir,
         prefix=_PREFIX,
-        keep_total=self._keep_total,
+        keep_total=self._keep_total + 1 if self._keep_total > 0 else 0,
         keep_first=False,
       )
     return self._tff_manager
@@ -182,7 +186,16 @@ class CheckpointManager:
       sha256=file_digests(self._version_dir(version)),
     )
     atomic_files.write_json(self._sidecar(version), sidecar)
+    self._prune()
     self._remove_orphan_sidecars()
+
+  def _prune(self) -> None:
+    """Removes all but the newest `keep_total` versions (0: keeps all)."""
+    if self._keep_total <= 0:
+      return
+    versions = sorted(run_to_completion(self._manager.get_versions()) or [])
+    for old in versions[: -self._keep_total]:
+      run_to_completion(self._manager._remove(old))  # pylint: disable=protected-access
 
   def _remove_orphan_sidecars(self) -> None:
     versions = set(run_to_completion(self._manager.get_versions()) or [])

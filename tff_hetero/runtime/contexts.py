@@ -177,49 +177,79 @@ class AheadOfTimeCompiler:
   native form and runs Grappler over every TensorFlow graph in it
   (`tff.backends.native.desugar_and_transform_to_native`). For a program
   that traces several large computations before it calls them, that work
-  can run on a background thread while the next one is traced: Grappler
-  releases the GIL, so the two share the machine's cores. `submit` queues a
-  computation (one thread, in order); `__call__` is what TFF calls and
-  returns the queued result, waiting for it if need be, or compiles on the
-  spot a computation never submitted. A compilation that failed raises at
-  that call, as it would have without `submit`. A computation object is
-  compiled once: TFF keeps what it compiled (`CompilerPipeline`), so a
-  computation already handed over is not submitted again.
+  can run on a background thread while the next one is traced (Grappler is
+  C++ that does not hold the GIL; docs/performance.md measures how much the
+  two then share). `submit` queues a computation (one thread, in order);
+  `__call__` is what TFF calls and returns the queued result, waiting for it
+  if need be (as long as compiling it takes, as TFF's own call would), or
+  compiles on the spot a computation never submitted. A compilation that
+  failed raises at that call, as it would have without `submit`.
+
+  A computation object is compiled once: TFF keeps what it compiled
+  (`CompilerPipeline`), so one already handed over is not submitted again.
+  TFF's cache matches computations by equality: a second object equal to a
+  compiled one is compiled again if submitted, and that result is dropped
+  only by `close`. The thread is a daemon: a run that ends, or is
+  interrupted, while a compilation is under way does not wait for it.
   """
 
   def __init__(self, compile_fn: Callable[[Any], Any]):
+    import queue  # pylint: disable=g-import-not-at-top
     import threading  # pylint: disable=g-import-not-at-top
 
     self._compile_fn = compile_fn
     self._lock = threading.Lock()
-    self._pending: dict[int, tuple[Any, Any]] = {}
+    self._queue = queue.SimpleQueue()
+    self._thread = None
+    self._closed = False
+    self._pending: dict[int, tuple[Any, Any]] = {}  # id -> (comp, Future)
     self._handed_over: dict[int, Any] = {}  # id -> weakref of the computation
-    self._pool = None
 
   def submit(self, computation) -> None:
-    """Starts compiling `computation` in the background, once."""
+    """Starts compiling `computation` in the background, once; nothing
+    after `close`."""
     from concurrent import futures  # pylint: disable=g-import-not-at-top
+    import threading  # pylint: disable=g-import-not-at-top
 
     with self._lock:
       key = id(computation)
-      if key in self._pending:
+      if self._closed or key in self._pending:
         return
       handed_over = self._handed_over.get(key)
       if handed_over is not None and handed_over() is computation:
         return
-      if self._pool is None:
-        self._pool = futures.ThreadPoolExecutor(
-          1, thread_name_prefix="tff-hetero-compile"
-        )
-      future = self._pool.submit(self._compile_fn, computation)
+      future = futures.Future()
       # The computation is kept with its future, so its id stays its own.
-      self._pending[id(computation)] = (computation, future)
+      self._pending[key] = (computation, future)
+      self._queue.put((computation, future))
+      if self._thread is None:
+        self._thread = threading.Thread(
+          target=self._work, name="tff-hetero-compile", daemon=True
+        )
+        self._thread.start()
+
+  def _work(self) -> None:
+    while True:
+      item = self._queue.get()
+      if item is None:
+        return
+      computation, future = item
+      if not future.set_running_or_notify_cancel():
+        continue  # Dropped by `close`.
+      try:
+        future.set_result(self._compile_fn(computation))
+      except BaseException as e:  # pylint: disable=broad-except
+        future.set_exception(e)
+      del computation, future, item
 
   def __call__(self, computation):
+    key = id(computation)
     with self._lock:
-      pending = self._pending.pop(id(computation), None)
+      pending = self._pending.pop(key, None)
       try:
-        self._handed_over[id(computation)] = weakref.ref(computation)
+        self._handed_over[key] = weakref.ref(
+          computation, lambda _, key=key: self._handed_over.pop(key, None)
+        )
       except TypeError:  # Not weakly referenceable: it may be submitted again.
         pass
     if pending is None:
@@ -227,14 +257,16 @@ class AheadOfTimeCompiler:
     return pending[1].result()
 
   def close(self) -> None:
-    """Drops what was not called yet; a compilation under way finishes on
-    its thread, which then exits."""
+    """Drops what was not called yet (a compilation under way finishes on
+    its thread, which then ends) and takes no more submissions."""
     with self._lock:
+      self._closed = True
+      for _, future in self._pending.values():
+        future.cancel()
       self._pending.clear()
       self._handed_over.clear()
-      pool, self._pool = self._pool, None
-    if pool is not None:
-      pool.shutdown(wait=False, cancel_futures=True)
+      if self._thread is not None:
+        self._queue.put(None)
 
 
 def _compile_for_worker(computation):
