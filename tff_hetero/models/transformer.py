@@ -196,41 +196,25 @@ BLOCK_WEIGHTS = (
 """A `TransformerBlock`'s weights, in the order of its `trainable_weights`."""
 
 
-def _block_body(x, weights, key_dim, epsilon, activation):
-  """A block's forward pass (module docstring) from its weights, in
-  `BLOCK_WEIGHTS` order."""
-  (
-    ln1_gamma,
-    ln1_beta,
-    query_kernel,
-    query_bias,
-    key_kernel,
-    key_bias,
-    value_kernel,
-    value_bias,
-    output_kernel,
-    output_bias,
-    ln2_gamma,
-    ln2_beta,
-    mlp_in_kernel,
-    mlp_in_bias,
-    mlp_out_kernel,
-    mlp_out_bias,
-  ) = weights
-  y = _layer_norm(x, ln1_gamma, ln1_beta, epsilon)
-  q = tf.einsum("btd,dhk->bthk", y, query_kernel) + query_bias
-  k = tf.einsum("btd,dhk->bthk", y, key_kernel) + key_bias
-  v = tf.einsum("btd,dhk->bthk", y, value_kernel) + value_bias
+def _block_body(x, w, key_dim, epsilon, activation):
+  """A block's forward pass (module docstring) from its weights `w`, a
+  mapping of `BLOCK_WEIGHTS` names to tensors."""
+  y = _layer_norm(x, w["ln1_gamma"], w["ln1_beta"], epsilon)
+  q = tf.einsum("btd,dhk->bthk", y, w["query_kernel"]) + w["query_bias"]
+  k = tf.einsum("btd,dhk->bthk", y, w["key_kernel"]) + w["key_bias"]
+  v = tf.einsum("btd,dhk->bthk", y, w["value_kernel"]) + w["value_bias"]
   scores = tf.einsum("bthk,bshk->bhts", q, k) / math.sqrt(key_dim)
   attention = tf.nn.softmax(scores, axis=-1)
   context = tf.einsum("bhts,bshk->bthk", attention, v)
-  x = x + (tf.einsum("bthk,hkd->btd", context, output_kernel) + output_bias)
-  y = _layer_norm(x, ln2_gamma, ln2_beta, epsilon)
-  y = tf.einsum("btd,dm->btm", y, mlp_in_kernel) + mlp_in_bias
+  x = x + (
+    tf.einsum("bthk,hkd->btd", context, w["output_kernel"]) + w["output_bias"]
+  )
+  y = _layer_norm(x, w["ln2_gamma"], w["ln2_beta"], epsilon)
+  y = tf.einsum("btd,dm->btm", y, w["mlp_in_kernel"]) + w["mlp_in_bias"]
   y = (
     tf.nn.gelu(y, approximate=False) if activation == "gelu" else tf.nn.relu(y)
   )
-  y = tf.einsum("btm,md->btd", y, mlp_out_kernel) + mlp_out_bias
+  y = tf.einsum("btm,md->btd", y, w["mlp_out_kernel"]) + w["mlp_out_bias"]
   return x + y
 
 
@@ -332,7 +316,7 @@ class TransformerBlock(tf.keras.layers.Layer):
   @tf.autograph.experimental.do_not_convert
   def call(self, inputs: tf.Tensor, training=None) -> tf.Tensor:
     del training  # the same function in training and inference
-    weights = [tf.convert_to_tensor(getattr(self, n)) for n in BLOCK_WEIGHTS]
+    weights = {n: tf.convert_to_tensor(getattr(self, n)) for n in BLOCK_WEIGHTS}
     return self._body.function(
       inputs,
       weights,
