@@ -37,11 +37,27 @@ sees each client's quantized values. The C++ worker has no secure-sum
 implementation (it refuses the intrinsic).
 
 Compiling ahead: TFF compiles a computation for the worker (native form,
-Grappler over its graphs) when it is first called. With one worker,
+Grappler over its graphs, below) when it is first called. With one worker,
 `compile_ahead(computation)` starts that compilation on a background thread
 (`AheadOfTimeCompiler`), so that a program tracing several computations
 before calling them overlaps the two; the mergeable context compiles into
 its own form and ignores the hint.
+
+Graph optimization: TFF's compiler runs Grappler over every graph in the
+driver (`desugar_and_transform_to_native`), and the worker's session runs
+Grappler again, with its defaults, over every graph it is given (TFF's
+`SessionProvider`). Our driver keeps TFF's function inlining (the worker
+runs nested function calls with Grappler off, as TFF compiles them), its
+arithmetic, loop and dependency optimizers, and leaves constant folding, the
+layout optimizer, the remapper and the memory optimizer to the worker's
+session (`driver_grappler_config`). Those four took 22 of the 33 s that
+Grappler's passes reported (`TF_CPP_VMODULE=meta_optimizer=1`) in
+InclusiveFL's first round, which they delayed by about 12 s; FedAvg's
+compute-bound round (`tools/bench.py`) takes as long without them, and 1.4
+to 1.7 times as long without the dependency optimizer or with inlining
+alone. Results differ from those of TFF's compilation in the seventh or
+eighth significant digit (other rewrites of the same arithmetic) and repeat
+exactly from run to run.
 
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
@@ -269,11 +285,51 @@ class AheadOfTimeCompiler:
         self._queue.put(None)
 
 
-def _compile_for_worker(computation):
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+def driver_grappler_config():
+  """The Grappler configuration the driver runs over each graph before it
+  goes to a worker (module docstring, "Graph optimization"): TFF's
+  (`desugar_and_transform_to_native`: function inlining, arithmetic and loop
+  optimization aggressive, the other passes at their defaults) without
+  constant folding, the layout optimizer, the remapper and the memory
+  optimizer, which the worker's session runs over every graph it is given
+  anyway."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  return tff.backends.native.desugar_and_transform_to_native(
-    _without_secure_intrinsics(computation)
+  config = tf.compat.v1.ConfigProto()
+  rewrite = config.graph_options.rewrite_options
+  aggressive = rewrite.AGGRESSIVE
+  rewrite.function_optimization = aggressive
+  rewrite.arithmetic_optimization = aggressive
+  rewrite.loop_optimization = aggressive
+  rewrite.constant_folding = rewrite.OFF
+  rewrite.layout_optimizer = rewrite.OFF
+  rewrite.remapping = rewrite.OFF
+  rewrite.memory_optimization = rewrite.NO_MEM_OPT
+  return config
+
+
+def _compile_for_worker(computation):
+  """`computation` in the native form our workers run: TFF's
+  `desugar_and_transform_to_native` with `driver_grappler_config`, secure
+  sums replaced first."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.environments.tensorflow_backend import (
+    tensorflow_tree_transformations,
+  )  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
+    _without_secure_intrinsics(computation).to_building_block()
+  )
+  return tff.backends.native.transform_to_native_form(
+    computation_impl.ConcreteComputation(
+      computation_proto=desugared.proto,
+      context_stack=context_stack_impl.context_stack,
+    ),
+    grappler_config=driver_grappler_config(),
   )
 
 

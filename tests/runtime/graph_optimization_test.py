@@ -1,0 +1,71 @@
+"""The driver's graph optimization (`contexts.driver_grappler_config`): before
+a computation goes to a worker, the driver inlines its nested function calls
+(the worker runs those with Grappler off, as TFF compiles them) and leaves
+the other rewrites, constant folding among them, to the worker's session.
+TFF's own compilation (`desugar_and_transform_to_native`) is the contrast,
+and the value is checked by hand on a real worker."""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hetero import runtime
+from tff_hetero.runtime import contexts
+
+
+@tf.function
+def _doubled(x):
+  return x * 2.0
+
+
+@tff.tensorflow.computation(np.float32)
+def _doubled_plus_three(x):
+  three = tf.reduce_sum(tf.constant([1.0, 2.0]))  # Foldable.
+  return _doubled(x) + three
+
+
+def _graph_ops(computation) -> list[str]:
+  """The op of every node in every TensorFlow graph of `computation`'s proto,
+  the graphs' function libraries included."""
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+
+  ops = []
+
+  def visit(message):
+    for field, value in message.ListFields():
+      if field.name == "graph_def" and hasattr(value, "Unpack"):
+        graph = tf.compat.v1.GraphDef()
+        value.Unpack(graph)
+        ops.extend(node.op for node in graph.node)
+        for function in graph.library.function:
+          ops.extend(node.op for node in function.node_def)
+        continue
+      if field.message_type is None:
+        continue
+      values = value if field.label == field.LABEL_REPEATED else [value]
+      for item in values:
+        visit(item)
+
+  visit(computation_impl.ConcreteComputation.get_proto(computation))
+  return ops
+
+
+def test_driver_inlines_calls_and_leaves_constant_folding_to_the_worker():
+  ours = _graph_ops(contexts._compile_for_worker(_doubled_plus_three))  # pylint: disable=protected-access
+  tffs = _graph_ops(
+    tff.backends.native.desugar_and_transform_to_native(_doubled_plus_three)
+  )
+  traced = _graph_ops(_doubled_plus_three)
+  calls = {"PartitionedCall", "StatefulPartitionedCall"}
+  assert calls & set(traced)  # The traced graph calls `_doubled`.
+  assert not calls & set(ours)
+  assert not calls & set(tffs)
+  # TFF's constant folding turns the sum of two constants into a constant;
+  # ours leaves it to the worker's session.
+  assert "Sum" not in tffs
+  assert "Sum" in ours
+
+
+def test_the_compiled_computation_runs_on_a_worker():
+  with runtime.local_execution(worker_timeout_s=60):
+    assert _doubled_plus_three(np.float32(4.0)) == 11.0  # 4 * 2 + (1 + 2)
