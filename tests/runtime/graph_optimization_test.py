@@ -1,13 +1,13 @@
 """The driver's graph optimization (`contexts.driver_grappler_config`): before
-a computation goes to a worker, the driver inlines its nested function calls
-(the worker runs those with Grappler off, as TFF compiles them) and leaves
-the other rewrites, constant folding among them, to the worker's session.
-TFF's own compilation (`desugar_and_transform_to_native`) is the contrast,
-and the value is checked by hand on a real worker."""
+a computation goes to a worker (which runs it as it is), the driver inlines
+its nested function calls, as TFF's compilation does, and does not fold
+constants, which TFF's does (`desugar_and_transform_to_native`, the
+contrast). The value is checked by hand on a real worker."""
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.computation import computation_impl
 
 from tff_hetero import runtime
 from tff_hetero.runtime import contexts
@@ -27,8 +27,6 @@ def _doubled_plus_three(x):
 def _graph_ops(computation) -> list[str]:
   """The op of every node in every TensorFlow graph of `computation`'s proto,
   the graphs' function libraries included."""
-  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
-
   ops = []
 
   def visit(message):
@@ -50,7 +48,7 @@ def _graph_ops(computation) -> list[str]:
   return ops
 
 
-def test_driver_inlines_calls_and_leaves_constant_folding_to_the_worker():
+def test_driver_inlines_calls_and_does_not_fold_constants():
   ours = _graph_ops(contexts._compile_for_worker(_doubled_plus_three))  # pylint: disable=protected-access
   tffs = _graph_ops(
     tff.backends.native.desugar_and_transform_to_native(_doubled_plus_three)
@@ -61,7 +59,7 @@ def test_driver_inlines_calls_and_leaves_constant_folding_to_the_worker():
   assert not calls & set(ours)
   assert not calls & set(tffs)
   # TFF's constant folding turns the sum of two constants into a constant;
-  # ours leaves it to the worker's session.
+  # ours leaves the sum (one more small op on the worker).
   assert "Sum" not in tffs
   assert "Sum" in ours
 

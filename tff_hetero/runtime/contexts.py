@@ -44,20 +44,21 @@ before calling them overlaps the two; the mergeable context compiles into
 its own form and ignores the hint.
 
 Graph optimization: TFF's compiler runs Grappler over every graph in the
-driver (`desugar_and_transform_to_native`), and the worker's session runs
-Grappler again, with its defaults, over every graph it is given (TFF's
-`SessionProvider`). Our driver keeps TFF's function inlining (the worker
-runs nested function calls with Grappler off, as TFF compiles them), its
-arithmetic, loop and dependency optimizers, and leaves constant folding, the
-layout optimizer, the remapper and the memory optimizer to the worker's
-session (`driver_grappler_config`). Those four took 22 of the 33 s that
-Grappler's passes reported (`TF_CPP_VMODULE=meta_optimizer=1`) in
-InclusiveFL's first round, which they delayed by about 12 s; FedAvg's
-compute-bound round (`tools/bench.py`) takes as long without them, and 1.4
-to 1.7 times as long without the dependency optimizer or with inlining
-alone. Results differ from those of TFF's compilation in the seventh or
-eighth significant digit (other rewrites of the same arithmetic) and repeat
-exactly from run to run.
+driver (`desugar_and_transform_to_native`: function inlining, constant
+folding, arithmetic, loop and memory optimization aggressive, the other
+passes at their defaults); the worker runs the graphs it is given as they
+are (TFF's session options switch Grappler off there; with
+`TF_CPP_VMODULE=meta_optimizer=1` the worker logs no pass). Our driver runs
+the same configuration without constant folding, the layout optimizer, the
+remapper and the memory optimizer (`driver_grappler_config`), which no
+process then runs. Those four took 22 of the 33 s that Grappler's passes
+logged in InclusiveFL's first round, which now ends 9-11 s sooner
+(alternating cold starts); FedAvg's compute-bound round (`tools/bench.py`)
+takes as long without them, and 1.4 to 1.7 times as long without the
+dependency optimizer or with inlining alone, so those stay. Losses differ
+from those under TFF's configuration in the eighth or ninth significant
+digit (the same arithmetic rewritten differently); two identical 12-round
+InclusiveFL runs gave the same losses.
 
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
@@ -191,7 +192,8 @@ class AheadOfTimeCompiler:
   TFF compiles a computation for the worker at its first invocation, in the
   calling context's event-loop thread: it rewrites the computation into the
   native form and runs Grappler over every TensorFlow graph in it
-  (`tff.backends.native.desugar_and_transform_to_native`). For a program
+  (`_compile_for_worker`: TFF's `desugar_and_transform_to_native` with
+  `driver_grappler_config`). For a program
   that traces several large computations before it calls them, that work
   can run on a background thread while the next one is traced (Grappler is
   C++ that does not hold the GIL; docs/performance.md measures how much the
@@ -287,12 +289,10 @@ class AheadOfTimeCompiler:
 
 def driver_grappler_config():
   """The Grappler configuration the driver runs over each graph before it
-  goes to a worker (module docstring, "Graph optimization"): TFF's
-  (`desugar_and_transform_to_native`: function inlining, arithmetic and loop
-  optimization aggressive, the other passes at their defaults) without
-  constant folding, the layout optimizer, the remapper and the memory
-  optimizer, which the worker's session runs over every graph it is given
-  anyway."""
+  goes to a worker (module docstring, "Graph optimization"): TFF's (function
+  inlining, arithmetic and loop optimization aggressive; the dependency
+  optimizer and the pruner at their defaults) without constant folding, the
+  layout optimizer, the remapper and the memory optimizer."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   config = tf.compat.v1.ConfigProto()
@@ -311,7 +311,9 @@ def driver_grappler_config():
 def _compile_for_worker(computation):
   """`computation` in the native form our workers run: TFF's
   `desugar_and_transform_to_native` with `driver_grappler_config`, secure
-  sums replaced first."""
+  sums replaced first. Like `_without_secure_intrinsics`, it calls a private
+  module of TFF 0.87 (`replace_intrinsics_with_bodies`, which TFF's function
+  calls)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.environments.tensorflow_backend import (
     tensorflow_tree_transformations,
