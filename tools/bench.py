@@ -1343,6 +1343,7 @@ def _coldstart_run(name: str, root: str) -> collections.OrderedDict:
     )
   elapsed = time.perf_counter() - start
   leftover = [w.pid for w in proc_testing.worker_processes(tag=tag)]
+  leftover += proc_testing.compiler_processes(tag=tag)
   leftover = proc_testing.wait_until_gone(leftover, timeout_s=10)
   if leftover:  # The run's own workers, orphaned: recorded, then stopped.
     results[f"coldstart_{name}_workers_left"] = len(leftover)

@@ -2,7 +2,9 @@
 function returned for that very computation, compiled once, on the
 background thread when it was submitted, and failures surface at the call
 as they would without it. Plain Python stands in for the computations (the
-compiler only holds them); `runtime_contexts_test.py` runs it under TFF."""
+compiler only holds them), compiled on the thread (`in_process=True`);
+`compiler_process_test.py` compiles real ones in the child process and
+`runtime_contexts_test.py` runs it under TFF."""
 
 import threading
 
@@ -35,7 +37,7 @@ class _Recorder:
 
 def test_submitted_computation_is_compiled_once_in_the_background():
   compile_fn = _Recorder()
-  compiler = AheadOfTimeCompiler(compile_fn)
+  compiler = AheadOfTimeCompiler(compile_fn, in_process=True)
   a, b = _Computation("a"), _Computation("b")
   compiler.submit(a)
   compiler.submit(a)  # Still pending: not queued twice.
@@ -57,7 +59,7 @@ def test_submitted_computation_is_compiled_once_in_the_background():
 
 def test_unsubmitted_computation_compiles_on_the_calling_thread():
   compile_fn = _Recorder()
-  compiler = AheadOfTimeCompiler(compile_fn)
+  compiler = AheadOfTimeCompiler(compile_fn, in_process=True)
   assert compiler(_Computation("c")) == "compiled c"
   assert compile_fn.calls == [("c", threading.current_thread().name)]
 
@@ -65,7 +67,7 @@ def test_unsubmitted_computation_compiles_on_the_calling_thread():
 def test_call_waits_for_a_compilation_under_way():
   compile_fn = _Recorder()
   compile_fn.release.clear()
-  compiler = AheadOfTimeCompiler(compile_fn)
+  compiler = AheadOfTimeCompiler(compile_fn, in_process=True)
   slow = _Computation("slow")
   compiler.submit(slow)
   result = []
@@ -80,7 +82,7 @@ def test_call_waits_for_a_compilation_under_way():
 
 
 def test_a_failed_compilation_raises_at_the_call():
-  compiler = AheadOfTimeCompiler(_Recorder(fail=["bad"]))
+  compiler = AheadOfTimeCompiler(_Recorder(fail=["bad"]), in_process=True)
   bad = _Computation("bad")
   compiler.submit(bad)
   with pytest.raises(ValueError, match="cannot compile bad"):
@@ -90,7 +92,7 @@ def test_a_failed_compilation_raises_at_the_call():
 def test_close_drops_what_was_not_called():
   compile_fn = _Recorder()
   compile_fn.release.clear()  # The background is held inside `first`.
-  compiler = AheadOfTimeCompiler(compile_fn)
+  compiler = AheadOfTimeCompiler(compile_fn, in_process=True)
   first, queued = _Computation("first"), _Computation("queued")
   compiler.submit(first)
   compiler.submit(queued)

@@ -75,6 +75,7 @@ from typing import Any
 from typing import Optional
 import weakref
 
+from tff_hetero.runtime import compiler_process
 from tff_hetero.runtime import heap
 from tff_hetero.runtime import threaded_executor
 from tff_hetero.runtime import workers as workers_lib
@@ -193,29 +194,37 @@ class AheadOfTimeCompiler:
   calling context's event-loop thread: it rewrites the computation into the
   native form and runs Grappler over every TensorFlow graph in it
   (`_compile_for_worker`: TFF's `desugar_and_transform_to_native` with
-  `driver_grappler_config`). For a program
-  that traces several large computations before it calls them, that work
-  can run on a background thread while the next one is traced (Grappler is
-  C++ that does not hold the GIL; docs/performance.md measures how much the
-  two then share). `submit` queues a computation (one thread, in order);
-  `__call__` is what TFF calls and returns the queued result, waiting for it
-  if need be (as long as compiling it takes, as TFF's own call would), or
-  compiles on the spot a computation never submitted. A compilation that
-  failed raises at that call, as it would have without `submit`.
+  `driver_grappler_config`). For a program that traces several large
+  computations before it calls them, that work can run while the next one
+  is traced. `submit` queues a computation (one background thread, in
+  order), whose compilation runs in a child process
+  (`compiler_process.CompilerProcess`, started at the first `submit`): on a
+  thread of this process its Python would hold the GIL the tracing needs
+  (docs/performance.md measures both). `in_process=True` compiles on the
+  thread instead. `__call__` is what TFF calls and returns the queued
+  result, waiting for it if need be (as long as compiling it takes, as
+  TFF's own call would), or compiles on the spot, in this process, a
+  computation never submitted. A compilation that failed raises at that
+  call, as it would have without `submit`.
 
   A computation object is compiled once: TFF keeps what it compiled
   (`CompilerPipeline`), so one already handed over is not submitted again.
   TFF's cache matches computations by equality: a second object equal to a
   compiled one is compiled again if submitted, and that result is dropped
-  only by `close`. The thread is a daemon: a run that ends, or is
-  interrupted, while a compilation is under way does not wait for it.
+  only by `close`. The thread is a daemon and `close` stops the child
+  process: a run that ends, or is interrupted, while a compilation is under
+  way does not wait for it.
   """
 
-  def __init__(self, compile_fn: Callable[[Any], Any]):
+  def __init__(
+    self, compile_fn: Callable[[Any], Any], *, in_process: bool = False
+  ):
     import queue  # pylint: disable=g-import-not-at-top
     import threading  # pylint: disable=g-import-not-at-top
 
     self._compile_fn = compile_fn
+    self._in_process = bool(in_process)
+    self._process: Optional[compiler_process.CompilerProcess] = None
     self._lock = threading.Lock()
     self._queue = queue.SimpleQueue()
     self._thread = None
@@ -241,6 +250,10 @@ class AheadOfTimeCompiler:
       self._pending[key] = (computation, future)
       self._queue.put((computation, future))
       if self._thread is None:
+        if not self._in_process:
+          self._process = compiler_process.CompilerProcess(
+            self._compile_fn
+          ).start()
         self._thread = threading.Thread(
           target=self._work, name="tff-hetero-compile", daemon=True
         )
@@ -254,8 +267,11 @@ class AheadOfTimeCompiler:
       computation, future = item
       if not future.set_running_or_notify_cancel():
         continue  # Dropped by `close`.
+      compile_fn = (
+        self._compile_fn if self._process is None else self._process.compile
+      )
       try:
-        future.set_result(self._compile_fn(computation))
+        future.set_result(compile_fn(computation))
       except BaseException as e:  # pylint: disable=broad-except
         future.set_exception(e)
       del computation, future, item
@@ -275,8 +291,9 @@ class AheadOfTimeCompiler:
     return pending[1].result()
 
   def close(self) -> None:
-    """Drops what was not called yet (a compilation under way finishes on
-    its thread, which then ends) and takes no more submissions."""
+    """Drops what was not called yet, stops the child process (a
+    compilation under way there is abandoned; one on the thread finishes,
+    and the thread then ends) and takes no more submissions."""
     with self._lock:
       self._closed = True
       for _, future in self._pending.values():
@@ -285,6 +302,9 @@ class AheadOfTimeCompiler:
       self._handed_over.clear()
       if self._thread is not None:
         self._queue.put(None)
+      process, self._process = self._process, None
+    if process is not None:
+      process.close()
 
 
 def driver_grappler_config():

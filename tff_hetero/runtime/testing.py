@@ -1,4 +1,5 @@
-"""Test helpers: find TFF `worker_binary` processes and prove none outlives a run.
+"""Test helpers: find TFF `worker_binary` processes (and our compiler
+processes, `compiler_process.py`) and prove none outlives a run.
 
 A worker left behind by a run is an orphan: once its parent has died it is
 re-parented (to init or a subreaper), so "children of the run's process" no
@@ -33,6 +34,7 @@ import uuid
 
 import psutil
 
+from tff_hetero.runtime import compiler_process
 from tff_hetero.runtime import workers
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
   "WorkerInfo",
   "assert_all_gone",
   "assert_no_workers_left",
+  "compiler_processes",
   "is_worker_process",
   "kill_pids",
   "pid_alive",
@@ -148,6 +151,32 @@ def worker_processes(
   return found
 
 
+def _is_compiler_process(process: psutil.Process) -> bool:
+  try:
+    cmdline = process.cmdline()
+  except _GONE:
+    return False
+  return len(cmdline) >= 3 and cmdline[1:3] == ["-m", compiler_process.MODULE]
+
+
+def compiler_processes(*, tag: Optional[str] = None) -> list[int]:
+  """PIDs of live compiler processes (`compiler_process.CompilerProcess`),
+  only those whose environment carries `tag` if given."""
+  found = []
+  for process in psutil.process_iter():
+    if not _is_compiler_process(process):
+      continue
+    try:
+      if process.status() in _DEAD:
+        continue
+    except _GONE:
+      continue
+    if tag is not None and _tag_of(process) != tag:
+      continue
+    found.append(process.pid)
+  return found
+
+
 def worker_pids_of(pid: int) -> list[int]:
   """PIDs of live `worker_binary` processes whose parent is `pid`."""
   return [w.pid for w in worker_processes(parent=pid)]
@@ -214,7 +243,8 @@ def assert_no_workers_left(
 ) -> None:
   """Fails unless every worker of the run is gone within `timeout_s`.
 
-  The run's workers are those carrying `tag` (see `tagged_env`) plus the
+  The run's workers are those carrying `tag` (see `tagged_env`), its
+  compiler processes carrying `tag` too (`compiler_processes`), plus the
   explicit `pids` (e.g. printed by the run; a pid counts only while it is
   still a `worker_binary`, so a recycled pid is never blamed or killed).
   Leftovers are SIGKILLed (when `kill`) so that one failing test does not
@@ -226,6 +256,7 @@ def assert_no_workers_left(
     leftovers = {p for p in explicit if _worker_alive(p)}
     if tag is not None:
       leftovers.update(w.pid for w in worker_processes(tag=tag))
+      leftovers.update(compiler_processes(tag=tag))
     if not leftovers or time.monotonic() >= deadline:
       break
     time.sleep(0.05)
@@ -233,7 +264,8 @@ def assert_no_workers_left(
     if kill:
       kill_pids(leftovers)
     raise AssertionError(
-      f"TFF worker process(es) still alive {timeout_s:g}s after the run"
+      f"TFF worker or compiler process(es) still alive {timeout_s:g}s after"
+      " the run"
       f" ended: {sorted(leftovers)}"
     )
 

@@ -1,0 +1,142 @@
+"""`compiler_process.CompilerProcess`: a computation compiled in the child is
+the one the driver compiles itself (the same proto), runs on a real worker
+with the value worked out by hand, a child that died leaves the driver
+compiling on its own, a request the child cannot compile is answered with a
+reason, and the child never outlives its parent (SIGKILL included)."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.computation import computation_impl
+
+from tff_hetero import runtime
+from tff_hetero.runtime import compiler_process
+from tff_hetero.runtime import contexts
+from tff_hetero.runtime import testing as proc_testing
+
+
+@tf.function
+def _doubled(x):
+  return x * 2.0
+
+
+@tff.tensorflow.computation(np.float32)
+def _doubled_plus_three(x):
+  return _doubled(x) + tf.reduce_sum(tf.constant([1.0, 2.0]))
+
+
+def _proto(computation):
+  """`computation`'s proto without the ids TFF's compilation hashes from
+  each graph with Python's `hash`, which differs from process to process
+  (`PYTHONHASHSEED`); the worker only caches by them."""
+  proto = type(_proto_of(computation))()
+  proto.CopyFrom(_proto_of(computation))
+
+  def clear(message):
+    for field, value in message.ListFields():
+      if field.name == "cache_key":
+        message.ClearField("cache_key")
+      elif field.message_type is not None:
+        for item in value if field.label == field.LABEL_REPEATED else [value]:
+          clear(item)
+
+  clear(proto)
+  return proto
+
+
+def _proto_of(computation):
+  return computation_impl.ConcreteComputation.get_proto(computation)
+
+
+def _compiler_children(expected: int = 0) -> list[int]:
+  """This process's compiler processes, waiting up to 10 s for `expected`
+  of them (a child shows under its module's name once the launcher has
+  exec'd it)."""
+  deadline = time.monotonic() + 10
+  while True:
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    found = [pid for pid in proc_testing.compiler_processes() if pid in mine]
+    if len(found) >= expected or time.monotonic() > deadline:
+      return found
+    time.sleep(0.05)
+
+
+def test_the_child_compiles_what_the_driver_compiles():
+  process = compiler_process.CompilerProcess()
+  try:
+    compiled = process.compile(_doubled_plus_three)
+    assert process.pid in _compiler_children(1)
+    assert process.broken is None
+  finally:
+    process.close()
+  assert process.pid not in proc_testing.compiler_processes()
+  here = contexts._compile_for_worker(_doubled_plus_three)  # pylint: disable=protected-access
+  assert _proto(compiled) == _proto(here)
+  assert compiled.type_signature.is_equivalent_to(here.type_signature)
+
+
+def test_compiled_ahead_in_the_child_runs_on_a_worker():
+  with runtime.local_execution(worker_timeout_s=60):
+    assert runtime.compile_ahead(_doubled_plus_three)
+    assert len(_compiler_children(1)) == 1  # Started by the submission.
+    assert _doubled_plus_three(np.float32(4.0)) == 11.0  # 4 * 2 + (1 + 2)
+  assert proc_testing.wait_until_gone(_compiler_children(), timeout_s=5) == []
+
+
+def test_a_dead_child_leaves_the_driver_compiling():
+  process = compiler_process.CompilerProcess().start()
+  os.kill(process.pid, signal.SIGKILL)
+  compiled = process.compile(_doubled_plus_three)
+  assert process.broken == "the compiler process exited"
+  here = contexts._compile_for_worker(_doubled_plus_three)  # pylint: disable=protected-access
+  assert _proto(compiled) == _proto(here)
+  process.close()
+
+
+def test_a_request_the_child_cannot_parse_gets_a_reason():
+  requests, replies = io.BytesIO(), io.BytesIO()
+  compiler_process.write_frame(requests, b"not a computation")
+  requests.seek(0)
+  compiler_process._serve(requests, replies)  # pylint: disable=protected-access
+  replies.seek(0)
+  reply = compiler_process.read_frame(replies)
+  assert reply[:1] == compiler_process.FAILED
+  assert b"DecodeError" in reply
+  assert compiler_process.read_frame(replies) is None  # One request, one reply.
+
+
+_DRIVER = """
+from tff_hetero.runtime import compiler_process
+import time
+process = compiler_process.CompilerProcess().start()
+print(process.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_child_dies_with_its_parent():
+  tag, env = proc_testing.tagged_env()
+  driver = subprocess.Popen(
+    [sys.executable, "-c", _DRIVER],
+    stdout=subprocess.PIPE,
+    text=True,
+    env=env,
+  )
+  try:
+    child = int(driver.stdout.readline())
+    deadline = time.monotonic() + 30
+    while child not in proc_testing.compiler_processes(tag=tag):
+      assert time.monotonic() < deadline, "the compiler process never showed"
+      time.sleep(0.05)
+  finally:
+    driver.kill()  # SIGKILL: no atexit hook runs.
+    driver.wait()
+  proc_testing.assert_no_workers_left(tag, timeout_s=10)
