@@ -140,3 +140,30 @@ def test_the_child_dies_with_its_parent():
     driver.kill()  # SIGKILL: no atexit hook runs.
     driver.wait()
   proc_testing.assert_no_workers_left(tag, timeout_s=10)
+
+
+def test_memoized_type_deserialization_builds_each_type_once(monkeypatch):
+  from tensorflow_federated.python.core.impl.types import type_serialization  # pylint: disable=g-import-not-at-top
+
+  calls = []
+  original = type_serialization.deserialize_type
+
+  def counted(type_proto):
+    calls.append(type_proto)
+    return original(type_proto)
+
+  # Restored by monkeypatch after the test: the memo is for the child.
+  monkeypatch.setattr(type_serialization, "deserialize_type", counted)
+  compiler_process.memoize_type_deserialization()
+  memoized = type_serialization.deserialize_type
+  value = tff.StructType(
+    [("w", tff.TensorType(np.float32, [2, 3])), ("n", np.int32)]
+  )
+  proto = type_serialization.serialize_type(value)
+  built = memoized(proto)
+  assert built == value
+  assert len(calls) == 3  # The struct and its two elements.
+  assert memoized(proto) is built
+  assert memoized(type_serialization.serialize_type(value)) is built
+  assert memoized(proto.struct.element[0].value) is built.w  # Its parts too.
+  assert len(calls) == 3  # Each built once.

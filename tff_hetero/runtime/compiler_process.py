@@ -277,6 +277,38 @@ def _serve(requests, replies) -> None:
     write_frame(replies, reply)
 
 
+def memoize_type_deserialization() -> None:
+  """Makes TFF's `type_serialization.deserialize_type` return the type it
+  already built from an equal type proto, in this process.
+
+  TFF deserializes the type of every building block when it reads a
+  computation (`building_blocks.*.from_proto`), and again for each nested
+  part: compiling one InclusiveFL group's round deserialized a type 228,452
+  times. TFF's types are immutable (its `_Intern` metaclass shares one
+  object among equal tensor types), so an equal type built before serves
+  as well as a new one. Compiling InclusiveFL's four first-round computations took
+  12.4 s with it and 17.0 s without (`_compile_for_worker`, one process).
+  Applied in the child only, whose TFF runs nothing else."""
+  from tensorflow_federated.python.core.impl.types import type_serialization  # pylint: disable=g-import-not-at-top
+
+  deserialize = type_serialization.deserialize_type
+  if getattr(deserialize, "memoized", False):
+    return
+  built = {}
+
+  def memoized(type_proto):
+    if type_proto is None:
+      return deserialize(type_proto)
+    key = type_proto.SerializeToString(deterministic=True)
+    found = built.get(key)
+    if found is None:
+      found = built[key] = deserialize(type_proto)
+    return found
+
+  memoized.memoized = True
+  type_serialization.deserialize_type = memoized
+
+
 def main() -> None:
   # The replies get a file descriptor of their own; fd 1 (print, a library
   # writing to stdout) goes to stderr instead.
@@ -284,6 +316,7 @@ def main() -> None:
   os.dup2(2, 1)
   requests = os.fdopen(os.dup(0), "rb")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  memoize_type_deserialization()
   _serve(requests, replies)
 
 
