@@ -27,7 +27,8 @@ The server step runs once per round over every group, present or not:
 
 with S = `OrderedDict(models=<W_1, ..., W_G>, optimizer_states=<...>,
 momenta=<B, ..., B>)` (B: the weights of one encoder block; one momentum per
-group but the shallowest) and the third argument the number of clients of
+group but the shallowest; each group's optimizer state is over its weights
+concatenated into one vector, `flatten_weights`) and the third argument the number of clients of
 each group this round (0: absent). It is Algorithm 1's lines 15-29:
 
 * `distill_and_step` (lines 15-23), per group j present, shallowest first:
@@ -98,6 +99,22 @@ def _select(present, new, old):
   return tf.nest.map_structure(lambda a, b: tf.where(present, a, b), new, old)
 
 
+def flatten_weights(weights) -> tf.Tensor:
+  """The tensors of `weights`, flattened and concatenated in order."""
+  return tf.concat([tf.reshape(w, [-1]) for w in weights], axis=0)
+
+
+def unflatten_weights(flat: tf.Tensor, like) -> list:
+  """`flat` (`flatten_weights` of tensors shaped as `like`) cut back into
+  tensors of those shapes."""
+  shapes = [w.shape for w in like]
+  sizes = [int(np.prod(shape)) for shape in shapes]
+  return [
+    tf.reshape(part, shape)
+    for part, shape in zip(tf.split(flat, sizes), shapes)
+  ]
+
+
 def distill_and_step(
   groups: Sequence[DepthGroup],
   optimizer: tff.learning.optimizers.Optimizer,
@@ -110,7 +127,11 @@ def distill_and_step(
 ):
   """Lines 15-23 (module docstring): (models, states, momenta) after the
   homomorphic step. `models[j]`, `updates[j]`: lists of W_j's trainable
-  tensors; `momenta[j - 1]`: group j's momentum (a list of block tensors)."""
+  tensors; `optimizer_states[j]`: the state of W_j's optimizer over its
+  weights as one flat vector (`flatten_weights`: the optimizers here are
+  elementwise, so the step is the same, in a graph of a few ops instead of
+  a few per tensor); `momenta[j - 1]`: group j's momentum (a list of block
+  tensors)."""
   new_models, new_states, new_momenta = [], [], []
   last = len(groups) - 1
   for j, group in enumerate(groups):
@@ -122,10 +143,13 @@ def distill_and_step(
         update[index] = (
           beta * momenta[j][position] + (1.0 - beta) * update[index]
         )
-    state, stepped = optimizer.next(
-      optimizer_states[j], list(models[j]), update
+    model = flatten_weights(models[j])
+    state, (stepped,) = optimizer.next(
+      optimizer_states[j], (model,), (flatten_weights(update),)
     )
-    new_models.append(_select(present, list(stepped), list(models[j])))
+    new_models.append(
+      unflatten_weights(tf.where(present, stepped, model), models[j])
+    )
     new_states.append(_select(present, state, optimizer_states[j]))
     if j > 0:  # Line 22: the mean over blocks L^- .. L_j (1-based).
       layers = range(groups[j - 1].depth, group.depth + 1)
@@ -225,7 +249,11 @@ class DepthComputations:
     momenta (Algorithm 1, line 1), as NumPy."""
     states = [
       self._server_optimizer.initialize(
-        [tf.TensorSpec(np.shape(w), tf.float32) for w in model]
+        (
+          tf.TensorSpec(
+            [sum(int(np.prod(np.shape(w))) for w in model)], tf.float32
+          ),
+        )
       )
       for model in models
     ]
