@@ -259,6 +259,40 @@ def test_previous_context_restored_after_exception():
   assert worker not in runtime.live_workers()
 
 
+def test_a_local_worker_that_does_not_answer_fails_the_first_call():
+  # Entry does not wait for the worker (the program traces meanwhile); the
+  # first call does, up to start_timeout_s.
+  with runtime.local_execution(start_timeout_s=0.001) as handle:
+    worker = handle.workers[0]
+    with pytest.raises(runtime.WorkerStartError, match="did not answer within"):
+      federated_mean([2.0])
+  proc_testing.assert_all_gone([worker.pid], timeout_s=5)
+
+
+def test_the_first_call_runs_on_the_addresses_readiness_returns():
+  from tff_hetero.runtime import contexts  # pylint: disable=g-import-not-at-top
+
+  # A worker started again on another port (a port clash) replaces the one
+  # the context was built for.
+  with runtime.WorkerProcess() as first, runtime.WorkerProcess() as second:
+    with contexts._run_on(  # pylint: disable=protected-access
+      "local",
+      [first.address],
+      worker_timeout_s=30,
+      default_num_clients=0,
+      max_message_mb=runtime.DEFAULT_MAX_MESSAGE_MB,
+      num_subrounds=None,
+      ready=lambda: (second.address,),
+    ) as handle:
+      assert federated_mean([1.0, 3.0]) == pytest.approx(2.0)
+      assert handle.configured_addresses == (second.address,)
+      assert handle.addresses == (second.address,)
+      assert handle.rpc_counts() == {
+        second.address: handle.rpc_counts()[second.address]
+      }
+      assert handle.rpc_counts()[second.address]
+
+
 # ---------------------------------------------------------------------------
 # Unreachable and dead workers.
 

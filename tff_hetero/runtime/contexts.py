@@ -425,7 +425,8 @@ def _switchable_context_class():
     use, which `ExecutionHandle` replaces when the set of workers changes
     (`--on_worker_loss=redistribute`)."""
 
-    def __init__(self, connection):
+    def __init__(self, connection, before_invoke: Callable[[], None]):
+      self._before_invoke = before_invoke
       self.use(connection)
 
     def use(self, connection) -> None:
@@ -433,6 +434,7 @@ def _switchable_context_class():
       self._compiler = connection.compiler
 
     def invoke(self, comp, arg):
+      self._before_invoke()
       return self.inner.invoke(comp, arg)
 
     def compile_ahead(self, comp) -> bool:
@@ -481,6 +483,11 @@ class ExecutionHandle:
       (`SyncExecutionContext`, or `MergeableCompExecutionContext` when there
       are several workers).
     workers: the `WorkerProcess`es this context started (local only).
+
+  `ready`, if given, is called once before the first call of a computation
+  (`ensure_ready`): it waits for the workers and returns their addresses,
+  which replace the configured ones if they differ (a worker started again
+  on another port).
   """
 
   def __init__(
@@ -491,16 +498,41 @@ class ExecutionHandle:
     worker_timeout_s: float,
     workers: Sequence[WorkerProcess],
     connect: Callable[[Sequence[str]], _Connection],
+    ready: Optional[Callable[[], Sequence[str]]] = None,
     tls=None,
   ):
+    import threading  # pylint: disable=g-import-not-at-top
+
     self.kind = kind
     self.configured_addresses = tuple(addresses)
     self.worker_timeout_s = worker_timeout_s
-    self.workers = tuple(workers)
+    self._workers = workers
     self._connect = connect
+    self._ready = ready
+    self._ready_lock = threading.Lock()
     self._tls = tls
     self._connection = connect(self.configured_addresses)
-    self.context = _switchable_context_class()(self._connection)
+    self.context = _switchable_context_class()(
+      self._connection, self.ensure_ready
+    )
+
+  @property
+  def workers(self) -> tuple[WorkerProcess, ...]:
+    return tuple(self._workers)
+
+  def ensure_ready(self) -> None:
+    """Waits for the workers (`ready`), once; raises what it raised, at
+    every call until it succeeds."""
+    if self._ready is None:
+      return
+    with self._ready_lock:
+      if self._ready is None:
+        return
+      addresses = tuple(self._ready())
+      self._ready = None
+      if addresses != self.configured_addresses:
+        self.configured_addresses = addresses
+        self._use(addresses)
 
   def __repr__(self):
     return f"ExecutionHandle(kind={self.kind!r}, addresses={self.addresses})"
@@ -636,10 +668,12 @@ def _run_on(
   max_message_mb: int,
   num_subrounds: Optional[int],
   workers: Sequence[WorkerProcess] = (),
+  ready: Optional[Callable[[], Sequence[str]]] = None,
   dispose_on_exit: bool = True,
   tls=None,
 ) -> Iterator[ExecutionHandle]:
-  """Builds one stack per address, installs the context, closes on exit."""
+  """Builds one stack per address, installs the context, closes on exit.
+  `ready` (see `ExecutionHandle`) runs before the first call."""
   from tensorflow_federated.python.core.impl.context_stack import (
     context_stack_impl,
   )  # pylint: disable=g-import-not-at-top
@@ -660,6 +694,7 @@ def _run_on(
     worker_timeout_s=worker_timeout_s,
     workers=workers,
     connect=connect,
+    ready=ready,
     tls=tls,
   )
   try:
@@ -728,33 +763,100 @@ def remote_execution(
     yield handle
 
 
-def _start_local_worker(
-  *, start_timeout_s, max_message_mb, max_concurrent_computation_calls, log_dir
-) -> WorkerProcess:
-  """Starts a worker on a free port; retries a port clash (see workers.py)."""
-  attempts = 3
-  for attempt in range(attempts):
-    port = workers_lib.find_free_port()
-    worker = WorkerProcess(
-      port,
-      max_message_mb=max_message_mb,
-      max_concurrent_computation_calls=max_concurrent_computation_calls,
-      log_path=(
-        os.path.join(log_dir, f"tff_worker_{port}.log") if log_dir else None
-      ),
-    )
+class _LocalWorkers:
+  """The workers of `local_execution`: started at once, made ready on a
+  background thread (`wait_ready`, up to `start_timeout_s` each; a port
+  clash, see workers.py, starts that worker again on another port, at most
+  3 times), so that the program builds its computations meanwhile. `ready`
+  waits for that thread and raises what it raised."""
+
+  _ATTEMPTS = 3
+
+  def __init__(
+    self,
+    count: int,
+    *,
+    start_timeout_s: float,
+    max_message_mb: int,
+    max_concurrent_computation_calls: int,
+    log_dir: Optional[str],
+  ):
+    import threading  # pylint: disable=g-import-not-at-top
+
+    self._start_timeout_s = start_timeout_s
+    self._max_message_mb = max_message_mb
+    self._max_concurrent = max_concurrent_computation_calls
+    self._log_dir = log_dir
+    self._lock = threading.Lock()
+    self._stopped = False
+    self._error: Optional[BaseException] = None
+    self.workers: list[WorkerProcess] = []
     try:
-      worker.start()
-      worker.wait_ready(start_timeout_s)
-      return worker
-    except workers_lib.PortInUseError:
-      worker.stop()
-      if attempt == attempts - 1:
-        raise
+      for _ in range(count):
+        self.workers.append(self._launch())
     except BaseException:
-      worker.stop()
+      self.stop()
       raise
-  raise AssertionError("unreachable")
+    self._thread = threading.Thread(
+      target=self._wait_all, name="tff-hetero-worker-ready", daemon=True
+    )
+    self._thread.start()
+
+  def _launch(self) -> WorkerProcess:
+    """A worker started on a free port (a port taken meanwhile: another)."""
+    for attempt in range(self._ATTEMPTS):
+      port = workers_lib.find_free_port()
+      worker = WorkerProcess(
+        port,
+        max_message_mb=self._max_message_mb,
+        max_concurrent_computation_calls=self._max_concurrent,
+        log_path=(
+          os.path.join(self._log_dir, f"tff_worker_{port}.log")
+          if self._log_dir
+          else None
+        ),
+      )
+      try:
+        return worker.start()
+      except workers_lib.PortInUseError:
+        worker.stop()
+        if attempt == self._ATTEMPTS - 1:
+          raise
+    raise AssertionError("unreachable")
+
+  def _wait_all(self) -> None:
+    try:
+      for index in range(len(self.workers)):
+        for attempt in range(self._ATTEMPTS):
+          worker = self.workers[index]
+          try:
+            worker.wait_ready(self._start_timeout_s)
+            break
+          except workers_lib.PortInUseError:
+            worker.stop()
+            with self._lock:
+              if self._stopped or attempt == self._ATTEMPTS - 1:
+                raise
+              self.workers[index] = self._launch()
+    except BaseException as e:  # pylint: disable=broad-except
+      self._error = e
+
+  def ready(self) -> tuple[str, ...]:
+    """The workers' addresses once every one answers.
+
+    Raises:
+      WorkerStartError: a worker did not start or answer in time.
+    """
+    self._thread.join()
+    if self._error is not None:
+      raise self._error
+    return tuple(w.address for w in self.workers)
+
+  def stop(self) -> None:
+    with self._lock:
+      self._stopped = True
+    for worker in list(self.workers):
+      worker.stop()
 
 
 @contextlib.contextmanager
@@ -771,9 +873,12 @@ def local_execution(
   """Runs TFF computations on worker processes we start and stop ourselves.
 
   Starts `num_workers` `WorkerProcess`es on free ports (reached on
-  127.0.0.1; they listen on all interfaces, see `workers.py`), waits up to
-  `start_timeout_s` for each, and installs the same context `remote_execution`
-  would for their addresses (several workers: the mergeable context). On exit
+  127.0.0.1; they listen on all interfaces, see `workers.py`) and installs
+  the same context `remote_execution` would for their addresses (several
+  workers: the mergeable context). The workers load meanwhile: the first
+  call of a computation waits up to `start_timeout_s` for each to answer
+  (a worker that cannot is a `WorkerStartError` there), so a program can
+  trace its computations while they start. On exit
   (normal, exception, KeyboardInterrupt, `signals.Terminated`) the previous
   context is restored and the workers are stopped (SIGTERM, then SIGKILL).
 
@@ -789,38 +894,36 @@ def local_execution(
       otherwise to /dev/null.
 
   Raises:
-    WorkerStartError: a worker did not start or answer in time.
+    WorkerStartError: a worker did not start (on entry) or answer in time
+      (at the first call).
   """
   worker_timeout_s = _check_timeout(worker_timeout_s)
   if num_workers < 1:
     raise ValueError(f"num_workers must be >= 1, got {num_workers}")
   if log_dir:
     os.makedirs(log_dir, exist_ok=True)
-  started: list[WorkerProcess] = []
+  started = _LocalWorkers(
+    num_workers,
+    start_timeout_s=start_timeout_s,
+    max_message_mb=max_message_mb,
+    max_concurrent_computation_calls=max_concurrent_computation_calls,
+    log_dir=log_dir,
+  )
   try:
-    for _ in range(num_workers):
-      started.append(
-        _start_local_worker(
-          start_timeout_s=start_timeout_s,
-          max_message_mb=max_message_mb,
-          max_concurrent_computation_calls=max_concurrent_computation_calls,
-          log_dir=log_dir,
-        )
-      )
     with _run_on(
       "local",
-      [w.address for w in started],
+      [w.address for w in started.workers],
       worker_timeout_s=worker_timeout_s,
       default_num_clients=default_num_clients,
       max_message_mb=max_message_mb,
       num_subrounds=None,
-      workers=started,
+      workers=started.workers,
+      ready=started.ready,
       dispose_on_exit=False,  # The workers are stopped right after.
     ) as handle:
       yield handle
   finally:
-    for worker in started:
-      worker.stop()
+    started.stop()
 
 
 # ---------------------------------------------------------------------------
