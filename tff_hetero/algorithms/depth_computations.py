@@ -76,7 +76,9 @@ class DepthGroup:
   Attributes:
     name: How metrics and evaluation name it (e.g. `L4`).
     depth: Its number of encoder blocks L_j.
-    keras_fn: No-arg builder of its Keras model (seeded).
+    keras_fn: No-arg builder of its Keras model (seeded). Its first call
+      outside a graph may return the model the group was made from (see
+      `InclusiveFL._group`): every caller replaces the weights.
     partition: Its `depth_lib.DepthPartition` (indices of the embedding,
       block and head variables in the model's trainable weights).
     training_flops_per_example: Forward+backward MACs per example.

@@ -136,7 +136,9 @@ def build_proximal_client_update(
   prox_mu = float(prox_mu)
   uniform = client_weighting is tff.learning.ClientWeighting.UNIFORM
 
-  @tf.function
+  # Graph code throughout (its one branch on a tensor is a `tf.cond`), not
+  # converted by AutoGraph: tracing it converts nothing it calls.
+  @tf.function(autograph=False)
   def client_update(optimizer, initial_weights, data, optimizer_hparams=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     # Lists in the model, tuples or lists in the argument: same values.
@@ -188,11 +190,12 @@ def build_proximal_client_update(
       finite_weight = tf.constant(1.0, tf.float32)
     else:
       finite_weight = tf.cast(num_examples, tf.float32)
-    if non_finite > 0:
-      weight = tf.constant(0.0, tf.float32)
+
+    def dropped():
       model.reset_metrics()
-    else:
-      weight = finite_weight
+      return tf.constant(0.0, tf.float32)
+
+    weight = tf.cond(non_finite > 0, dropped, lambda: finite_weight)
     return (
       tff.learning.templates.ClientResult(update=update, update_weight=weight),
       model.report_local_unfinalized_metrics(),

@@ -299,20 +299,27 @@ class InclusiveFL(api.FederatedAlgorithm):
     )
 
   def _group(self, depth: int, init_weights: Optional[str]) -> DepthGroup:
-    """The group of `depth`, its model built once: seeded, or loaded from
-    `init_weights`."""
+    """The group of `depth`, its model built once (the one the device
+    tiers' capacities were counted on, `task_devices.take_built_model`):
+    seeded, or loaded from `init_weights`. That model is then what
+    `keras_fn` returns to its first caller outside a graph (the client
+    work's type probe, or the evaluator), every other call building a new
+    one."""
     task = self.task
+    model = task_devices.take_built_model(task, depth)
+    spare = []
 
     def keras_fn():
+      if spare and tf.executing_eagerly():
+        return spare.pop()
       return task.depth_model_fn(depth)
 
-    model = keras_fn()
     if init_weights:
       try:
         depth_lib.load_depth_weights(model, init_weights)
       except ModelError as e:
         raise UsageError("--init_weights", str(e)) from None
-    return DepthGroup(
+    group = DepthGroup(
       name=f"L{depth}",
       depth=depth,
       keras_fn=keras_fn,
@@ -322,6 +329,8 @@ class InclusiveFL(api.FederatedAlgorithm):
         np.asarray(w, np.float32) for w in model.trainable_weights
       ),
     )
+    spare.append(model)
+    return group
 
   # -- state ---------------------------------------------------------------
 

@@ -43,16 +43,21 @@ def resolve_tiers(
 # id(task) -> {depth (None: the full model): (trainable parameters, MACs)},
 # dropped with the task (a `Task` holds dicts: it is not hashable).
 _SIZES: dict[int, dict] = {}
+# id(task) -> {depth: the model `model_size` built, until `take_built_model`}.
+_BUILT: dict[int, dict] = {}
 
 
 def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
   """(trainable parameters, forward MACs per example) of the task's model,
   or of its `depth`-block model; each built once per task (a transformer
-  takes seconds to build, and the program asks for these several times)."""
+  takes seconds to build, and the program asks for these several times).
+  The model built for a depth is kept for `take_built_model`."""
   key = id(task)
   if key not in _SIZES:
     _SIZES[key] = {}
+    _BUILT[key] = {}
     weakref.finalize(task, _SIZES.pop, key, None)
+    weakref.finalize(task, _BUILT.pop, key, None)
   sizes = _SIZES[key]
   if depth not in sizes:
     model = task.model_fn() if depth is None else task.depth_model_fn(depth)
@@ -60,7 +65,17 @@ def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
       models_lib.count_params(model).trainable,
       models_lib.count_flops(model),
     )
+    if depth is not None:
+      _BUILT[key][depth] = model
   return sizes[depth]
+
+
+def take_built_model(task: api.Task, depth: int):
+  """The task's `depth`-block model as `task.depth_model_fn(depth)` builds
+  it (seeded), handed over once: the one `model_size` built and counted if
+  it has not been taken, else a new one."""
+  built = _BUILT.get(id(task), {}).pop(depth, None)
+  return task.depth_model_fn(depth) if built is None else built
 
 
 def depth_capacities(settings: Any, task: api.Task) -> str | None:
