@@ -193,6 +193,22 @@ def test_no_intact_checkpoint_is_a_one_line_resume_error(tmp_path):
   assert len(warnings) == 2 and warnings[1].endswith("no older checkpoint")
 
 
+def test_a_server_state_of_another_layout_is_a_one_line_resume_error(
+  tmp_path,
+):
+  manager = _saved(tmp_path, (1, 2))
+  # This run's state has one array more than the saved ones (3 arrays).
+  template = _server(0)
+  template["optimizer"]["moment"] = np.zeros([3], np.float32)
+  with pytest.raises(checkpoint_lib.CheckpointError) as raised:
+    manager.load_latest(template, _client(0))
+  message = str(raised.value)
+  assert message.startswith("--resume: checkpoint ")
+  assert "(3 arrays where this run's has 4)" in message
+  assert "\n" not in message
+  assert manager.complete_versions() == [1, 2]  # Nothing moved aside.
+
+
 def _mixed_server():
   return collections.OrderedDict(
     kernel=np.arange(6, dtype=np.float32).reshape(2, 3) + 0.5,

@@ -13,13 +13,13 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.computation import computation_impl
 
 from tff_hetero import runtime
 from tff_hetero.runtime import compiler_process
-from tff_hetero.runtime import contexts
 from tff_hetero.runtime import testing as proc_testing
 
 
@@ -56,39 +56,65 @@ def _proto_of(computation):
   return computation_impl.ConcreteComputation.get_proto(computation)
 
 
-def _compiler_children(expected: int = 0) -> list[int]:
-  """This process's compiler processes, waiting up to 10 s for `expected`
-  of them (a child shows under its module's name once the launcher has
-  exec'd it)."""
+def _compiler_children() -> set[int]:
+  """This process's compiler processes (another test's context, e.g. the
+  session's `tff_context`, may have one of its own)."""
+  mine = {p.pid for p in psutil.Process().children(recursive=True)}
+  return {pid for pid in proc_testing.compiler_processes() if pid in mine}
+
+
+def _new_compiler_child(others: set[int]) -> int:
+  """The one compiler process of this process not in `others`, waiting up
+  to 10 s for it (a child shows under its module's name once the launcher
+  has exec'd it)."""
   deadline = time.monotonic() + 10
   while True:
-    mine = {p.pid for p in psutil.Process().children(recursive=True)}
-    found = [pid for pid in proc_testing.compiler_processes() if pid in mine]
-    if len(found) >= expected or time.monotonic() > deadline:
-      return found
+    new = _compiler_children() - others
+    if new or time.monotonic() > deadline:
+      assert len(new) == 1, new
+      return new.pop()
     time.sleep(0.05)
 
 
+def _must_not_compile_here(computation):
+  raise AssertionError(f"compiled in the driver: {computation}")
+
+
 def test_the_child_compiles_what_the_driver_compiles():
-  process = compiler_process.CompilerProcess()
+  process = compiler_process.CompilerProcess(_must_not_compile_here)
   try:
     compiled = process.compile(_doubled_plus_three)
-    assert process.pid in _compiler_children(1)
-    assert process.broken is None
+    deadline = time.monotonic() + 10
+    while process.pid not in _compiler_children():
+      assert time.monotonic() < deadline, "the child never showed"
+      time.sleep(0.05)
+    assert (process.compiled, process.broken) == (1, None)
   finally:
     process.close()
   assert process.pid not in proc_testing.compiler_processes()
-  here = contexts._compile_for_worker(_doubled_plus_three)  # pylint: disable=protected-access
+  here = compiler_process.compile_for_worker(_doubled_plus_three)
   assert _proto(compiled) == _proto(here)
   assert compiled.type_signature.is_equivalent_to(here.type_signature)
+  with pytest.raises(RuntimeError, match="closed"):
+    process.compile(_doubled_plus_three)
 
 
-def test_compiled_ahead_in_the_child_runs_on_a_worker():
+def test_compiled_ahead_in_the_child_runs_on_a_worker(monkeypatch):
+  in_driver = []
+  compile_here = compiler_process.compile_for_worker
+
+  def counted(computation):
+    in_driver.append(computation)
+    return compile_here(computation)
+
+  monkeypatch.setattr(compiler_process, "compile_for_worker", counted)
+  others = _compiler_children()
   with runtime.local_execution(worker_timeout_s=60):
     assert runtime.compile_ahead(_doubled_plus_three)
-    assert len(_compiler_children(1)) == 1  # Started by the submission.
+    child = _new_compiler_child(others)  # Started by the submission.
     assert _doubled_plus_three(np.float32(4.0)) == 11.0  # 4 * 2 + (1 + 2)
-  assert proc_testing.wait_until_gone(_compiler_children(), timeout_s=5) == []
+  assert _doubled_plus_three not in in_driver  # The child compiled it.
+  assert proc_testing.wait_until_gone([child], timeout_s=5) == []
 
 
 def test_a_dead_child_leaves_the_driver_compiling():
@@ -96,7 +122,7 @@ def test_a_dead_child_leaves_the_driver_compiling():
   os.kill(process.pid, signal.SIGKILL)
   compiled = process.compile(_doubled_plus_three)
   assert process.broken == "the compiler process exited"
-  here = contexts._compile_for_worker(_doubled_plus_three)  # pylint: disable=protected-access
+  here = compiler_process.compile_for_worker(_doubled_plus_three)
   assert _proto(compiled) == _proto(here)
   process.close()
 
@@ -114,10 +140,16 @@ def test_a_request_the_child_cannot_parse_gets_a_reason():
 
 
 _DRIVER = """
-from tff_hetero.runtime import compiler_process
+import subprocess
 import time
+from tff_hetero.runtime import compiler_process
 process = compiler_process.CompilerProcess().start()
-print(process.pid, flush=True)
+# Another process holds the child's stdin open, so that only the death
+# signal, not the end of its input, can stop the child.
+holder = subprocess.Popen(
+  ["sleep", "120"], pass_fds=[process._proc.stdin.fileno()]
+)
+print(process.pid, holder.pid, flush=True)
 time.sleep(120)
 """
 
@@ -130,16 +162,21 @@ def test_the_child_dies_with_its_parent():
     text=True,
     env=env,
   )
+  holder = None
   try:
-    child = int(driver.stdout.readline())
+    child, holder = map(int, driver.stdout.readline().split())
     deadline = time.monotonic() + 30
     while child not in proc_testing.compiler_processes(tag=tag):
       assert time.monotonic() < deadline, "the compiler process never showed"
       time.sleep(0.05)
-  finally:
     driver.kill()  # SIGKILL: no atexit hook runs.
     driver.wait()
-  proc_testing.assert_no_workers_left(tag, timeout_s=10)
+    proc_testing.assert_no_workers_left(tag, timeout_s=10)
+  finally:
+    driver.kill()
+    driver.wait()
+    if holder is not None:
+      proc_testing.kill_pids([holder])
 
 
 def test_memoized_type_deserialization_builds_each_type_once(monkeypatch):

@@ -1,4 +1,4 @@
-"""The driver's graph optimization (`contexts.driver_grappler_config`): before
+"""The driver's graph optimization (`compiler_process.driver_grappler_config`): before
 a computation goes to a worker (which runs it as it is), the driver inlines
 its nested function calls, as TFF's compilation does, and does not fold
 constants, which TFF's does (`desugar_and_transform_to_native`, the
@@ -10,7 +10,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.computation import computation_impl
 
 from tff_hetero import runtime
-from tff_hetero.runtime import contexts
+from tff_hetero.runtime import compiler_process
 
 
 @tf.function
@@ -49,7 +49,7 @@ def _graph_ops(computation) -> list[str]:
 
 
 def test_driver_inlines_calls_and_does_not_fold_constants():
-  ours = _graph_ops(contexts._compile_for_worker(_doubled_plus_three))  # pylint: disable=protected-access
+  ours = _graph_ops(compiler_process.compile_for_worker(_doubled_plus_three))
   tffs = _graph_ops(
     tff.backends.native.desugar_and_transform_to_native(_doubled_plus_three)
   )

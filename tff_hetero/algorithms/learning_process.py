@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from collections.abc import Sequence
+import contextlib
 import math
 import numbers
 from typing import Any
@@ -153,10 +154,13 @@ def build_hparams_client_work(
   """
   if metrics_aggregator is None:
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
-  # A model built for its types only: outside any graph (eager variables,
-  # freed with it), which builds a transformer in a third of the time a
-  # `tf.Graph` takes (docs/performance.md).
+  # A model built for its types only: eagerly when the program runs eagerly
+  # (its variables are freed with it; a transformer builds in a third of
+  # the time a `tf.Graph` takes, docs/performance.md), else in a graph of
+  # its own, so that its variables never join the caller's graph.
   with tf.init_scope():
+    eager = tf.executing_eagerly()
+  with contextlib.nullcontext() if eager else tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))

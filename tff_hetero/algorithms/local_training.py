@@ -69,6 +69,11 @@ def sgd_step(
   Returns:
     (optimizer state, raw loss gradients (list), examples in the batch
     (int64)).
+
+  Not converted by AutoGraph (nor is what it calls): the model's
+  `forward_pass` (a `tf.function` of its own), `optimizer`, `transform` and
+  `project` must be graph code, with `tf.cond` rather than a Python `if`
+  on a tensor, as TFF's optimizers are.
   """
   trainable = list(trainable)
   if prox_mu and anchor is None:
@@ -107,8 +112,11 @@ def fold_batches(data: tf.data.Dataset, initial_state, fn):
   body outside AutoGraph's `tf.cond` on `has_value` (the optional is the
   loop's condition instead). The same steps run; the traced graph nests
   one function less, so tracing it takes less time. The state must keep
-  its structure, dtypes and shapes from one batch to the next, and `fn`
-  must be graph code (no Python `if` on a tensor: it is not converted).
+  its structure, dtypes and shapes from one batch to the next. This
+  function is not converted by AutoGraph: `fn` runs as it is given, so a
+  `fn` defined inside a converted `tf.function` (every caller's here) is
+  converted with it, and any other must be graph code (a Python `if` on a
+  tensor raises `OperatorNotAllowedInGraphError` when traced).
 
   Why not `Dataset.reduce`: its `fn` runs as a tf.data function, and on
   the TFF worker (a TensorFlow session) a Keras model called there through

@@ -70,6 +70,11 @@ def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
   return sizes[depth]
 
 
+def release_built_models(task: api.Task) -> None:
+  """Drops the models `model_size` kept that nobody took."""
+  _BUILT.get(id(task), {}).clear()
+
+
 def take_built_model(task: api.Task, depth: int):
   """The task's `depth`-block model as `task.depth_model_fn(depth)` builds
   it (seeded), handed over once: the one `model_size` built and counted if

@@ -69,6 +69,21 @@ class CheckpointError(UsageError):
     super().__init__("--resume", message)
 
 
+def _check_layout(directory: str, template: Any, leaves) -> None:
+  """Raises `CheckpointError` (one line) unless there are as many `leaves`
+  as `template` has: a server state written in another layout (e.g. by a
+  version whose optimizer state was per tensor) cannot be resumed. (Shapes
+  are not compared: some states' arrays change shape from round to round.)"""
+  expected = len(tree.flatten(template))
+  if len(leaves) != expected:
+    raise CheckpointError(
+      f"checkpoint {directory} holds a server state of another layout"
+      f" ({len(leaves)} arrays where this run's has {expected}): written by"
+      " another version of the algorithm; start a new run (another"
+      " --experiment_name)"
+    )
+
+
 def file_digests(directory: str) -> collections.OrderedDict:
   """SHA-256 (hex) of every file under `directory`, by relative path."""
   digests = collections.OrderedDict()
@@ -313,6 +328,9 @@ class CheckpointManager:
       raise _Damaged(
         f"checkpoint {self._version_dir(version)} does not load ({first})"
       ) from None
+    _check_layout(
+      self._version_dir(version), server_template, leaves[:num_server]
+    )
     server_state = tree.unflatten_as(server_template, leaves[:num_server])
     position = num_server
     client_states = collections.OrderedDict()

@@ -295,6 +295,9 @@ def build_experiment(config: ExperimentConfig) -> Experiment:
   population = task_devices.build_population(
     config, federated_data.client_ids, task
   )
+  # The algorithm took the models it wanted of those its tiers were counted
+  # on; the others need not live as long as the run.
+  task_devices.release_built_models(task)
   algorithm.attach(
     population,
     {

@@ -1,37 +1,44 @@
-"""Compiling TFF computations for a worker in a Python process of its own.
+"""Compiling TFF computations for our workers, in this process or in a
+Python process of its own.
 
-`contexts.AheadOfTimeCompiler` compiles a computation for the worker
-(`contexts._compile_for_worker`: TFF's native form, Grappler over its
-graphs) while the program traces the next one. On a thread of the driver,
-that compilation's Python (TFF's building-block passes, type
-deserialization, the graphs imported into `tf.Graph`s for Grappler) holds
-the GIL that the tracing thread needs: InclusiveFL's first round traced its
-three groups in 15.0 s with nothing compiling beside it and in about 30 s
-with the compile thread running (docs/performance.md, "Cold start: compiling
-in a process of its own"). `CompilerProcess` runs the same function in a
-child Python process instead, so that the two use a core each.
+`compile_for_worker` is what the driver does to a computation before a
+worker runs it: secure sums simulated (`without_secure_intrinsics`), TFF's
+native form, Grappler over its graphs with `driver_grappler_config`
+(`contexts`' module docstring says why each).
 
-Protocol, over the child's stdin and stdout (binary pipes; the child points
-its own file descriptor 1 at its stderr, so nothing else can write into
-the reply stream): each request is a frame, an 8-byte big-endian length and
+`contexts.AheadOfTimeCompiler` compiles a computation while the program
+traces the next one. On a thread of the driver, that compilation's Python
+(TFF's building-block passes, type deserialization, the graphs imported
+into `tf.Graph`s for Grappler) holds the GIL that the tracing thread needs:
+InclusiveFL's first round traced its three groups in 15.0 s with nothing
+compiling beside it and in about 30 s with the compile thread running
+(docs/performance.md, "Cold start: compiling in a process of its own").
+`CompilerProcess` runs `compile_for_worker` in a child Python process
+instead, so that the two use a core each.
+
+Protocol: the child reads requests from its stdin and writes replies to a
+pipe of their own (the file descriptor given after `--reply-fd`; its
+stdout and stderr go to /dev/null, so nothing a library prints can reach
+the replies). Each request is a frame, an 8-byte big-endian length and
 that many bytes of a serialized `pb.Computation`; each reply is a frame
 whose first byte is `OK` (the rest: the compiled `pb.Computation`) or
 `FAILED` (the rest: a one-line reason in UTF-8). The child compiles one
 request at a time, in order, and exits when its stdin closes.
 
 The parent never depends on the child for a result: when the child reports
-a failure, or dies, or cannot be started, `compile` compiles the
-computation in the calling process (where a genuine compilation error is
-raised as it would have been without the child) and, if the child is gone,
-does so from then on. The child cannot outlive its parent: it is started
-through `_pdeathsig_exec.py` (SIGTERM when the parent dies, SIGKILL
-included, as the workers are), from a thread that lives as long as the
-process (`workers._SPAWNER`), and `close` (or, at interpreter exit, an
-`atexit` hook) stops it. `testing.compiler_processes` finds it by its
-command line.
+a failure (kept in `last_failure`), or dies, or cannot be started,
+`compile` compiles the computation in the calling process (where a genuine
+compilation error is raised as it would have been without the child) and,
+if the child is gone, does so from then on (`broken` says why). The child
+cannot outlive its parent: it is started through `_pdeathsig_exec.py`
+(SIGTERM when the parent dies, SIGKILL included, as the workers are), from
+a thread that lives as long as the process (`workers._SPAWNER`), in a
+process group of its own (a Ctrl-C in the terminal reaches the driver,
+which stops it), and `close` (or, at interpreter exit, an `atexit` hook)
+stops it. `testing.compiler_processes` finds it by its command line.
 
 Type signature: `compile(c)` returns a computation of `c`'s type (the
-compiled proto's own, as `_compile_for_worker`'s result has).
+compiled proto's own, as `compile_for_worker`'s result has).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 
+from tff_hetero.runtime import workers
+
 MODULE = "tff_hetero.runtime.compiler_process"
 OK = b"\x00"
 FAILED = b"\x01"
@@ -53,6 +62,84 @@ _HEADER = struct.Struct(">Q")
 
 _LIVE_LOCK = threading.Lock()
 _LIVE: dict[int, "CompilerProcess"] = {}
+
+
+def without_secure_intrinsics(computation):
+  """`computation` with its secure sums as plain sums of their integers
+  (`contexts`' module docstring): what `tff.backends.test.replace_secure_intrinsics_
+  with_bodies` does, but `computation` itself when it has none, and with its
+  type (Python containers included) kept otherwise, since the mergeable
+  context builds its results from the compiled computation's type. It
+  calls a private function of TFF 0.87, the version
+  `threaded_executor.check_tff_version` pins."""
+  from tensorflow_federated.python.core.backends.test import (
+    compiler as test_compiler,
+  )  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  block, replaced = (
+    test_compiler._replace_secure_intrinsics_with_insecure_bodies(  # pylint: disable=protected-access
+      computation.to_building_block()
+    )
+  )
+  if not replaced:
+    return computation
+  return computation_impl.ConcreteComputation(
+    computation_proto=block.proto,
+    context_stack=context_stack_impl.context_stack,
+    annotated_type=computation.type_signature,
+  )
+
+
+def driver_grappler_config():
+  """The Grappler configuration the driver runs over each graph before it
+  goes to a worker (`contexts`' module docstring, "Graph optimization"): TFF's (function
+  inlining, arithmetic and loop optimization aggressive; the dependency
+  optimizer and the pruner at their defaults) without constant folding, the
+  layout optimizer, the remapper and the memory optimizer."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  config = tf.compat.v1.ConfigProto()
+  rewrite = config.graph_options.rewrite_options
+  aggressive = rewrite.AGGRESSIVE
+  rewrite.function_optimization = aggressive
+  rewrite.arithmetic_optimization = aggressive
+  rewrite.loop_optimization = aggressive
+  rewrite.constant_folding = rewrite.OFF
+  rewrite.layout_optimizer = rewrite.OFF
+  rewrite.remapping = rewrite.OFF
+  rewrite.memory_optimization = rewrite.NO_MEM_OPT
+  return config
+
+
+def compile_for_worker(computation):
+  """`computation` in the native form our workers run: TFF's
+  `desugar_and_transform_to_native` with `driver_grappler_config`, secure
+  sums replaced first. Like `without_secure_intrinsics`, it calls a private
+  module of TFF 0.87 (`replace_intrinsics_with_bodies`, which TFF's function
+  calls)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.environments.tensorflow_backend import (
+    tensorflow_tree_transformations,
+  )  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )  # pylint: disable=g-import-not-at-top
+
+  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
+    without_secure_intrinsics(computation).to_building_block()
+  )
+  return tff.backends.native.transform_to_native_form(
+    computation_impl.ConcreteComputation(
+      computation_proto=desugared.proto,
+      context_stack=context_stack_impl.context_stack,
+    ),
+    grappler_config=driver_grappler_config(),
+  )
 
 
 def _read_exactly(stream, size: int) -> Optional[bytes]:
@@ -83,39 +170,34 @@ def write_frame(stream, payload: bytes) -> None:
 
 
 def _package_root() -> str:
-  """The directory holding the `tff_hetero` package this process runs."""
+  """The directory holding the `tff_hetero` package this process runs (a
+  checkout, a Bazel runfiles tree or site-packages): the child's working
+  directory, first on its path under `-m`."""
   return os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   )
-
-
-def _child_environment() -> dict[str, str]:
-  """This process's environment, with the `tff_hetero` it runs first on
-  the child's path (a checkout, a Bazel runfiles tree or an install)."""
-  env = dict(os.environ)
-  path = [_package_root()]
-  if env.get("PYTHONPATH"):
-    path.append(env["PYTHONPATH"])
-  env["PYTHONPATH"] = os.pathsep.join(path)
-  return env
 
 
 class CompilerProcess:
   """A child Python process that compiles computations (module docstring).
 
   `compile` is thread-safe (one request at a time). The child is started
-  by `start` or at the first `compile`; `pid` is None before.
+  by `start` or at the first `compile`; `pid` is None before. `compiled`
+  counts the compilations the child returned.
   """
 
   def __init__(self, compile_fn: Optional[Callable[[Any], Any]] = None):
     """`compile_fn` compiles in this process when the child cannot
-    (default `contexts._compile_for_worker`, what the child runs)."""
-    self._compile_fn = compile_fn
+    (default `compile_for_worker`, what the child runs)."""
+    self._compile_fn = compile_fn or compile_for_worker
     self._lock = threading.Lock()  # The fields below.
     self._request_lock = threading.Lock()  # One request in flight.
     self._proc: Optional[subprocess.Popen] = None
+    self._replies = None  # The read end of the child's reply pipe.
     self._broken: Optional[str] = None  # Why the child is not used.
     self._closed = False
+    self.compiled = 0
+    self.last_failure: Optional[str] = None  # The child's last reason.
 
   @property
   def pid(self) -> Optional[int]:
@@ -128,30 +210,41 @@ class CompilerProcess:
 
   def start(self) -> "CompilerProcess":
     """Starts the child (does not wait for it to import TensorFlow)."""
-    from tff_hetero.runtime import workers  # pylint: disable=g-import-not-at-top
-
     with self._lock:
       if self._proc is not None or self._broken or self._closed:
         return self
+      read_end, write_end = os.pipe()
       try:
         self._proc = workers._SPAWNER.popen(  # pylint: disable=protected-access
-          workers._with_pdeathsig([sys.executable, "-m", MODULE]),  # pylint: disable=protected-access
+          workers._with_pdeathsig(  # pylint: disable=protected-access
+            [sys.executable, "-m", MODULE, "--reply-fd", str(write_end)]
+          ),
           stdin=subprocess.PIPE,
-          stdout=subprocess.PIPE,
+          stdout=subprocess.DEVNULL,
           stderr=subprocess.DEVNULL,
+          pass_fds=(write_end,),
           close_fds=True,
-          env=_child_environment(),
+          process_group=0,
+          cwd=_package_root(),
         )
       except OSError as e:
+        os.close(read_end)
         self._broken = f"cannot start the compiler process: {e}"
         return self
+      finally:
+        os.close(write_end)
+      self._replies = os.fdopen(read_end, "rb")
       with _LIVE_LOCK:
         _LIVE[self._proc.pid] = self
     return self
 
   def compile(self, computation):
     """`computation` compiled for the worker: by the child, or here if the
-    child cannot (module docstring)."""
+    child cannot (module docstring).
+
+    Raises:
+      RuntimeError: `close` was called.
+    """
     from tensorflow_federated.proto.v0 import computation_pb2  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.computation import (
       computation_impl,
@@ -161,7 +254,7 @@ class CompilerProcess:
     )  # pylint: disable=g-import-not-at-top
 
     if not isinstance(computation, computation_impl.ConcreteComputation):
-      return self._local_compile_fn()(computation)
+      return self._compile_fn(computation)
     self.start()
     request = computation_impl.ConcreteComputation.get_proto(
       computation
@@ -169,13 +262,21 @@ class CompilerProcess:
     reply = None
     with self._request_lock:
       with self._lock:
-        proc = None if self._broken or self._closed else self._proc
+        if self._closed:
+          raise RuntimeError("the compiler process was closed")
+        proc = None if self._broken else self._proc
       if proc is not None:
         try:
           write_frame(proc.stdin, request)
-          reply = read_frame(proc.stdout)
+          reply = read_frame(self._replies)
         except (OSError, ValueError):  # A closed or broken pipe.
           reply = None
+        except BaseException:
+          # Interrupted between frames: the stream is out of step.
+          with self._lock:
+            self._broken = "a request to the compiler process was interrupted"
+            self._stop_locked()
+          raise
         if reply is None:
           with self._lock:
             if self._closed:
@@ -183,19 +284,15 @@ class CompilerProcess:
             self._broken = "the compiler process exited"
             self._stop_locked()
     if reply is not None and reply[:1] == OK:
+      self.compiled += 1
       return computation_impl.ConcreteComputation(
         computation_proto=computation_pb2.Computation.FromString(reply[1:]),
         context_stack=context_stack_impl.context_stack,
       )
+    if reply is not None:
+      self.last_failure = reply[1:].decode("utf-8", "replace")
     # The child failed or is gone: compile here, raising what it raises.
-    return self._local_compile_fn()(computation)
-
-  def _local_compile_fn(self):
-    if self._compile_fn is not None:
-      return self._compile_fn
-    from tff_hetero.runtime import contexts  # pylint: disable=g-import-not-at-top
-
-    return contexts._compile_for_worker  # pylint: disable=protected-access
+    return self._compile_fn(computation)
 
   def close(self, timeout_s: float = 5.0) -> None:
     """Stops the child without waiting for a compilation under way (its
@@ -217,9 +314,10 @@ class CompilerProcess:
           proc.kill()
           proc.wait()
     finally:
-      for stream in (proc.stdin, proc.stdout):
+      for stream in (proc.stdin, self._replies):
         try:
-          stream.close()
+          if stream is not None:
+            stream.close()
         except OSError:
           pass
       with _LIVE_LOCK:
@@ -252,14 +350,12 @@ def _serve(requests, replies) -> None:
     context_stack_impl,
   )  # pylint: disable=g-import-not-at-top
 
-  from tff_hetero.runtime import contexts  # pylint: disable=g-import-not-at-top
-
   while True:
     request = read_frame(requests)
     if request is None:
       return
     try:
-      compiled = contexts._compile_for_worker(  # pylint: disable=protected-access
+      compiled = compile_for_worker(
         computation_impl.ConcreteComputation(
           computation_proto=computation_pb2.Computation.FromString(request),
           context_stack=context_stack_impl.context_stack,
@@ -287,7 +383,7 @@ def memoize_type_deserialization() -> None:
   times. TFF's types are immutable (its `_Intern` metaclass shares one
   object among equal tensor types), so an equal type built before serves
   as well as a new one. Compiling InclusiveFL's four first-round computations took
-  12.4 s with it and 17.0 s without (`_compile_for_worker`, one process).
+  12.4 s with it and 17.0 s without (`compile_for_worker`, one process).
   Applied in the child only, whose TFF runs nothing else."""
   from tensorflow_federated.python.core.impl.types import type_serialization  # pylint: disable=g-import-not-at-top
 
@@ -309,11 +405,12 @@ def memoize_type_deserialization() -> None:
   type_serialization.deserialize_type = memoized
 
 
-def main() -> None:
-  # The replies get a file descriptor of their own; fd 1 (print, a library
-  # writing to stdout) goes to stderr instead.
-  replies = os.fdopen(os.dup(1), "wb")
-  os.dup2(2, 1)
+def main(argv: list[str]) -> None:
+  """The child: `python -m tff_hetero.runtime.compiler_process --reply-fd N`
+  (module docstring)."""
+  if len(argv) != 3 or argv[1] != "--reply-fd":
+    sys.exit(f"usage: python -m {MODULE} --reply-fd N")
+  replies = os.fdopen(int(argv[2]), "wb")
   requests = os.fdopen(os.dup(0), "rb")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   memoize_type_deserialization()
@@ -321,4 +418,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv)

@@ -38,10 +38,14 @@ implementation (it refuses the intrinsic).
 
 Compiling ahead: TFF compiles a computation for the worker (native form,
 Grappler over its graphs, below) when it is first called. With one worker,
-`compile_ahead(computation)` starts that compilation on a background thread
-(`AheadOfTimeCompiler`), so that a program tracing several computations
-before calling them overlaps the two; the mergeable context compiles into
-its own form and ignores the hint.
+`compile_ahead(computation)` starts that compilation in the background
+(`AheadOfTimeCompiler`, in a child process: `compiler_process.py`), so that
+a program tracing several computations before calling them overlaps the
+two; the mergeable context compiles into its own form and ignores the hint.
+
+Starting: `local_execution` starts its workers and returns at once; they
+load (about 1.3 s) while the program builds its computations, and the
+first call waits for them (`ExecutionHandle.ensure_ready`).
 
 Graph optimization: TFF's compiler runs Grappler over every graph in the
 driver (`desugar_and_transform_to_native`: function inlining, constant
@@ -50,7 +54,8 @@ passes at their defaults); the worker runs the graphs it is given as they
 are (TFF's session options switch Grappler off there; with
 `TF_CPP_VMODULE=meta_optimizer=1` the worker logs no pass). Our driver runs
 the same configuration without constant folding, the layout optimizer, the
-remapper and the memory optimizer (`driver_grappler_config`), which no
+remapper and the memory optimizer (`compiler_process.driver_grappler_config`),
+which no
 process then runs. Those four took 22 of the 33 s that Grappler's passes
 logged in InclusiveFL's first round, which now ends 9-11 s sooner
 (alternating cold starts); FedAvg's compute-bound round (`tools/bench.py`)
@@ -156,36 +161,6 @@ class _RemoteStack:
     self.stub.close()
 
 
-def _without_secure_intrinsics(computation):
-  """`computation` with its secure sums as plain sums of their integers
-  (module docstring): what `tff.backends.test.replace_secure_intrinsics_
-  with_bodies` does, but `computation` itself when it has none, and with its
-  type (Python containers included) kept otherwise, since the mergeable
-  context builds its results from the compiled computation's type. It
-  calls a private function of TFF 0.87, the version
-  `threaded_executor.check_tff_version` pins."""
-  from tensorflow_federated.python.core.backends.test import (
-    compiler as test_compiler,
-  )  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.context_stack import (
-    context_stack_impl,
-  )  # pylint: disable=g-import-not-at-top
-
-  block, replaced = (
-    test_compiler._replace_secure_intrinsics_with_insecure_bodies(  # pylint: disable=protected-access
-      computation.to_building_block()
-    )
-  )
-  if not replaced:
-    return computation
-  return computation_impl.ConcreteComputation(
-    computation_proto=block.proto,
-    context_stack=context_stack_impl.context_stack,
-    annotated_type=computation.type_signature,
-  )
-
-
 class AheadOfTimeCompiler:
   """The `compiler_fn` of a worker's TFF context that can start compiling a
   computation before its first call (`compile_ahead`).
@@ -193,8 +168,8 @@ class AheadOfTimeCompiler:
   TFF compiles a computation for the worker at its first invocation, in the
   calling context's event-loop thread: it rewrites the computation into the
   native form and runs Grappler over every TensorFlow graph in it
-  (`_compile_for_worker`: TFF's `desugar_and_transform_to_native` with
-  `driver_grappler_config`). For a program that traces several large
+  (`compiler_process.compile_for_worker`: TFF's
+  `desugar_and_transform_to_native` with `driver_grappler_config`). For a program that traces several large
   computations before it calls them, that work can run while the next one
   is traced. `submit` queues a computation (one background thread, in
   order), whose compilation runs in a child process
@@ -217,12 +192,27 @@ class AheadOfTimeCompiler:
   """
 
   def __init__(
-    self, compile_fn: Callable[[Any], Any], *, in_process: bool = False
+    self,
+    compile_fn: Callable[[Any], Any],
+    *,
+    in_process: Optional[bool] = None,
   ):
+    """`in_process` None: in the child process when `compile_fn` is
+    `compiler_process.compile_for_worker` (what the child runs), on the
+    thread otherwise."""
     import queue  # pylint: disable=g-import-not-at-top
     import threading  # pylint: disable=g-import-not-at-top
 
     self._compile_fn = compile_fn
+    if in_process is None:
+      in_process = compile_fn is not compiler_process.compile_for_worker
+    elif (
+      not in_process and compile_fn is not compiler_process.compile_for_worker
+    ):
+      raise ValueError(
+        "in_process=False compiles with compiler_process.compile_for_worker"
+        f" in the child; got compile_fn={compile_fn!r}"
+      )
     self._in_process = bool(in_process)
     self._process: Optional[compiler_process.CompilerProcess] = None
     self._lock = threading.Lock()
@@ -267,11 +257,13 @@ class AheadOfTimeCompiler:
       computation, future = item
       if not future.set_running_or_notify_cancel():
         continue  # Dropped by `close`.
-      compile_fn = (
-        self._compile_fn if self._process is None else self._process.compile
-      )
       try:
-        future.set_result(compile_fn(computation))
+        with self._lock:
+          process = self._process
+        if process is None:
+          future.set_result(self._compile_fn(computation))
+        else:
+          future.set_result(process.compile(computation))
       except BaseException as e:  # pylint: disable=broad-except
         future.set_exception(e)
       del computation, future, item
@@ -307,54 +299,6 @@ class AheadOfTimeCompiler:
       process.close()
 
 
-def driver_grappler_config():
-  """The Grappler configuration the driver runs over each graph before it
-  goes to a worker (module docstring, "Graph optimization"): TFF's (function
-  inlining, arithmetic and loop optimization aggressive; the dependency
-  optimizer and the pruner at their defaults) without constant folding, the
-  layout optimizer, the remapper and the memory optimizer."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  config = tf.compat.v1.ConfigProto()
-  rewrite = config.graph_options.rewrite_options
-  aggressive = rewrite.AGGRESSIVE
-  rewrite.function_optimization = aggressive
-  rewrite.arithmetic_optimization = aggressive
-  rewrite.loop_optimization = aggressive
-  rewrite.constant_folding = rewrite.OFF
-  rewrite.layout_optimizer = rewrite.OFF
-  rewrite.remapping = rewrite.OFF
-  rewrite.memory_optimization = rewrite.NO_MEM_OPT
-  return config
-
-
-def _compile_for_worker(computation):
-  """`computation` in the native form our workers run: TFF's
-  `desugar_and_transform_to_native` with `driver_grappler_config`, secure
-  sums replaced first. Like `_without_secure_intrinsics`, it calls a private
-  module of TFF 0.87 (`replace_intrinsics_with_bodies`, which TFF's function
-  calls)."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.environments.tensorflow_backend import (
-    tensorflow_tree_transformations,
-  )  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.context_stack import (
-    context_stack_impl,
-  )  # pylint: disable=g-import-not-at-top
-
-  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
-    _without_secure_intrinsics(computation).to_building_block()
-  )
-  return tff.backends.native.transform_to_native_form(
-    computation_impl.ConcreteComputation(
-      computation_proto=desugared.proto,
-      context_stack=context_stack_impl.context_stack,
-    ),
-    grappler_config=driver_grappler_config(),
-  )
-
-
 def _context_kwargs(compiler_fn):
   from tensorflow_federated.python.core.environments.tensorflow_frontend import (
     tensorflow_computation,
@@ -375,14 +319,15 @@ def _build_context(
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   if len(stacks) == 1 and num_subrounds in (None, 1):
-    compiler = AheadOfTimeCompiler(_compile_for_worker)
+    compiler = AheadOfTimeCompiler(compiler_process.compile_for_worker)
     context = tff.framework.SyncExecutionContext(
       executor_fn=stacks[0].factory, **_context_kwargs(compiler)
     )
     return context, compiler
   async_contexts = [
     tff.framework.AsyncExecutionContext(
-      executor_fn=stack.factory, **_context_kwargs(_compile_for_worker)
+      executor_fn=stack.factory,
+      **_context_kwargs(compiler_process.compile_for_worker),
     )
     for stack in stacks
   ]
@@ -393,7 +338,7 @@ def _build_context(
     async_contexts,
     compiler_fn=lambda computation: (
       tff.backends.native.compile_to_mergeable_comp_form(
-        _without_secure_intrinsics(computation)
+        compiler_process.without_secure_intrinsics(computation)
       )
     ),
     num_subrounds=num_subrounds,
@@ -529,10 +474,10 @@ class ExecutionHandle:
       if self._ready is None:
         return
       addresses = tuple(self._ready())
-      self._ready = None
       if addresses != self.configured_addresses:
-        self.configured_addresses = addresses
         self._use(addresses)
+        self.configured_addresses = addresses
+      self._ready = None
 
   def __repr__(self):
     return f"ExecutionHandle(kind={self.kind!r}, addresses={self.addresses})"
@@ -875,10 +820,11 @@ def local_execution(
   Starts `num_workers` `WorkerProcess`es on free ports (reached on
   127.0.0.1; they listen on all interfaces, see `workers.py`) and installs
   the same context `remote_execution` would for their addresses (several
-  workers: the mergeable context). The workers load meanwhile: the first
-  call of a computation waits up to `start_timeout_s` for each to answer
-  (a worker that cannot is a `WorkerStartError` there), so a program can
-  trace its computations while they start. On exit
+  workers: the mergeable context). The workers load meanwhile, so that a
+  program can trace its computations while they start: each has
+  `start_timeout_s` from entry to answer, and the first call of a
+  computation waits for them (a worker that did not answer is a
+  `WorkerStartError` there). On exit
   (normal, exception, KeyboardInterrupt, `signals.Terminated`) the previous
   context is restored and the workers are stopped (SIGTERM, then SIGKILL).
 
@@ -887,7 +833,7 @@ def local_execution(
     default_num_clients: CLIENTS cardinality for computations without a
       CLIENTS-placed argument.
     num_workers: >1 runs TFF's mergeable context over local workers.
-    start_timeout_s: how long a worker may take to answer after starting.
+    start_timeout_s: how long a worker may take to answer after entry.
     max_message_mb: gRPC message limit (worker flag and channel options).
     max_concurrent_computation_calls: passed to the worker.
     log_dir: if set, worker logs go to `log_dir/tff_worker_<port>.log`;
