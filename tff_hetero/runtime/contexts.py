@@ -475,6 +475,8 @@ class ExecutionHandle:
         return
       addresses = tuple(self._ready())
       if addresses != self.configured_addresses:
+        # A worker restarted on another port (rare): the new connection
+        # compiles anew what the old one had compiled or queued.
         self._use(addresses)
         self.configured_addresses = addresses
       self._ready = None
