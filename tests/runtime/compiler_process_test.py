@@ -63,17 +63,23 @@ def _compiler_children() -> set[int]:
   return {pid for pid in proc_testing.compiler_processes() if pid in mine}
 
 
-def _new_compiler_child(others: set[int]) -> int:
-  """The one compiler process of this process not in `others`, waiting up
-  to 10 s for it (a child shows under its module's name once the launcher
-  has exec'd it)."""
-  deadline = time.monotonic() + 10
+def _wait_until(condition, what: str, timeout_s: float = 10.0):
+  """`condition()`'s first true value, polled for up to `timeout_s` (a
+  child shows under its module's name once the launcher has exec'd it)."""
+  deadline = time.monotonic() + timeout_s
   while True:
-    new = _compiler_children() - others
-    if new or time.monotonic() > deadline:
-      assert len(new) == 1, new
-      return new.pop()
+    value = condition()
+    if value:
+      return value
+    assert time.monotonic() < deadline, f"{what} never showed"
     time.sleep(0.05)
+
+
+def _new_compiler_child(others: set[int]) -> int:
+  """The one compiler process of this process not in `others`."""
+  new = _wait_until(lambda: _compiler_children() - others, "a compiler child")
+  assert len(new) == 1, new
+  return new.pop()
 
 
 def _must_not_compile_here(computation):
@@ -84,10 +90,7 @@ def test_the_child_compiles_what_the_driver_compiles():
   process = compiler_process.CompilerProcess(_must_not_compile_here)
   try:
     compiled = process.compile(_doubled_plus_three)
-    deadline = time.monotonic() + 10
-    while process.pid not in _compiler_children():
-      assert time.monotonic() < deadline, "the child never showed"
-      time.sleep(0.05)
+    _wait_until(lambda: process.pid in _compiler_children(), "the child")
     assert (process.compiled, process.broken) == (1, None)
   finally:
     process.close()
@@ -165,10 +168,11 @@ def test_the_child_dies_with_its_parent():
   holder = None
   try:
     child, holder = map(int, driver.stdout.readline().split())
-    deadline = time.monotonic() + 30
-    while child not in proc_testing.compiler_processes(tag=tag):
-      assert time.monotonic() < deadline, "the compiler process never showed"
-      time.sleep(0.05)
+    _wait_until(
+      lambda: child in proc_testing.compiler_processes(tag=tag),
+      "the compiler process",
+      timeout_s=30,
+    )
     driver.kill()  # SIGKILL: no atexit hook runs.
     driver.wait()
     proc_testing.assert_no_workers_left(tag, timeout_s=10)

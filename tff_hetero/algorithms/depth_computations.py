@@ -28,8 +28,8 @@ The server step runs once per round over every group, present or not:
 with S = `OrderedDict(models=<W_1, ..., W_G>, optimizer_states=<...>,
 momenta=<B, ..., B>)` (B: the weights of one encoder block; one momentum per
 group but the shallowest; each group's optimizer state is over its weights
-concatenated into one vector, `flatten_weights`) and the third argument the number of clients of
-each group this round (0: absent). It is Algorithm 1's lines 15-29:
+concatenated into one vector, `flatten_weights`) and the third argument the
+number of clients of each group this round (0: absent). It is Algorithm 1's lines 15-29:
 
 * `distill_and_step` (lines 15-23), per group j present, shallowest first:
   the update of j's top block L_j becomes `beta m_{k} + (1 - beta) g` with
@@ -133,11 +133,12 @@ def distill_and_step(
   weights as one flat vector (`flatten_weights`); `momenta[j - 1]`: group
   j's momentum (a list of block tensors).
 
-  The optimizer must act on each entry alone (SGD, Adam, Adagrad, Yogi:
-  `DepthComputations` checks), so that stepping the flat vector is the
-  same step as stepping each tensor, in a graph of a few ops instead of a
-  few per tensor (the server step built in 0.97 s instead of 3.4 s for the
-  4 / 8 / 12-block transformer, docs/performance.md)."""
+  The optimizer must act on each entry alone (TFF's SGD, Adam, AdamW,
+  Adagrad, RMSprop or Yogi: `DepthComputations` checks), so that stepping
+  the flat vector is the same step as stepping each tensor, in a graph of a
+  few ops instead of a few per tensor (the server step built in 0.97 s
+  instead of 3.4 s for the 4 / 8 / 12-block transformer,
+  docs/performance.md)."""
   new_models, new_states, new_momenta = [], [], []
   last = len(groups) - 1
   for j, group in enumerate(groups):

@@ -66,12 +66,13 @@ _LIVE: dict[int, "CompilerProcess"] = {}
 
 def without_secure_intrinsics(computation):
   """`computation` with its secure sums as plain sums of their integers
-  (`contexts`' module docstring): what `tff.backends.test.replace_secure_intrinsics_
-  with_bodies` does, but `computation` itself when it has none, and with its
-  type (Python containers included) kept otherwise, since the mergeable
-  context builds its results from the compiled computation's type. It
-  calls a private function of TFF 0.87, the version
-  `threaded_executor.check_tff_version` pins."""
+  (`contexts`' module docstring): what
+  `tff.backends.test.replace_secure_intrinsics_with_bodies` does, but
+  `computation` itself when it has none, and with its type (Python
+  containers included) kept otherwise, since the mergeable context builds
+  its results from the compiled computation's type. It calls a private
+  function of TFF 0.87, the version `threaded_executor.check_tff_version`
+  pins."""
   from tensorflow_federated.python.core.backends.test import (
     compiler as test_compiler,
   )  # pylint: disable=g-import-not-at-top
@@ -96,10 +97,11 @@ def without_secure_intrinsics(computation):
 
 def driver_grappler_config():
   """The Grappler configuration the driver runs over each graph before it
-  goes to a worker (`contexts`' module docstring, "Graph optimization"): TFF's (function
-  inlining, arithmetic and loop optimization aggressive; the dependency
-  optimizer and the pruner at their defaults) without constant folding, the
-  layout optimizer, the remapper and the memory optimizer."""
+  goes to a worker (`contexts`' module docstring, "Graph optimization"):
+  TFF's (function inlining, arithmetic and loop optimization aggressive;
+  the dependency optimizer and the pruner at their defaults) without
+  constant folding, the layout optimizer, the remapper and the memory
+  optimizer."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   config = tf.compat.v1.ConfigProto()

@@ -55,8 +55,7 @@ are (TFF's session options switch Grappler off there; with
 `TF_CPP_VMODULE=meta_optimizer=1` the worker logs no pass). Our driver runs
 the same configuration without constant folding, the layout optimizer, the
 remapper and the memory optimizer (`compiler_process.driver_grappler_config`),
-which no
-process then runs. Those four took 22 of the 33 s that Grappler's passes
+which no process then runs. Those four took 22 of the 33 s that Grappler's passes
 logged in InclusiveFL's first round, which now ends 9-11 s sooner
 (alternating cold starts); FedAvg's compute-bound round (`tools/bench.py`)
 takes as long without them, and 1.4 to 1.7 times as long without the
@@ -169,9 +168,9 @@ class AheadOfTimeCompiler:
   calling context's event-loop thread: it rewrites the computation into the
   native form and runs Grappler over every TensorFlow graph in it
   (`compiler_process.compile_for_worker`: TFF's
-  `desugar_and_transform_to_native` with `driver_grappler_config`). For a program that traces several large
-  computations before it calls them, that work can run while the next one
-  is traced. `submit` queues a computation (one background thread, in
+  `desugar_and_transform_to_native` with `driver_grappler_config`). For a
+  program that traces several large computations before it calls them,
+  that work can run while the next one is traced. `submit` queues a computation (one background thread, in
   order), whose compilation runs in a child process
   (`compiler_process.CompilerProcess`, started at the first `submit`): on a
   thread of this process its Python would hold the GIL the tracing needs
