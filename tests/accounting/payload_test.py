@@ -19,6 +19,21 @@ def test_dense_nbytes_counts_every_element_at_its_itemsize():
   assert int(payload.tf_dense_nbytes(structure)) == 84
 
 
+def test_tf_dense_nbytes_counts_leaves_whose_size_is_known_only_when_run():
+  @tf.function(
+    input_signature=[
+      tf.TensorSpec([None, 3], tf.float32),
+      tf.TensorSpec([2], tf.float64),
+    ]
+  )
+  def nbytes(rows, known):
+    return payload.tf_dense_nbytes([rows, known])
+
+  # 5 rows * 3 * 4 bytes + 2 * 8 bytes; 1 row: 12 + 16.
+  assert int(nbytes(tf.zeros([5, 3]), tf.zeros([2], tf.float64))) == 76
+  assert int(nbytes(tf.zeros([1, 3]), tf.zeros([2], tf.float64))) == 28
+
+
 def test_masked_nbytes_is_kept_values_plus_one_bit_per_element():
   values = [np.arange(20, dtype=np.float32).reshape(4, 5)]
   masks = [np.zeros([4, 5], np.bool_)]

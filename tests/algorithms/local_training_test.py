@@ -151,3 +151,28 @@ def test_fold_batches_equals_dataset_reduce_on_a_nested_state():
   assert got.extra == ()
   assert int(got.opt["step"]) == int(want.opt["step"]) == 3
   np.testing.assert_array_equal(got.opt["acc"].numpy(), want.opt["acc"].numpy())
+
+
+@pytest.mark.parametrize(
+  "second, expected, dropped",
+  [
+    (np.float32(2.5), [[1.0, -3.0], 2.5], 0),
+    (np.float32(np.inf), [[0.0, 0.0], 0.0], 1),
+    (np.float32(np.nan), [[0.0, 0.0], 0.0], 1),
+  ],
+)
+def test_zero_all_if_any_non_finite_in_a_graph(second, expected, dropped):
+  @tf.function
+  def zeroed(pair, scalar):
+    return local_training.zero_all_if_any_non_finite(
+      (pair, scalar, tf.constant(3, tf.int32))
+    )
+
+  (pair, scalar, count), flag = zeroed(
+    tf.constant([1.0, -3.0]), tf.constant(second)
+  )
+  np.testing.assert_array_equal(pair.numpy(), expected[0])
+  assert float(scalar) == expected[1]
+  # Integer leaves are not checked and are zeroed with the rest.
+  assert int(count) == (0 if dropped else 3)
+  assert int(flag) == dropped

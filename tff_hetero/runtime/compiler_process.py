@@ -101,7 +101,9 @@ def driver_grappler_config():
   TFF's (function inlining, arithmetic and loop optimization aggressive;
   the dependency optimizer and the pruner at their defaults) without
   constant folding, the layout optimizer, the remapper and the memory
-  optimizer."""
+  optimizer, without the MLIR (TFG) passes (a topological sort with shape
+  inference, and the sinking of ops into conditional branches), and with
+  one round of passes instead of two."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   config = tf.compat.v1.ConfigProto()
@@ -114,6 +116,9 @@ def driver_grappler_config():
   rewrite.layout_optimizer = rewrite.OFF
   rewrite.remapping = rewrite.OFF
   rewrite.memory_optimization = rewrite.NO_MEM_OPT
+  rewrite.disable_tfg_optimizer = True
+  rewrite.experimental_conditional_code_motion = rewrite.OFF
+  rewrite.meta_optimizer_iterations = rewrite.ONE
   return config
 
 
