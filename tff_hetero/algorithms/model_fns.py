@@ -6,6 +6,19 @@ client data, and optionally a loss and metrics factory, as
 no-arg `VariableModel` builder from them. The defaults are the loss and
 metric of every registered model: cross-entropy on logits against integer
 labels, and accuracy.
+
+One departure from `from_keras_model`'s model: its `forward_pass` and
+`predict_on_batch` are `tf.function`s, so a client step that takes a
+gradient through `forward_pass` inside a traced loop crosses two nested
+function boundaries, and TensorFlow captures every forward intermediate
+across each to build the backward function: for InclusiveFL's 12-block
+transformer a sixth of the client work's tracing (docs/performance.md,
+"Cold start: tracing"). `variable_model_fn`'s models have the same two
+methods as plain functions, converted by AutoGraph as the `tf.function`s
+converted them (`_plain_graph_methods`): the same ops, traced into the
+caller's graph. It reads two private attributes of TFF 0.87's Keras model
+(`_forward_pass`, `_keras_model`), the version
+`threaded_executor.check_tff_version` pins.
 """
 
 from __future__ import annotations
@@ -51,11 +64,30 @@ def variable_model_fn(
   metrics_fn = metrics_fn or default_metrics_fn
 
   def model_fn():
-    return tff.learning.models.from_keras_model(
-      keras_model_fn(),
-      loss=loss_fn(),
-      input_spec=input_spec,
-      metrics=metrics_fn(),
+    return _plain_graph_methods(
+      tff.learning.models.from_keras_model(
+        keras_model_fn(),
+        loss=loss_fn(),
+        input_spec=input_spec,
+        metrics=metrics_fn(),
+      )
     )
 
   return model_fn
+
+
+def _plain_graph_methods(model: tff.learning.models.VariableModel):
+  """`model` with `forward_pass` and `predict_on_batch` as AutoGraph-converted
+  plain functions instead of `tf.function`s (module docstring)."""
+  keras_model = model._keras_model  # pylint: disable=protected-access
+  forward_pass = type(model)._forward_pass  # pylint: disable=protected-access
+
+  def predict_on_batch(x, training=True):
+    return keras_model(x, training=training)
+
+  def plain_forward_pass(batch_input, training=True):
+    return forward_pass(model, batch_input, training=training)
+
+  model.predict_on_batch = tf.autograph.to_graph(predict_on_batch)
+  model.forward_pass = tf.autograph.to_graph(plain_forward_pass)
+  return model
