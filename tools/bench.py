@@ -25,7 +25,9 @@ reports for each, keys prefixed `<cfg>_`:
     evaluates and checkpoints, is not timed;
   * `tff_round_s`: TFF's `build_weighted_fed_avg` driven directly on the
     first cohort's client datasets, on the same runtime (our local worker),
-    with its default client loop (`LoopImplementation.DATASET_REDUCE`);
+    with its default client loop (`LoopImplementation.DATASET_REDUCE`) and
+    TFF's own `from_keras_model` model (`_tff_own_model_fn`; every TFF row
+    of every suite uses it);
   * `tff_iterator_round_s`: the same with `DATASET_ITERATOR`, the loop our
     clients run (`local_training.fold_batches`);
   * `floor_sequential_round_s`, `floor_parallel_round_s`: the same client
@@ -278,6 +280,31 @@ _COHORT = flags.DEFINE_integer(
 
 
 CLIENT_LR = 0.05
+
+
+def _tff_own_model_fn(task, keras_model_fn=None):
+  """TFF's own VariableModel builder for `task`'s model (or
+  `keras_model_fn`'s): `from_keras_model` as it comes, its `forward_pass` and
+  `predict_on_batch` `tf.function`s, with the task's loss and metrics. The
+  TFF rows run it, so that they time TFF as a user of TFF gets it, not with
+  our models (`model_fns`' module docstring says how those differ)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_hetero.algorithms import model_fns  # pylint: disable=g-import-not-at-top
+
+  keras_model_fn = keras_model_fn or task.model_fn
+  loss_fn = task.loss_fn or model_fns.default_loss_fn
+  metrics_fn = task.metrics_fn or model_fns.default_metrics_fn
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+      keras_model_fn(),
+      loss=loss_fn(),
+      input_spec=task.element_spec,
+      metrics=metrics_fn(),
+    )
+
+  return model_fn
 
 
 def _config(**overrides):
@@ -559,7 +586,7 @@ def _bench_config(
     ("tff_iterator_round_s", tff.learning.LoopImplementation.DATASET_ITERATOR),
   ):
     process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.tff_model_fn(),
+      _tff_own_model_fn(task),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
       loop_implementation=loop_implementation,
     )
@@ -1450,7 +1477,7 @@ def bench_depth() -> collections.OrderedDict:
   )
   deepest = all_large.groups[-1]
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    task.tff_model_fn(deepest.keras_fn),
+    _tff_own_model_fn(task, deepest.keras_fn),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
     server_optimizer_fn=tff.learning.optimizers.build_adam(config.server_lr),
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
@@ -1560,7 +1587,7 @@ def bench_spatl() -> collections.OrderedDict:
     evolve_config(config, spatl_selection=False), task, fed.client_ids
   )
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    task.tff_model_fn(),
+    _tff_own_model_fn(task),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
     loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
