@@ -54,15 +54,21 @@ passes at their defaults); the worker runs the graphs it is given as they
 are (TFF's session options switch Grappler off there; with
 `TF_CPP_VMODULE=meta_optimizer=1` the worker logs no pass). Our driver runs
 the same configuration without constant folding, the layout optimizer, the
-remapper and the memory optimizer (`compiler_process.driver_grappler_config`),
-which no process then runs. Those four took 22 of the 33 s that Grappler's passes
-logged in InclusiveFL's first round, which now ends 9-11 s sooner
-(alternating cold starts); FedAvg's compute-bound round (`tools/bench.py`)
-takes as long without them, and 1.4 to 1.7 times as long without the
-dependency optimizer or with inlining alone, so those stay. Losses differ
-from those under TFF's configuration in the eighth or ninth significant
-digit (the same arithmetic rewritten differently); two identical 12-round
-InclusiveFL runs gave the same losses.
+remapper and the memory optimizer, without the MLIR (TFG) passes, and with
+one round of passes instead of two (`compiler_process.driver_grappler_config`);
+what the driver skips no process runs. The first four took 22 of the 33 s
+that Grappler's passes logged in InclusiveFL's first round; the TFG passes
+and the second round took about a third of what was left
+(docs/performance.md, "Cold start: tracing, and Grappler once"). FedAvg's
+compute-bound round (`tools/bench.py`) takes as long without them, and 1.4
+to 1.7 times as long without the dependency optimizer or with inlining
+alone, so those stay. Losses differ from those under TFF's configuration in
+the eighth or ninth significant digit (the same arithmetic rewritten
+differently); two identical 12-round InclusiveFL runs gave the same losses.
+Switching the arithmetic optimizer, common subexpression elimination and
+the loop, shape and implementation-selector passes off as well would save
+more, but two identical runs then differed in the eighth digit, so they
+stay.
 
 Threads: TFF's context stack is thread-local; the installed context is visible
 in the thread that entered the `with` block only.
