@@ -26,8 +26,8 @@ reports for each, keys prefixed `<cfg>_`:
   * `tff_round_s`: TFF's `build_weighted_fed_avg` driven directly on the
     first cohort's client datasets, on the same runtime (our local worker),
     with its default client loop (`LoopImplementation.DATASET_REDUCE`) and
-    TFF's own `from_keras_model` model (`_tff_own_model_fn`; every TFF row
-    of every suite uses it);
+    TFF's own `from_keras_model` model (`plain_graph_methods=False`; every
+    TFF row of every suite uses it);
   * `tff_iterator_round_s`: the same with `DATASET_ITERATOR`, the loop our
     clients run (`local_training.fold_batches`);
   * `floor_sequential_round_s`, `floor_parallel_round_s`: the same client
@@ -43,7 +43,8 @@ reports for each, keys prefixed `<cfg>_`:
   * `floor_round_s`: the better of the two (`floor_best` says which);
   * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
     `ours_over_tff` (against TFF's default loop), `ours_over_tff_iterator`
-    (like for like): ratios of medians.
+    (the same loop; ours with our models' `forward_pass` traced into the
+    client step, TFF's with its own `tf.function`s): ratios of medians.
 Then `rss_*` (FedAvg) and `rss_adaptivefl_*` (AdaptiveFL with its default
 tiers, pool and selection): growth of resident memory (driver plus its TFF
 worker) of our pipeline on the `overhead` configuration from rounds 10-14
@@ -280,31 +281,6 @@ _COHORT = flags.DEFINE_integer(
 
 
 CLIENT_LR = 0.05
-
-
-def _tff_own_model_fn(task, keras_model_fn=None):
-  """TFF's own VariableModel builder for `task`'s model (or
-  `keras_model_fn`'s): `from_keras_model` as it comes, its `forward_pass` and
-  `predict_on_batch` `tf.function`s, with the task's loss and metrics. The
-  TFF rows run it, so that they time TFF as a user of TFF gets it, not with
-  our models (`model_fns`' module docstring says how those differ)."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-  from tff_hetero.algorithms import model_fns  # pylint: disable=g-import-not-at-top
-
-  keras_model_fn = keras_model_fn or task.model_fn
-  loss_fn = task.loss_fn or model_fns.default_loss_fn
-  metrics_fn = task.metrics_fn or model_fns.default_metrics_fn
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-      keras_model_fn(),
-      loss=loss_fn(),
-      input_spec=task.element_spec,
-      metrics=metrics_fn(),
-    )
-
-  return model_fn
 
 
 def _config(**overrides):
@@ -586,7 +562,7 @@ def _bench_config(
     ("tff_iterator_round_s", tff.learning.LoopImplementation.DATASET_ITERATOR),
   ):
     process = tff.learning.algorithms.build_weighted_fed_avg(
-      _tff_own_model_fn(task),
+      task.tff_model_fn(plain_graph_methods=False),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
       loop_implementation=loop_implementation,
     )
@@ -1477,7 +1453,7 @@ def bench_depth() -> collections.OrderedDict:
   )
   deepest = all_large.groups[-1]
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    _tff_own_model_fn(task, deepest.keras_fn),
+    task.tff_model_fn(deepest.keras_fn, plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
     server_optimizer_fn=tff.learning.optimizers.build_adam(config.server_lr),
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
@@ -1587,7 +1563,7 @@ def bench_spatl() -> collections.OrderedDict:
     evolve_config(config, spatl_selection=False), task, fed.client_ids
   )
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    _tff_own_model_fn(task),
+    task.tff_model_fn(plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
     loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,

@@ -10,10 +10,13 @@ in one of four ways:
 
   * loop `reduce` (`Dataset.reduce`, TFF's default client loop) or
     `iterator` (`local_training.fold_batches`, TFF's `DATASET_ITERATOR`);
-  * step `variable_model` (`local_training.sgd_step` on the task's
-    `tff.learning.models.VariableModel`, whose `forward_pass` calls the Keras
-    model through a nested `tf.function`, with TFF's SGD) or `keras` (the
-    Keras model and loss called directly, `v.assign_sub(lr * g)`).
+  * step `variable_model` (`local_training.sgd_step` on TFF's own
+    `tff.learning.models.VariableModel` of the task's model, whose
+    `forward_pass` calls the Keras model through a nested `tf.function`,
+    with TFF's SGD), `plain_variable_model` (the same on our
+    `VariableModel`, whose `forward_pass` is traced into the step,
+    `model_fns`) or `keras` (the Keras model and loss called directly,
+    `v.assign_sub(lr * g)`).
 
 For each it prints the median, fastest and slowest of `--rounds` rounds
 after one warm-up, and `max_abs_diff`: the largest difference between
@@ -46,7 +49,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds per variant.")
 
 LR = 0.05
 LOOPS = ("reduce", "iterator")
-STEPS = ("variable_model", "keras")
+STEPS = ("variable_model", "plain_variable_model", "keras")
 
 
 def _cohort():
@@ -89,12 +92,14 @@ def _round_computation(task, datasets, loop: str, step: str):
   data_type = tff.SequenceType(
     tff.types.tensorflow_to_type(datasets[0].element_spec)
   )
-  tff_model_fn = task.tff_model_fn()
+  tff_model_fn = task.tff_model_fn(
+    plain_graph_methods=step == "plain_variable_model"
+  )
   sgd = tff.learning.optimizers.build_sgdm(LR)
 
   @tff.tensorflow.computation(weights_type, data_type)
   def client(weights, data):
-    if step == "variable_model":
+    if step.endswith("variable_model"):
       model = tff_model_fn()
     else:
       model = task.model_fn()  # The Keras model itself.
@@ -108,7 +113,7 @@ def _round_computation(task, datasets, loop: str, step: str):
         v.assign(w)
 
       def fn(optimizer_state, batch):
-        if step == "variable_model":
+        if step.endswith("variable_model"):
           optimizer_state, _, _ = local_training.sgd_step(
             model, trainable, sgd, optimizer_state, batch
           )

@@ -156,7 +156,7 @@ def test_one_group_without_distillation_equals_tff_fedavg_with_fedadam(
   algorithm = build({"strong": 2}, beta=0.0, task=task)
   state = algorithm.initialize()
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    task.tff_model_fn(lambda: toy_model(2)),
+    task.tff_model_fn(lambda: toy_model(2), plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
     server_optimizer_fn=adam(),
     client_weighting=tff.learning.ClientWeighting.UNIFORM,

@@ -116,7 +116,7 @@ def test_measured_fedavg_equals_tff_fedavg(tff_context):
   del tff_context
   ours = _fedavg_process()
   reference = tff.learning.algorithms.build_weighted_fed_avg(
-    _TASK.tff_model_fn(),
+    _TASK.tff_model_fn(plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
   _assert_one_round_equal(ours, reference)

@@ -1,12 +1,13 @@
 """`model_fns.variable_model_fn`: TFF's Keras model with `forward_pass` and
 `predict_on_batch` traced into the caller's graph. The oracle is TFF's own
-`from_keras_model` model, run on the same weights and batches."""
+`from_keras_model` model (`plain_graph_methods=False`), run on the same
+weights and batches; the counts are by hand."""
 
 import collections
 
 import numpy as np
+import pytest
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tff_hetero.algorithms import model_fns
 
@@ -20,18 +21,21 @@ def _keras_model():
     [
       tf.keras.layers.Input([3]),
       tf.keras.layers.Dense(4, activation="relu", kernel_initializer="ones"),
+      # Moving statistics: updated by a training pass, read otherwise.
+      tf.keras.layers.BatchNormalization(momentum=0.5),
       tf.keras.layers.Dense(2, kernel_initializer="ones"),
     ]
   )
 
 
+def _ours():
+  return model_fns.variable_model_fn(_keras_model, _SPEC)()
+
+
 def _tffs_model():
-  return tff.learning.models.from_keras_model(
-    _keras_model(),
-    loss=model_fns.default_loss_fn(),
-    input_spec=_SPEC,
-    metrics=model_fns.default_metrics_fn(),
-  )
+  return model_fns.variable_model_fn(
+    _keras_model, _SPEC, plain_graph_methods=False
+  )()
 
 
 def _batches():
@@ -45,11 +49,12 @@ def _batches():
   ]
 
 
-def _two_sgd_steps(model):
-  """Loss per step, the trained weights and the unfinalized metrics of two
-  SGD steps in one `tf.function`, as a client's loop takes them."""
+def _two_sgd_steps(model, autograph=True):
+  """Loss per step, the weights (moving statistics included), the
+  unfinalized metrics and the logits of a pass with `training=False`, after
+  two SGD steps in one `tf.function`, as a client's loop takes them."""
 
-  @tf.function
+  @tf.function(autograph=autograph)
   def train(batches):
     losses = []
     for batch in batches:
@@ -59,18 +64,19 @@ def _two_sgd_steps(model):
       for variable, grad in zip(model.trainable_variables, grads):
         variable.assign_sub(0.1 * grad)
       losses.append(output.loss)
-    return losses
+    return losses, model.predict_on_batch(batches[0]["x"], training=False)
 
-  losses = [float(x) for x in train(_batches())]
+  losses, logits = train(_batches())
   weights = [v.numpy() for v in model.trainable_variables]
+  weights += [v.numpy() for v in model.non_trainable_variables]
   metrics = tf.nest.map_structure(
     lambda t: np.asarray(t), dict(model.report_local_unfinalized_metrics())
   )
-  return losses, weights, metrics
+  return [float(x) for x in losses], weights, metrics, logits.numpy()
 
 
-def test_methods_are_not_tf_functions():
-  ours = model_fns.variable_model_fn(_keras_model, _SPEC)()
+def test_methods_are_tffs_functions_outside_and_plain_inside_a_trace():
+  ours = _ours()
   tffs = _tffs_model()
   function = tf.types.experimental.GenericFunction
   assert isinstance(tffs.forward_pass, function)
@@ -79,24 +85,42 @@ def test_methods_are_not_tf_functions():
   assert not isinstance(ours.predict_on_batch, function)
 
 
-def test_training_and_metrics_equal_tffs_own_model():
-  ours_losses, ours_weights, ours_metrics = _two_sgd_steps(
-    model_fns.variable_model_fn(_keras_model, _SPEC)()
-  )
-  tff_losses, tff_weights, tff_metrics = _two_sgd_steps(_tffs_model())
-  np.testing.assert_allclose(ours_losses, tff_losses, rtol=1e-6)
-  for ours, theirs in zip(ours_weights, tff_weights):
-    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
-  assert ours_metrics.keys() == tff_metrics.keys()
-  for name in tff_metrics:
-    np.testing.assert_allclose(ours_metrics[name], tff_metrics[name])
+@pytest.mark.parametrize("autograph", [True, False])
+def test_training_and_metrics_equal_tffs_own_model(autograph):
+  ours = _two_sgd_steps(_ours(), autograph)
+  theirs = _two_sgd_steps(_tffs_model(), autograph)
+  np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+  assert len(ours[1]) == len(theirs[1]) == 8  # 6 trained, 2 moving stats.
+  for mine, tffs in zip(ours[1], theirs[1]):
+    np.testing.assert_allclose(mine, tffs, rtol=1e-6)
+  # The moving mean moved from its initial zeros: the updates ran.
+  assert np.any(ours[1][6] != 0.0)
+  assert ours[2].keys() == theirs[2].keys()
+  for name in theirs[2]:
+    np.testing.assert_allclose(ours[2][name], theirs[2][name])
   # Seven examples in two batches, counted once each.
-  np.testing.assert_array_equal(ours_metrics["num_examples"], [7])
-  np.testing.assert_array_equal(ours_metrics["num_batches"], [2])
+  np.testing.assert_array_equal(ours[2]["num_examples"], [7])
+  np.testing.assert_array_equal(ours[2]["num_batches"], [2])
+  np.testing.assert_allclose(ours[3], theirs[3], rtol=1e-6)
+
+
+def test_a_tf1_graph_runs_the_metric_updates_of_a_fetched_loss():
+  """Outside any traced function the model calls TFF's `tf.function`, whose
+  call op runs the updates a session would otherwise prune."""
+  with tf.Graph().as_default():
+    model = _ours()
+    loss = model.forward_pass(_batches()[0], training=True).loss
+    metrics = model.report_local_unfinalized_metrics()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      session.run(tf.compat.v1.variables_initializer(model.local_variables))
+      session.run(loss)
+      counted = session.run(metrics["num_examples"])
+  np.testing.assert_array_equal(counted, [5])
 
 
 def test_a_traced_step_calls_no_nested_function():
-  model = model_fns.variable_model_fn(_keras_model, _SPEC)()
+  model = _ours()
 
   @tf.function
   def step(batch):

@@ -134,7 +134,9 @@ def _control_only_process():
 
 
 def _tff_model_fn():
-  return model_fns.variable_model_fn(_keras_model, _SPEC)
+  return model_fns.variable_model_fn(
+    _keras_model, _SPEC, plain_graph_methods=False
+  )
 
 
 def test_keep_all_without_gradient_control_is_tffs_fedavg(tff_context):

@@ -136,7 +136,7 @@ def _clients(
 def _tff_fedavg(keras_fn, initial_trainable, datasets):
   """One round of TFF's own FedAvg from `initial_trainable`."""
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    _TASK.tff_model_fn(keras_fn),
+    _TASK.tff_model_fn(keras_fn, plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(_LR),
   )
   state = process.initialize()

@@ -18,10 +18,20 @@ def _doubled(x):
   return x * 2.0
 
 
+@tf.function
+def _quadrupled(x):
+  return _doubled(_doubled(x))  # A call inside a call.
+
+
 @tff.tensorflow.computation(np.float32)
 def _doubled_plus_three(x):
   three = tf.reduce_sum(tf.constant([1.0, 2.0]))  # Foldable.
   return _doubled(x) + three
+
+
+@tff.tensorflow.computation(np.float32)
+def _quadrupled_plus_one(x):
+  return _quadrupled(x) + 1.0
 
 
 def _graph_ops(computation) -> list[str]:
@@ -67,3 +77,17 @@ def test_driver_inlines_calls_and_does_not_fold_constants():
 def test_the_compiled_computation_runs_on_a_worker():
   with runtime.local_execution(worker_timeout_s=60):
     assert _doubled_plus_three(np.float32(4.0)) == 11.0  # 4 * 2 + (1 + 2)
+
+
+def test_one_round_of_passes_inlines_nested_calls():
+  """The driver runs Grappler's passes once, not twice: a call inside a
+  called function is inlined all the same."""
+  traced = _graph_ops(_quadrupled_plus_one)
+  ours = _graph_ops(compiler_process.compile_for_worker(_quadrupled_plus_one))
+  calls = {"PartitionedCall", "StatefulPartitionedCall"}
+  assert (
+    traced.count("PartitionedCall") + traced.count("StatefulPartitionedCall")
+    >= 3
+  )  # _quadrupled's call and its two calls of _doubled.
+  assert not calls & set(ours)
+  assert ours.count("Mul") == 2  # Both doublings, inlined.

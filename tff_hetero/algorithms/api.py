@@ -98,18 +98,20 @@ class Task:
   loss_fn: Optional[Callable[[], tf.keras.losses.Loss]] = None
   metrics_fn: Optional[Callable[[], list[tf.keras.metrics.Metric]]] = None
 
-  def tff_model_fn(self, keras_model_fn=None):
+  def tff_model_fn(self, keras_model_fn=None, *, plain_graph_methods=True):
     """A no-arg function building a `tff.learning.models.VariableModel`.
 
     Of the task's model, or of `keras_model_fn`'s (e.g. a sub-model), with
     the task's loss and metrics (None: the default classification loss and
-    accuracy, `model_fns.variable_model_fn`).
+    accuracy, `model_fns.variable_model_fn`; `plain_graph_methods=False`:
+    TFF's `from_keras_model` model unchanged).
     """
     return model_fns.variable_model_fn(
       keras_model_fn or self.model_fn,
       self.element_spec,
       self.loss_fn,
       self.metrics_fn,
+      plain_graph_methods=plain_graph_methods,
     )
 
   @classmethod

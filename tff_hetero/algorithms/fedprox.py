@@ -137,7 +137,8 @@ def build_proximal_client_update(
   uniform = client_weighting is tff.learning.ClientWeighting.UNIFORM
 
   # Graph code throughout (its one branch on a tensor is a `tf.cond`), not
-  # converted by AutoGraph: tracing it converts nothing it calls.
+  # converted by AutoGraph; of what it calls only the model's `forward_pass`
+  # converts itself (`local_training.sgd_step`).
   @tf.function(autograph=False)
   def client_update(optimizer, initial_weights, data, optimizer_hparams=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)

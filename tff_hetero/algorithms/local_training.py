@@ -70,10 +70,11 @@ def sgd_step(
     (optimizer state, raw loss gradients (list), examples in the batch
     (int64)).
 
-  Not converted by AutoGraph (nor is what it calls): the model's
-  `forward_pass` (a `tf.function` of its own), `optimizer`, `transform` and
-  `project` must be graph code, with `tf.cond` rather than a Python `if`
-  on a tensor, as TFF's optimizers are.
+  Not converted by AutoGraph (nor is what it calls): `optimizer`,
+  `transform` and `project` must be graph code, with `tf.cond` rather than
+  a Python `if` on a tensor, as TFF's optimizers are. The model's
+  `forward_pass` converts itself (a `tf.function` in TFF's Keras model, an
+  AutoGraph-converted function in ours, `model_fns`).
   """
   trainable = list(trainable)
   if prox_mu and anchor is None:
@@ -120,8 +121,9 @@ def fold_batches(data: tf.data.Dataset, initial_state, fn):
 
   Why not `Dataset.reduce`: its `fn` runs as a tf.data function, and on
   the TFF worker (a TensorFlow session) a Keras model called there through
-  a nested `tf.function` (TFF's `VariableModel.forward_pass` is one) trains
-  much slower, with results further from eager TensorFlow's. Measured with
+  a nested `tf.function` (TFF's own `VariableModel.forward_pass` is one;
+  since 2026-11-29 ours is not, `model_fns`) trains much slower, with
+  results further from eager TensorFlow's. Measured with
   `python tools/client_loop_ablation.py` (10 clients x 20 SGD steps of
   `mnist_cnn_feddst` on one worker, median of 5 rounds; 2026-11-26): 6.28 s
   with `reduce`, 3.29 s with this loop; client 0's weights within 7.2e-5
@@ -227,9 +229,11 @@ def zero_all_if_any_non_finite(structure):
   if not tf.nest.flatten(structure):
     return structure, tf.constant(0)
   finite = all_finite(structure)
+  # A scalar zero, broadcast: `zeros_like` would be a model-sized buffer
+  # that the worker could fill before the client's loop and hold through it.
   return (
     tf.nest.map_structure(
-      lambda t: tf.where(finite, t, tf.zeros_like(t)), structure
+      lambda t: tf.where(finite, t, tf.zeros([], t.dtype)), structure
     ),
     tf.where(finite, tf.constant(0), tf.constant(1)),
   )

@@ -436,7 +436,7 @@ def dense_feddst(tff_context):
   history = _run(algorithm, [(0, 1, 2), (0, 1, 2)])
   actual = algorithm.model_weights(history[-1][1].state).trainable
   process = tff.learning.algorithms.build_weighted_fed_avg(
-    _TASK.tff_model_fn(),
+    _TASK.tff_model_fn(plain_graph_methods=False),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
   fed_state = process.initialize()
