@@ -103,7 +103,7 @@ def tf_dense_nbytes(structure: Any) -> tf.Tensor:
   A leaf whose shape the graph knows in full adds its size as a constant
   (what `tf.size` of it folds to); only the others add a `tf.size` op.
   Three ops per leaf took 0.6 s of tracing for the 12-block transformer's
-  round (docs/performance.md, "Cold start: tracing")."""
+  round (docs/performance.md, "Cold start: tracing, and Grappler once")."""
   known = 0
   total = tf.constant(0, tf.int64)
   for leaf in tf.nest.flatten(structure):

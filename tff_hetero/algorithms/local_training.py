@@ -225,7 +225,7 @@ def zero_all_if_any_non_finite(structure):
   whole structure passing through a `tf.cond`, as TFF's does: the values
   are the same, and a `tf.cond` over a model's hundreds of leaves took
   about 0.9 s to trace for the 12-block transformer (docs/performance.md,
-  "Cold start: tracing")."""
+  "Cold start: tracing, and Grappler once")."""
   if not tf.nest.flatten(structure):
     return structure, tf.constant(0)
   finite = all_finite(structure)
