@@ -33,6 +33,20 @@ def _doubled_plus_three(x):
   return _doubled(x) + tf.reduce_sum(tf.constant([1.0, 2.0]))
 
 
+def _record_calls(monkeypatch, owner, name) -> list:
+  """The first argument of every call of `owner.name` from now on (the
+  function patched to record it, then run as before)."""
+  original = getattr(owner, name)
+  calls = []
+
+  def recorded(first, *args, **kwargs):
+    calls.append(first)
+    return original(first, *args, **kwargs)
+
+  monkeypatch.setattr(owner, name, recorded)
+  return calls
+
+
 def _proto(computation):
   """`computation`'s proto without the ids TFF's compilation hashes from
   each graph with Python's `hash`, which differs from process to process
@@ -103,14 +117,7 @@ def test_the_child_compiles_what_the_driver_compiles():
 
 
 def test_compiled_ahead_in_the_child_runs_on_a_worker(monkeypatch):
-  in_driver = []
-  compile_here = compiler_process.compile_for_worker
-
-  def counted(computation):
-    in_driver.append(computation)
-    return compile_here(computation)
-
-  monkeypatch.setattr(compiler_process, "compile_for_worker", counted)
+  in_driver = _record_calls(monkeypatch, compiler_process, "compile_for_worker")
   others = _compiler_children()
   with runtime.local_execution(worker_timeout_s=60):
     assert runtime.compile_ahead(_doubled_plus_three)
@@ -186,15 +193,8 @@ def test_the_child_dies_with_its_parent():
 def test_memoized_type_deserialization_builds_each_type_once(monkeypatch):
   from tensorflow_federated.python.core.impl.types import type_serialization  # pylint: disable=g-import-not-at-top
 
-  calls = []
-  original = type_serialization.deserialize_type
-
-  def counted(type_proto):
-    calls.append(type_proto)
-    return original(type_proto)
-
   # Restored by monkeypatch after the test: the memo is for the child.
-  monkeypatch.setattr(type_serialization, "deserialize_type", counted)
+  calls = _record_calls(monkeypatch, type_serialization, "deserialize_type")
   compiler_process.memoize_type_deserialization()
   memoized = type_serialization.deserialize_type
   value = tff.StructType(

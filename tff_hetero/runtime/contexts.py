@@ -176,8 +176,9 @@ class AheadOfTimeCompiler:
   (`compiler_process.compile_for_worker`: TFF's
   `desugar_and_transform_to_native` with `driver_grappler_config`). For a
   program that traces several large computations before it calls them,
-  that work can run while the next one is traced. `submit` queues a computation (one background thread, in
-  order), whose compilation runs in a child process
+  that work can run while the next one is traced. `submit` queues a
+  computation (one background thread, in order), whose compilation runs in
+  a child process
   (`compiler_process.CompilerProcess`, started at the first `submit`): on a
   thread of this process its Python would hold the GIL the tracing needs
   (docs/performance.md measures both). `in_process=True` compiles on the
