@@ -281,6 +281,15 @@ def _make_bounded_stub_class():
   )
   # pylint: enable=g-import-not-at-top
 
+  _RESPONSE_TYPES = {
+    "GetExecutor": executor_pb2.GetExecutorResponse,
+    "CreateValue": executor_pb2.CreateValueResponse,
+    "CreateStruct": executor_pb2.CreateStructResponse,
+    "CreateCall": executor_pb2.CreateCallResponse,
+    "CreateSelection": executor_pb2.CreateSelectionResponse,
+    "Compute": executor_pb2.ComputeResponse,
+  }
+
   class _BoundedExecutorStub(remote_executor_stub.RemoteExecutorStub):
     """`RemoteExecutorStub` whose RPCs cannot hang on a dead worker.
 
@@ -319,6 +328,18 @@ def _make_bounded_stub_class():
         tls,
       )
       self._stub = executor_pb2_grpc.ExecutorGroupStub(self._channel)
+      # The bounded calls send and receive serialized messages: a request
+      # may come serialized already (`wire`), and the bytes counted below
+      # are the payloads themselves, not a second serialization of them.
+      service = executor_pb2.DESCRIPTOR.services_by_name["ExecutorGroup"]
+      self._raw = {
+        name: self._channel.unary_unary(
+          f"/{service.full_name}/{name}",
+          request_serializer=None,
+          response_deserializer=None,
+        )
+        for name in _RESPONSE_TYPES
+      }
       self._closed = threading.Event()
       # Set when a call gave up on the worker; disposal RPCs are skipped
       # until a call succeeds again (they would only add waiting).
@@ -363,14 +384,17 @@ def _make_bounded_stub_class():
       )
 
     def _call(self, name: str, request):
+      """Sends `request` (a message, or one serialized) and returns the
+      response message, bounded as the module docstring says."""
       if self._closed.is_set():
         raise WorkerUnavailableError(
           f"connection to TFF worker at {self._address} is closed"
           " (execution context exited)"
         )
-      method = getattr(self._stub, name)
+      if not isinstance(request, bytes):
+        request = request.SerializeToString()
       try:
-        future = method.future(request, wait_for_ready=True)
+        future = self._raw[name].future(request, wait_for_ready=True)
       except ValueError as e:  # Channel closed concurrently.
         raise WorkerUnavailableError(
           f"connection to TFF worker at {self._address} is closed: {e}"
@@ -388,9 +412,9 @@ def _make_bounded_stub_class():
             self._given_up = False
             self._stale_retries = 0
             self.rpc_counts[name] += 1
-            self.rpc_bytes["sent"] += request.ByteSize()
-            self.rpc_bytes["received"] += response.ByteSize()
-            return response
+            self.rpc_bytes["sent"] += len(request)
+            self.rpc_bytes["received"] += len(response)
+            return _RESPONSE_TYPES[name].FromString(response)
           except grpc.FutureTimeoutError:
             pass
           except grpc.FutureCancelledError:

@@ -9,7 +9,10 @@ thread pool, so the workers compute in parallel.
 Its methods are copies of TFF 0.87.0's `RemoteExecutor` methods
 (`tensorflow_federated/python/core/impl/executors/remote_executor.py`) with
 the blocking stub call moved to the pool; they rely on that version's
-private attributes (`_executor_id`, `_stub`, `_check_has_executor_id`). The
+private attributes (`_executor_id`, `_stub`, `_check_has_executor_id`).
+One departs from its original: `create_value` serializes its request with
+`wire.create_value_request_bytes` (the same message without copying a
+round's client data into it twice, `wire`'s docstring), in the thread. The
 class is built only under the TFF version they were copied from
 (`COPIED_FROM_TFF`): another version raises `RuntimeError` naming both, so
 an upgrade re-reads them instead of running stale copies.
@@ -24,6 +27,8 @@ import functools
 import importlib.metadata
 import threading
 from typing import Optional
+
+from tff_hetero.runtime import wire
 
 COPIED_FROM_TFF = "0.87.0"
 
@@ -86,14 +91,16 @@ def threaded_remote_executor_class():
     """Same requests as `RemoteExecutor`, sent from a worker thread."""
 
     async def create_value(self, value, type_spec=None):
+      # TFF's request, serialized without copies (`wire`), in the thread.
       self._check_has_executor_id()
-      value_proto, type_spec = value_serialization.serialize_value(
-        value, type_spec
-      )
-      request = executor_pb2.CreateValueRequest(
-        executor=self._executor_id, value=value_proto
-      )
-      response = await _in_rpc_thread(self._stub.create_value, request)
+
+      def send():
+        request, value_type = wire.create_value_request_bytes(
+          self._executor_id, value, type_spec
+        )
+        return self._stub.create_value(request), value_type
+
+      response, type_spec = await _in_rpc_thread(send)
       return remote_executor.RemoteValue(response.value_ref, type_spec, self)
 
     async def create_call(self, comp, arg=None):
