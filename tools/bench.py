@@ -39,7 +39,11 @@ reports for each, keys prefixed `<cfg>_`:
     other, or spread over one thread per core, each thread with its own
     model copy and function (TensorFlow runs the functions of the threads at
     once). Every floor round must take as many SGD steps as the datasets
-    hold batches (`steps_per_round`). Server aggregation is not part of it;
+    hold batches (`steps_per_round`). Server aggregation is not part of it.
+    The floor is timed in two sittings of `--rounds` rounds (each after a
+    warm-up round), one before our program and one after TFF's rows, and
+    its figures are over both, so that the machine's speed drifting over
+    the minutes of a run moves the floor as it moves the rows it divides;
   * `floor_round_s`: the better of the two (`floor_best` says which);
   * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
     `ours_over_tff` (against TFF's default loop), `ours_over_tff_iterator`
@@ -432,69 +436,83 @@ class _FloorTrainer:
     return self._train(*client)
 
 
-def _floor(task, datasets, lr: float, timed: int) -> collections.OrderedDict:
-  """Seconds per round of the cohort's client work in plain TensorFlow.
+class _Floor:
+  """The cohort's client work in plain TensorFlow, timed per round.
 
   Sequential: one `_FloorTrainer` runs the clients one after the other.
   Parallel: one thread per core (at most one per client), each with its own
   trainer (model copy, variables, compiled function) and a fixed share of
-  the clients (client i to thread i mod threads), so that the warm-up round
-  traces every function a timed round calls. Each variant is timed over
-  `timed` rounds after one warm-up round, and every round must take as many
-  SGD steps as the client datasets hold batches.
+  the clients (client i to thread i mod threads), so that a sitting's
+  warm-up round traces every function its timed rounds call. Every round
+  must take as many SGD steps as the client datasets hold batches.
   """
-  import concurrent.futures  # pylint: disable=g-import-not-at-top
 
-  clients = [_FloorClient.of(d) for d in datasets]
-  batches = sum(_count_batches(d) for d in datasets)
-  initial = task.model_fn().get_weights()
-  threads = max(1, min(len(os.sched_getaffinity(0)), len(clients)))
-  trainers = [_FloorTrainer(task.model_fn, initial, lr) for _ in range(threads)]
-  shares = [clients[k::threads] for k in range(threads)]
+  VARIANTS = ("sequential", "parallel")
 
-  def sequential():
-    for client in clients:
-      trainers[0](client)
+  def __init__(self, task, datasets, lr: float):
+    self._clients = [_FloorClient.of(d) for d in datasets]
+    self.batches = sum(_count_batches(d) for d in datasets)
+    initial = task.model_fn().get_weights()
+    self.threads = max(1, min(len(os.sched_getaffinity(0)), len(self._clients)))
+    self._trainers = [
+      _FloorTrainer(task.model_fn, initial, lr) for _ in range(self.threads)
+    ]
+    self._shares = [
+      self._clients[k :: self.threads] for k in range(self.threads)
+    ]
+    self.times = {name: [] for name in self.VARIANTS}
 
-  def work(k):
-    for client in shares[k]:
-      trainers[k](client)
+  def _steps(self) -> int:
+    return sum(int(t.steps.numpy()) for t in self._trainers)
 
-  def steps():
-    return sum(int(t.steps.numpy()) for t in trainers)
+  def sitting(self, timed: int) -> None:
+    """Times each variant over `timed` rounds after one warm-up round,
+    adding to `times`."""
+    import concurrent.futures  # pylint: disable=g-import-not-at-top
 
-  results = collections.OrderedDict(
-    steps_per_round=batches, floor_threads=threads
-  )
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    def sequential():
+      for client in self._clients:
+        self._trainers[0](client)
 
-    def parallel():
-      for future in [pool.submit(work, k) for k in range(threads)]:
-        future.result()
+    def work(k):
+      for client in self._shares[k]:
+        self._trainers[k](client)
 
-    for name, round_fn in (("sequential", sequential), ("parallel", parallel)):
-      times = []
-      for round_num in range(timed + 1):
-        before = steps()
-        start = time.perf_counter()
-        round_fn()
-        elapsed = time.perf_counter() - start
-        if steps() - before != batches:
-          raise AssertionError(
-            f"floor ({name}) took {steps() - before} SGD steps in a round;"
-            f" the client datasets hold {batches} batches"
-          )
-        if round_num:  # Round 0 is warm-up (tracing).
-          times.append(elapsed)
-      _spread(results, f"floor_{name}_round_s", times)
-  best = min(
-    ("sequential", "parallel"), key=lambda n: results[f"floor_{n}_round_s"]
-  )
-  results["floor_round_s"] = results[f"floor_{best}_round_s"]
-  results["floor_round_s_min"] = results[f"floor_{best}_round_s_min"]
-  results["floor_round_s_max"] = results[f"floor_{best}_round_s_max"]
-  results["floor_best"] = best
-  return results
+    with concurrent.futures.ThreadPoolExecutor(self.threads) as pool:
+
+      def parallel():
+        for future in [pool.submit(work, k) for k in range(self.threads)]:
+          future.result()
+
+      for name, round_fn in zip(self.VARIANTS, (sequential, parallel)):
+        for round_num in range(timed + 1):
+          before = self._steps()
+          start = time.perf_counter()
+          round_fn()
+          elapsed = time.perf_counter() - start
+          if self._steps() - before != self.batches:
+            raise AssertionError(
+              f"floor ({name}) took {self._steps() - before} SGD steps in a"
+              f" round; the client datasets hold {self.batches} batches"
+            )
+          if round_num:  # Round 0 is warm-up (tracing).
+            self.times[name].append(elapsed)
+
+  def results(self) -> collections.OrderedDict:
+    """Median, fastest and slowest round of each variant over every
+    sitting, and the better variant's as `floor_round_s`."""
+    results = collections.OrderedDict(
+      steps_per_round=self.batches, floor_threads=self.threads
+    )
+    for name in self.VARIANTS:
+      _spread(results, f"floor_{name}_round_s", self.times[name])
+    best = min(self.VARIANTS, key=lambda n: results[f"floor_{n}_round_s"])
+    for suffix in ("", "_min", "_max"):
+      results[f"floor_round_s{suffix}"] = results[
+        f"floor_{best}_round_s{suffix}"
+      ]
+    results["floor_best"] = best
+    return results
 
 
 # The `base` suite's configurations: (model, local epochs, batch size).
@@ -520,6 +538,25 @@ def _bench_config(
   lr = CLIENT_LR
   results = collections.OrderedDict()
 
+  experiment = loop.build_experiment(_config(rounds=1, **shape))
+  fed, task = experiment.federated_data, experiment.task
+  cohort = list(fed.client_ids)[: _COHORT.value]
+  datasets = [
+    data_lib.make_client_dataset(
+      fed.client_train(cid),
+      batch_size=batch,
+      local_epochs=epochs,
+      shuffle_seed=i,
+    )
+    for i, cid in enumerate(cohort)
+  ]
+
+  # The floor is timed in two sittings, before our program and after TFF's
+  # rows, so that a drift of the machine's speed over the minutes between
+  # them moves the floor as it moves the others.
+  floor = _Floor(task, datasets, lr)
+  floor.sitting(timed)
+
   # Ours: the whole program, rounds timed from its own history. Round 1 is
   # warm-up; the last round also evaluates (and checkpoints) and is dropped.
   result = loop.run_experiment(
@@ -542,19 +579,6 @@ def _bench_config(
     )
   _spread(results, "ours_round_s", times)
 
-  experiment = loop.build_experiment(_config(rounds=1, **shape))
-  fed, task = experiment.federated_data, experiment.task
-  cohort = list(fed.client_ids)[: _COHORT.value]
-  datasets = [
-    data_lib.make_client_dataset(
-      fed.client_train(cid),
-      batch_size=batch,
-      local_epochs=epochs,
-      shuffle_seed=i,
-    )
-    for i, cid in enumerate(cohort)
-  ]
-
   # TFF's builder, driven directly on the same runtime: with its default
   # client loop (`Dataset.reduce`), and with the loop ours uses.
   for key, loop_implementation in (
@@ -576,12 +600,13 @@ def _bench_config(
         times.append(time.perf_counter() - start)
     _spread(results, key, times)
 
-  results.update(_floor(task, datasets, lr, timed))
-  floor = results["floor_round_s"]
-  results["ours_over_floor"] = round(results["ours_round_s"] / floor, 3)
-  results["tff_over_floor"] = round(results["tff_round_s"] / floor, 3)
+  floor.sitting(timed)
+  results.update(floor.results())
+  floor_s = results["floor_round_s"]
+  results["ours_over_floor"] = round(results["ours_round_s"] / floor_s, 3)
+  results["tff_over_floor"] = round(results["tff_round_s"] / floor_s, 3)
   results["tff_iterator_over_floor"] = round(
-    results["tff_iterator_round_s"] / floor, 3
+    results["tff_iterator_round_s"] / floor_s, 3
   )
   results["ours_over_tff"] = round(
     results["ours_round_s"] / results["tff_round_s"], 3
@@ -594,7 +619,8 @@ def _bench_config(
     f"{_DATASET.value}/{model}, {_CLIENTS.value} iid clients of"
     f" {'/'.join(map(str, sizes))} examples, cohort {_COHORT.value},"
     f" batch {batch}, {epochs} epoch(s), SGD {lr}, median/min/max of"
-    f" {timed} rounds after 1 warm-up"
+    f" {timed} rounds after 1 warm-up (the floor's: of 2 x {timed}, in two"
+    " sittings)"
   )
   return results
 
