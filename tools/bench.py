@@ -45,6 +45,11 @@ reports for each, keys prefixed `<cfg>_`:
     its figures are over both, so that the machine's speed drifting over
     the minutes of a run moves the floor as it moves the rows it divides;
   * `floor_round_s`: the better of the two (`floor_best` says which);
+  * `ours_driver_cpu_s`, `ours_worker_cpu_s`, `floor_cpu_s`: CPU seconds
+    (user + system, median over the timed rounds) of a round of ours in
+    the driver (this process) and in its children (the TFF worker, the
+    idle compiler process), and of a round of the better floor variant
+    (this process): what the machine's cores did for the same client work;
   * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
     `ours_over_tff` (against TFF's default loop), `ours_over_tff_iterator`
     (the same loop; ours with our models' `forward_pass` traced into the
@@ -333,6 +338,25 @@ def _rss_bytes() -> int:
   return total
 
 
+def _own_cpu_seconds() -> float:
+  """User + system CPU seconds of this process alone."""
+  times = psutil.Process().cpu_times()
+  return times.user + times.system
+
+
+def _children_cpu_seconds() -> float:
+  """User + system CPU seconds of this process's live descendants (the
+  TFF workers, the compiler process)."""
+  total = 0.0
+  for child in psutil.Process().children(recursive=True):
+    try:
+      times = child.cpu_times()
+    except psutil.NoSuchProcess:
+      continue
+    total += times.user + times.system
+  return total
+
+
 def _rss_growth(rss: dict[int, int], prefix: str) -> collections.OrderedDict:
   """Resident memory at rounds 10-14 and at the last 5 rounds (medians of
   the per-round readings, MiB) and the growth between them (%)."""
@@ -461,6 +485,7 @@ class _Floor:
       self._clients[k :: self.threads] for k in range(self.threads)
     ]
     self.times = {name: [] for name in self.VARIANTS}
+    self.cpu = {name: [] for name in self.VARIANTS}
 
   def _steps(self) -> int:
     return sum(int(t.steps.numpy()) for t in self._trainers)
@@ -487,9 +512,11 @@ class _Floor:
       for name, round_fn in zip(self.VARIANTS, (sequential, parallel)):
         for round_num in range(timed + 1):
           before = self._steps()
+          cpu_before = _own_cpu_seconds()
           start = time.perf_counter()
           round_fn()
           elapsed = time.perf_counter() - start
+          cpu = _own_cpu_seconds() - cpu_before
           if self._steps() - before != self.batches:
             raise AssertionError(
               f"floor ({name}) took {self._steps() - before} SGD steps in a"
@@ -497,6 +524,7 @@ class _Floor:
             )
           if round_num:  # Round 0 is warm-up (tracing).
             self.times[name].append(elapsed)
+            self.cpu[name].append(cpu)
 
   def results(self) -> collections.OrderedDict:
     """Median, fastest and slowest round of each variant over every
@@ -512,6 +540,7 @@ class _Floor:
         f"floor_{best}_round_s{suffix}"
       ]
     results["floor_best"] = best
+    results["floor_cpu_s"] = round(statistics.median(self.cpu[best]), 3)
     return results
 
 
@@ -559,6 +588,12 @@ def _bench_config(
 
   # Ours: the whole program, rounds timed from its own history. Round 1 is
   # warm-up; the last round also evaluates (and checkpoints) and is dropped.
+  cpu = {}
+
+  def record(round_num, row):
+    del row
+    cpu[round_num] = (_own_cpu_seconds(), _children_cpu_seconds())
+
   result = loop.run_experiment(
     _config(
       rounds=timed + 2,
@@ -566,7 +601,8 @@ def _bench_config(
       root_output_dir=root,
       experiment_name=name,
       **shape,
-    )
+    ),
+    on_round=record,
   )
   history = result.report["history"]
   times = _timed_round_seconds(history)
@@ -578,6 +614,15 @@ def _bench_config(
       f" train {_COHORT.value} clients"
     )
   _spread(results, "ours_round_s", times)
+  # CPU seconds of the same rounds (2..timed+1), the driver's and its
+  # workers' apart.
+  for index, key in enumerate(("ours_driver_cpu_s", "ours_worker_cpu_s")):
+    results[key] = round(
+      statistics.median(
+        cpu[r][index] - cpu[r - 1][index] for r in range(2, timed + 2)
+      ),
+      3,
+    )
 
   # TFF's builder, driven directly on the same runtime: with its default
   # client loop (`Dataset.reduce`), and with the loop ours uses.
