@@ -9,10 +9,12 @@ rate lr with FedProx's term and a mask is
 
 import collections
 
+import attrs
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.learning import tensor_utils
 
 from tff_hetero.algorithms import local_training
 
@@ -176,3 +178,41 @@ def test_zero_all_if_any_non_finite_in_a_graph(second, expected, dropped):
   # Integer leaves are not checked and are zeroed with the rest.
   assert int(count) == (0 if dropped else 3)
   assert int(flag) == dropped
+
+
+class _Pair(collections.namedtuple("_Pair", ["kernel", "steps"])):
+  pass
+
+
+@attrs.frozen
+class _AttrsPair:
+  kernel: tf.Tensor
+  steps: tf.Tensor
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+@pytest.mark.parametrize("container", ["ordered_dict", "namedtuple", "attrs"])
+def test_zero_all_if_any_non_finite_eagerly_as_tff(container, bad):
+  # TFF's own `tensor_utils.zero_all_if_any_non_finite` is the oracle: the
+  # same structure back (container types included), the same values, the
+  # same flag, called eagerly.
+  kernel = np.array([[1.0, -2.0], [0.5, 4.0]], np.float32)
+  if bad is not None:
+    kernel[1, 0] = bad
+  leaves = dict(
+    kernel=tf.constant(kernel),
+    steps=tf.constant(7.0),  # TFF checks every leaf: no integers here.
+  )
+  if container == "ordered_dict":
+    structure = collections.OrderedDict(bias=tf.constant([0.25]), **leaves)
+  elif container == "namedtuple":
+    structure = _Pair(**leaves)
+  else:
+    structure = _AttrsPair(**leaves)
+  got, got_flag = local_training.zero_all_if_any_non_finite(structure)
+  want, want_flag = tensor_utils.zero_all_if_any_non_finite(structure)
+  assert type(got) is type(want) is type(structure)
+  tf.nest.map_structure(
+    lambda g, w: np.testing.assert_array_equal(g.numpy(), w.numpy()), got, want
+  )
+  assert int(got_flag) == int(want_flag) == (0 if bad is None else 1)

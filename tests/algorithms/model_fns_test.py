@@ -134,3 +134,12 @@ def test_a_traced_step_calls_no_nested_function():
   ops = {op.type for op in graph.get_operations()}
   assert "MatMul" in ops  # The model's layers are in the step's own graph.
   assert not ops & {"PartitionedCall", "StatefulPartitionedCall"}
+
+
+def test_a_model_without_tffs_private_attributes_is_refused():
+  # Another TFF version's model, say: a clear error, not an AttributeError.
+  class _OtherModel:
+    forward_pass = predict_on_batch = None
+
+  with pytest.raises(RuntimeError, match="plain_graph_methods=False"):
+    model_fns._plain_graph_methods(_OtherModel())  # pylint: disable=protected-access

@@ -88,7 +88,20 @@ def variable_model_fn(
 def _plain_graph_methods(model: tff.learning.models.VariableModel):
   """`model` with `forward_pass` and `predict_on_batch` run as
   AutoGraph-converted plain functions inside a traced function, and as
-  TFF's `tf.function`s elsewhere (module docstring)."""
+  TFF's `tf.function`s elsewhere (module docstring).
+
+  Raises:
+    RuntimeError: `model` lacks the private attributes of TFF 0.87's Keras
+      model this reads (another TFF version).
+  """
+  if not (
+    hasattr(model, "_keras_model") and hasattr(type(model), "_forward_pass")
+  ):
+    raise RuntimeError(
+      "model_fns reads _keras_model and _forward_pass of TFF 0.87's Keras"
+      f" model; {type(model).__name__} has not both: build it with"
+      " plain_graph_methods=False or install tensorflow-federated 0.87.0"
+    )
   keras_model = model._keras_model  # pylint: disable=protected-access
   forward_pass = type(model)._forward_pass  # pylint: disable=protected-access
   tffs_forward_pass = model.forward_pass
