@@ -47,8 +47,10 @@ reports for each, keys prefixed `<cfg>_`:
   * `floor_round_s`: the better of the two (`floor_best` says which);
   * `ours_driver_cpu_s`, `ours_worker_cpu_s`, `floor_cpu_s`: CPU seconds
     (user + system, median over the timed rounds) of a round of ours in
-    the driver (this process) and in its children (the TFF worker, the
-    idle compiler process), and of a round of the better floor variant
+    the driver (this process) and in its children alive at the round's end
+    (the TFF worker, the idle compiler process), read at each round's
+    `on_round` call (after its metrics release, so nearly the round's
+    `wall_time_s` interval), and of a round of the better floor variant
     (this process): what the machine's cores did for the same client work;
   * `ours_over_floor`, `tff_over_floor`, `tff_iterator_over_floor`,
     `ours_over_tff` (against TFF's default loop), `ours_over_tff_iterator`
@@ -492,7 +494,7 @@ class _Floor:
 
   def sitting(self, timed: int) -> None:
     """Times each variant over `timed` rounds after one warm-up round,
-    adding to `times`."""
+    adding each round's seconds to `times` and its CPU seconds to `cpu`."""
     import concurrent.futures  # pylint: disable=g-import-not-at-top
 
     def sequential():

@@ -349,6 +349,7 @@ def _make_bounded_stub_class():
       # Serialized bytes of every successful call's request and response
       # (the gRPC messages' payloads), by direction.
       self.rpc_bytes: collections.Counter[str] = collections.Counter()
+      self._counts_lock = threading.Lock()
       self._state = None
       self._channel.subscribe(self._on_state, try_to_connect=True)
 
@@ -408,13 +409,15 @@ def _make_bounded_stub_class():
       try:
         while True:
           try:
-            response = future.result(timeout=_POLL_S)
+            payload = future.result(timeout=_POLL_S)
+            response = _RESPONSE_TYPES[name].FromString(payload)
             self._given_up = False
             self._stale_retries = 0
-            self.rpc_counts[name] += 1
-            self.rpc_bytes["sent"] += len(request)
-            self.rpc_bytes["received"] += len(response)
-            return _RESPONSE_TYPES[name].FromString(response)
+            with self._counts_lock:  # Calls come from several RPC threads.
+              self.rpc_counts[name] += 1
+              self.rpc_bytes["sent"] += len(request)
+              self.rpc_bytes["received"] += len(payload)
+            return response
           except grpc.FutureTimeoutError:
             pass
           except grpc.FutureCancelledError:

@@ -12,7 +12,9 @@ the blocking stub call moved to the pool; they rely on that version's
 private attributes (`_executor_id`, `_stub`, `_check_has_executor_id`).
 One departs from its original: `create_value` serializes its request with
 `wire.create_value_request_bytes` (the same message without copying a
-round's client data into it twice, `wire`'s docstring), in the thread. The
+round's client data into it twice, `wire`'s docstring), in the thread, and
+hands the stub those bytes: the stub must accept serialized requests, as
+`bounded_stub.BoundedExecutorStub` does (TFF's own stub does not). The
 class is built only under the TFF version they were copied from
 (`COPIED_FROM_TFF`): another version raises `RuntimeError` naming both, so
 an upgrade re-reads them instead of running stale copies.
@@ -93,10 +95,11 @@ def threaded_remote_executor_class():
     async def create_value(self, value, type_spec=None):
       # TFF's request, serialized without copies (`wire`), in the thread.
       self._check_has_executor_id()
+      executor_id = self._executor_id  # Before the thread: see `close`.
 
       def send():
         request, value_type = wire.create_value_request_bytes(
-          self._executor_id, value, type_spec
+          executor_id, value, type_spec
         )
         return self._stub.create_value(request), value_type
 
