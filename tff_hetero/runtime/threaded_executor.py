@@ -95,7 +95,8 @@ def threaded_remote_executor_class():
     async def create_value(self, value, type_spec=None):
       # TFF's request, serialized without copies (`wire`), in the thread.
       self._check_has_executor_id()
-      executor_id = self._executor_id  # Before the thread: see `close`.
+      # Read here: TFF's `close` may clear it before the thread runs.
+      executor_id = self._executor_id
 
       def send():
         request, value_type = wire.create_value_request_bytes(

@@ -12,14 +12,14 @@ configuration (10 clients, 5 epochs of 200 MNIST samples, materialized).
 `create_value_request_bytes` writes the same request in protobuf's wire
 format directly: each client's `Value` is built by TFF's own
 `serialize_value` and serialized on its own, and the enclosing messages are
-length-delimited fields
-around those bytes (protobuf's encoding of an embedded message or a repeated
-one is its tag, its length and its bytes; field numbers are read from TFF's
-descriptors); one join copies the pieces into the request. Parsing the
-result gives the message TFF would have built, and it has that message's
-length (`tests/runtime/wire_test.py` checks both). It calls TFF 0.87's
-private serialization modules, the version `threaded_executor.check_tff_version`
-pins (checked when our executor class is built, before any request).
+length-delimited fields around those bytes (protobuf's encoding of an
+embedded message or a repeated one is its tag, its length and its bytes;
+field numbers are read from TFF's descriptors); one join copies the pieces
+into the request. Parsing the result gives the message TFF would have
+built, and it has that message's length (`tests/runtime/wire_test.py`
+checks both). It calls TFF 0.87's private serialization modules, the
+version `threaded_executor.check_tff_version` pins (checked when our
+executor class is built, before any request).
 """
 
 from __future__ import annotations
