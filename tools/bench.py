@@ -340,25 +340,6 @@ def _rss_bytes() -> int:
   return total
 
 
-def _own_cpu_seconds() -> float:
-  """User + system CPU seconds of this process alone."""
-  times = psutil.Process().cpu_times()
-  return times.user + times.system
-
-
-def _children_cpu_seconds() -> float:
-  """User + system CPU seconds of this process's live descendants (the
-  TFF workers, the compiler process)."""
-  total = 0.0
-  for child in psutil.Process().children(recursive=True):
-    try:
-      times = child.cpu_times()
-    except psutil.NoSuchProcess:
-      continue
-    total += times.user + times.system
-  return total
-
-
 def _rss_growth(rss: dict[int, int], prefix: str) -> collections.OrderedDict:
   """Resident memory at rounds 10-14 and at the last 5 rounds (medians of
   the per-round readings, MiB) and the growth between them (%)."""
@@ -514,11 +495,11 @@ class _Floor:
       for name, round_fn in zip(self.VARIANTS, (sequential, parallel)):
         for round_num in range(timed + 1):
           before = self._steps()
-          cpu_before = _own_cpu_seconds()
+          cpu_before = _cpu_seconds(psutil.Process(), children=False)
           start = time.perf_counter()
           round_fn()
           elapsed = time.perf_counter() - start
-          cpu = _own_cpu_seconds() - cpu_before
+          cpu = _cpu_seconds(psutil.Process(), children=False) - cpu_before
           if self._steps() - before != self.batches:
             raise AssertionError(
               f"floor ({name}) took {self._steps() - before} SGD steps in a"
@@ -594,7 +575,9 @@ def _bench_config(
 
   def record(round_num, row):
     del row
-    cpu[round_num] = (_own_cpu_seconds(), _children_cpu_seconds())
+    me = psutil.Process()
+    own = _cpu_seconds(me, children=False)
+    cpu[round_num] = (own, _cpu_seconds(me) - own)
 
   result = loop.run_experiment(
     _config(
@@ -1282,11 +1265,15 @@ def _gkt_rpc_bytes(cohort: int, rounds: int) -> collections.OrderedDict:
   return results
 
 
-def _cpu_seconds(process) -> float:
-  """User + system CPU seconds of `process` and its children."""
+def _cpu_seconds(process, *, children: bool = True) -> float:
+  """User + system CPU seconds of `process` and, unless `children` is
+  False, of its descendants alive now (TFF workers, the compiler process)."""
   total = 0.0
-  for p in [process, *process.children(recursive=True)]:
-    times = p.cpu_times()
+  for p in [process, *(process.children(recursive=True) if children else ())]:
+    try:
+      times = p.cpu_times()
+    except psutil.NoSuchProcess:
+      continue
     total += times.user + times.system
   return total
 

@@ -24,8 +24,6 @@ executor class is built, before any request).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 
 def _varint(number: int) -> bytes:
   """Protobuf's base-128 varint of a non-negative integer."""
@@ -104,7 +102,7 @@ def create_value_request_bytes(executor_id, value, type_spec=None):
 
   request = executor_pb2.CreateValueRequest
   value_chunks, type_spec = _value_chunks(value, type_spec)
-  chunks: Iterable[bytes] = [
+  chunks = [
     *_message_field(
       _number(request, "executor"), [executor_id.SerializeToString()]
     ),
