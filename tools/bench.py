@@ -289,6 +289,12 @@ _COHORT = flags.DEFINE_integer(
   "Cohort size (gkt: 4 unless given; coldstart:"
   " the pipeline's default unless given).",
 )
+_CLIENT_DATA = flags.DEFINE_enum(
+  "client_data",
+  "auto",
+  ["auto", "files", "sent"],
+  "Our program's --client_data: how the clients' samples reach the worker.",
+)
 
 
 CLIENT_LR = 0.05
@@ -310,6 +316,7 @@ def _config(**overrides):
     seed=0,
     checkpoint_every=10**6,
     progress=False,
+    client_data=_CLIENT_DATA.value,
   )
   settings.update(overrides)
   return make_config(**settings)

@@ -171,6 +171,58 @@ def test_make_config_refuses_bad_settings_in_one_line(values, message):
     make_config(**values)
 
 
+@pytest.mark.parametrize(
+  "values, message",
+  [
+    (
+      dict(client_data="disk"),
+      "--client_data: unknown value 'disk'; accepted: auto, files, sent",
+    ),
+    (
+      dict(client_data_dir="/nonexistent/client/files"),
+      "--client_data_dir: '/nonexistent/client/files' is not a directory",
+    ),
+    (
+      dict(client_data="sent", client_data_dir="/"),
+      "--client_data_dir: only used with --client_data=files or auto",
+    ),
+    (
+      dict(executor="remote", workers=("localhost:1",), client_data="files"),
+      "--client_data_dir: --client_data=files with --executor=remote needs a"
+      " directory every worker reads at the same path",
+    ),
+  ],
+)
+def test_client_data_settings_are_checked_in_one_line(values, message):
+  with pytest.raises(UsageError, match=message):
+    loop.validate_config(make_config(**values))
+
+
+@pytest.mark.parametrize(
+  "values, files",
+  [
+    (dict(), True),
+    (dict(client_data="sent"), False),
+    (dict(executor="remote", workers=("localhost:1",)), False),
+    (dict(executor="remote", workers=("h:1",), client_data_dir="/"), True),
+    (
+      dict(
+        executor="remote",
+        workers=("h:1",),
+        client_data="files",
+        client_data_dir="/",
+      ),
+      True,
+    ),
+  ],
+)
+def test_client_files_with_local_workers_or_a_shared_directory(values, files):
+  config = make_config(**values)
+  assert config.uses_client_files() is files
+  # How the samples travel does not change results: a resume may switch.
+  assert config.same_results_as(make_config().fingerprint())
+
+
 def test_flat_settings_round_trip_and_carry_over():
   config = make_config(algorithm="fedsgc", sparsity=0.6, rounds=3)
   flat = config.to_json_dict()

@@ -4,7 +4,9 @@ The workers are started as a user would (`python -m pipelines.worker`), on
 loopback; with two, TFF's mergeable context splits each round's cohort between
 them. The runs must end with the same weights (float tolerance: the
 order of summation differs) and the same measured traffic, for FedAvg with
-seeded crop/flip augmentation (also on one worker) and AdaptiveFL (one
+seeded crop/flip augmentation (also on one worker) and AdaptiveFL (its
+local run's workers read the clients' samples from files, the remote runs
+are sent them or read them from a directory given; one
 federated computation per sub-model group, plus the server step and the
 static-BN queries). FedGKT and FedSGC, whose drivers read per-client
 results (models, memory rows, reports) and hand per-client state back in,
@@ -90,6 +92,27 @@ def test_local_one_worker_and_two_workers_agree(
       workers=tuple(two_workers),
     )
   ]
+  shared = tmp_path / "client_files"
+  if augment == "none":
+    # The local run sent each round the clients' sample order (its workers
+    # read the samples from files); the run above sent the samples. Remote
+    # workers read the files too, from a directory given.
+    assert local.report["config"]["client_data"] == "auto"
+    shared.mkdir()
+    others.append(
+      _run(
+        tmp_path,
+        "two_files",
+        algorithm,
+        augment,
+        model,
+        executor="remote",
+        workers=tuple(two_workers),
+        client_data="files",
+        client_data_dir=str(shared),
+      )
+    )
+    assert list(shared.iterdir()) == []  # Removed at the end of the run.
   if algorithm == "fedavg":  # One worker: TFF's remote, non-mergeable context.
     others.append(
       _run(

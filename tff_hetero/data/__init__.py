@@ -12,6 +12,9 @@
   `tf.data.Dataset` a TFF client computation consumes;
   `make_indexed_client_dataset` adds each batch's sample positions and a
   final ordered pass (FedGKT).
+* `ClientFiles` / `StoredArrays` (`worker_files`): clients' training arrays
+  written once where the TFF worker reads them; `make_client_dataset` of a
+  `StoredArrays` sends the worker the epochs' order, not the samples.
 * `without_autotune` (`options`): tf.data's autotuning off, for every dataset
   a round iterates (its model thread stalled the TFF worker).
 * `AUGMENTATIONS` (`augment`): seeded crop / flip of training batches
@@ -51,6 +54,8 @@ from tff_hetero.data.partition import make_client_dataset
 from tff_hetero.data.partition import make_indexed_client_dataset
 from tff_hetero.data.partition import partition_indices
 from tff_hetero.data.partition import split_train_validation
+from tff_hetero.data.worker_files import ClientFiles
+from tff_hetero.data.worker_files import StoredArrays
 from tff_hetero.errors import DataError
 
 DEFAULT_DATASET = "mnist5k"
@@ -65,6 +70,7 @@ __all__ = [
   "PARTITIONERS",
   "UNSUPPORTED_DATASETS",
   "ArrayDataset",
+  "ClientFiles",
   "ClientSplit",
   "DataError",
   "DatasetLoader",
@@ -75,6 +81,7 @@ __all__ = [
   "PartitionConfig",
   "PartitionOptions",
   "Partitioner",
+  "StoredArrays",
   "TextArrayDataset",
   "TfdsLoader",
   "build_federated_data",

@@ -53,6 +53,7 @@ import numpy as np
 
 from tff_hetero.data import _checks
 from tff_hetero.data import augment as augment_lib
+from tff_hetero.data import worker_files
 from tff_hetero.data.datasets import ArrayDataset
 from tff_hetero.data.datasets import DatasetSplits
 from tff_hetero.data.options import without_autotune
@@ -525,7 +526,9 @@ def make_client_dataset(
   `tf.data`'s shuffle, whose order also depends on TensorFlow's global seed
   (`tf.random.set_seed` anywhere in the process would change a run). The
   samples are gathered in that order in NumPy and the dataset holds them
-  (no dataset function: see `_gathered_batches`).
+  (no dataset function: see `_gathered_batches`); when `arrays` is a
+  `worker_files.StoredArrays` and nothing is augmented, the dataset reads
+  them from its files instead and holds only the order (the same batches).
   `augment` names an `augment.AUGMENTATIONS` entry applied to each batch,
   seeded with (`shuffle_seed`, batch number); it needs a shuffle seed.
 
@@ -534,13 +537,14 @@ def make_client_dataset(
       unknown `augment`.
   """
   order = epoch_order(len(arrays), batch_size, local_epochs, shuffle_seed)
+  passes = local_epochs if epoch_aligned else 1
+  if (
+    isinstance(arrays, worker_files.StoredArrays)
+    and _augmentation(augment, shuffle_seed) is None
+  ):
+    return arrays.dataset(order, batch_size, passes)
   return _gathered_batches(
-    arrays,
-    order,
-    batch_size,
-    augment,
-    shuffle_seed,
-    epochs=local_epochs if epoch_aligned else 1,
+    arrays, order, batch_size, augment, shuffle_seed, epochs=passes
   )
 
 

@@ -49,8 +49,12 @@ RESUMABLE_SETTINGS = frozenset(
     "checkpoint_every",
     "keep_checkpoints",
     "profile_rounds",
+    "client_data",
+    "client_data_dir",
   }
 )
+
+CLIENT_DATA_MODES = ("auto", "files", "sent")
 
 
 @attrs.frozen(kw_only=True)
@@ -168,6 +172,22 @@ class ExperimentConfig:
     " again on the workers that answer; a worker that answers again is used"
     " again).",
   )
+  client_data: str = setting(
+    "auto",
+    "How the sampled clients' samples reach the workers: files (each"
+    " client's training arrays written once to a directory the workers read,"
+    " --client_data_dir; a round sends each client's sample order), sent"
+    " (each round's datasets carry their samples), or auto (files with"
+    " --executor=local or a --client_data_dir, else sent). Results are the"
+    " same; augmented batches (--augment) are always sent.",
+  )
+  client_data_dir: str = setting(
+    "",
+    "Directory under which the client files are written and removed at the"
+    " end (--client_data=files or auto): the system's temporary directory"
+    " by default; with --executor=remote, one every worker reads at the same"
+    " path.",
+  )
   tls_cert: str = setting(
     "",
     "PEM certificate this driver presents to its workers (mutual TLS, with"
@@ -276,6 +296,7 @@ class ExperimentConfig:
     _one_of("--executor", self.executor, executors)
     _one_of("--on_worker_loss", self.on_worker_loss, ("stop", "redistribute"))
     _one_of("--augment", self.augment, augmentations)
+    _one_of("--client_data", self.client_data, CLIENT_DATA_MODES)
     for flag, value in (
       ("--num_clients", self.num_clients),
       ("--clients_per_round", self.clients_per_round),
@@ -357,6 +378,24 @@ class ExperimentConfig:
         raise UsageError(
           "--workers", f"port {port} of {address!r} is not in 1..65535"
         )
+    if self.client_data_dir and not os.path.isdir(self.client_data_dir):
+      raise UsageError(
+        "--client_data_dir", f"{self.client_data_dir!r} is not a directory"
+      )
+    if self.client_data_dir and self.client_data == "sent":
+      raise UsageError(
+        "--client_data_dir", "only used with --client_data=files or auto"
+      )
+    if (
+      self.client_data == "files"
+      and self.executor == "remote"
+      and not self.client_data_dir
+    ):
+      raise UsageError(
+        "--client_data_dir",
+        "--client_data=files with --executor=remote needs a directory every"
+        " worker reads at the same path",
+      )
     given = [
       f"--{name}"
       for name in ("tls_cert", "tls_key", "tls_ca")
@@ -368,6 +407,13 @@ class ExperimentConfig:
       )
     self.tls()  # Checks the files.
     return self
+
+  def uses_client_files(self) -> bool:
+    """Whether the clients' samples go to the workers as files
+    (`--client_data`; `tff_hetero.data.ClientFiles`)."""
+    if self.client_data == "auto":
+      return self.executor == "local" or bool(self.client_data_dir)
+    return self.client_data == "files"
 
   def tls(self):
     """The driver's `runtime.tls.TlsConfig`, or None without the flags."""

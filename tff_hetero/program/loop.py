@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+import contextlib
 import functools
 import math
 import os
@@ -312,17 +313,20 @@ def _warn(line: str) -> None:
 
 
 class ClientTrainingData(api.EvaluationData):
-  """Every client's training data, one unshuffled epoch, for evaluation."""
+  """Every client's training data, one unshuffled epoch, for evaluation
+  (read from `client_files` on the worker, if given)."""
 
   def __init__(
     self,
     federated_data,
     batch_size: int,
     client_states: Callable[[], Any] = dict,
+    client_files: Optional[data_lib.ClientFiles] = None,
   ):
     self._fed = federated_data
     self._batch_size = batch_size
     self._client_states = client_states
+    self._client_files = client_files
 
   def client_states(self):
     return self._client_states()
@@ -337,13 +341,19 @@ class ClientTrainingData(api.EvaluationData):
   def client_datasets(self):
     return [
       data_lib.make_client_dataset(
-        self._fed.client_train(client_id),
+        self._training_arrays(client_id),
         batch_size=self._batch_size,
         local_epochs=1,
         shuffle_seed=None,
       )
       for client_id in self._fed.client_ids
     ]
+
+  def _training_arrays(self, client_id):
+    arrays = self._fed.client_train(client_id)
+    if self._client_files is None:
+      return arrays
+    return self._client_files.store(client_id, arrays)
 
 
 def _evaluate(
@@ -441,12 +451,15 @@ def run_experiment(
   client_template = algorithm.initial_client_state()
 
   tls = config.tls()
-  with runtime.execution_context(
-    config.executor,
-    config.workers,
-    config.worker_timeout_s,
-    **({"tls": tls} if tls else {}),
-  ) as execution:
+  with (
+    _client_files(config) as client_files,
+    runtime.execution_context(
+      config.executor,
+      config.workers,
+      config.worker_timeout_s,
+      **({"tls": tls} if tls else {}),
+    ) as execution,
+  ):
 
     def survive(fn, what):
       return execution.run_round(
@@ -472,7 +485,7 @@ def run_experiment(
     )
     extra_metric = _extra_metric(evaluator)
     evaluation_data = ClientTrainingData(
-      fed, config.batch_size, lambda: client_states
+      fed, config.batch_size, lambda: client_states, client_files
     )
     evaluated_first = (
       None  # (round, weights) of the last evaluation's first model
@@ -500,6 +513,7 @@ def run_experiment(
           client_template,
           round_num,
           sampler,
+          client_files,
         )
         output = survive(
           functools.partial(algorithm.next, server_state, round_num, clients),
@@ -628,6 +642,16 @@ def _restore(
   return restored
 
 
+def _client_files(config: ExperimentConfig):
+  """Where the clients' training arrays are written for the workers
+  (`--client_data`), removed when the run ends; a no-op context when the
+  rounds send the samples (also with `--augment`: augmented batches are
+  made in the driver)."""
+  if not config.uses_client_files() or config.augment != "none":
+    return contextlib.nullcontext()
+  return data_lib.ClientFiles(config.client_data_dir or None)
+
+
 def _round_clients(
   experiment: Experiment,
   server_state: Any,
@@ -635,9 +659,12 @@ def _round_clients(
   client_template: Any,
   round_num: int,
   sampler: CohortSampler,
+  client_files: Optional[data_lib.ClientFiles] = None,
 ) -> list[api.ClientRound]:
   """The round's cohort as the algorithm plans it, each client with its
-  seeded dataset, capacity, tier and persistent state."""
+  seeded dataset, capacity, tier and persistent state. With `client_files`
+  each client's arrays are stored there (written the first time), so that
+  its dataset reads them on the worker."""
   config, algorithm = experiment.config, experiment.algorithm
   population, fed = experiment.population, experiment.federated_data
   available = population.available_clients(round_num)
@@ -649,6 +676,8 @@ def _round_clients(
   for assignment, shuffle_seed in zip(assignments, seeds):
     client_id = assignment.client_id
     arrays = fed.client_train(client_id)
+    if client_files is not None:
+      arrays = client_files.store(client_id, arrays)
     state = client_states.get(client_id, client_template)
     clients.append(
       api.ClientRound(
