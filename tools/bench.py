@@ -30,6 +30,11 @@ reports for each, keys prefixed `<cfg>_`:
     TFF row of every suite uses it);
   * `tff_iterator_round_s`: the same with `DATASET_ITERATOR`, the loop our
     clients run (`local_training.fold_batches`);
+  * `tff_iterator_files_round_s`: the same on datasets whose samples the
+    worker reads from files (`tff_hetero.data.ClientFiles`,
+    `--client_data=files`), the same batches; `tff_iterator_rpc_mib_sent`
+    and `tff_iterator_files_rpc_mib_sent`: the serialized bytes a round of
+    each sent the worker (MiB; the datasets, the model, the computation);
   * `floor_sequential_round_s`, `floor_parallel_round_s`: the same client
     work (each client: from the same initial weights, plain SGD over the very
     batches of its dataset, in their order) in plain TensorFlow: the batches
@@ -291,9 +296,10 @@ _COHORT = flags.DEFINE_integer(
 )
 _CLIENT_DATA = flags.DEFINE_enum(
   "client_data",
-  "auto",
-  ["auto", "files", "sent"],
-  "Our program's --client_data: how the clients' samples reach the worker.",
+  "sent",
+  ["sent", "files"],
+  "Our program's --client_data (suites that run `loop.run_experiment`):"
+  " how the clients' samples reach the worker.",
 )
 
 
@@ -617,25 +623,44 @@ def _bench_config(
     )
 
   # TFF's builder, driven directly on the same runtime: with its default
-  # client loop (`Dataset.reduce`), and with the loop ours uses.
-  for key, loop_implementation in (
-    ("tff_round_s", tff.learning.LoopImplementation.DATASET_REDUCE),
-    ("tff_iterator_round_s", tff.learning.LoopImplementation.DATASET_ITERATOR),
+  # client loop (`Dataset.reduce`), and with the loop ours uses; that one
+  # also on datasets that read the clients' samples from files
+  # (`--client_data=files`), with the bytes each round sends the worker.
+  client_files = data_lib.ClientFiles()
+  stored = [
+    data_lib.make_client_dataset(
+      client_files.store(cid, fed.client_train(cid)),
+      batch_size=batch,
+      local_epochs=epochs,
+      shuffle_seed=i,
+    )
+    for i, cid in enumerate(cohort)
+  ]
+  iterator = tff.learning.LoopImplementation.DATASET_ITERATOR
+  for key, loop_implementation, round_data in (
+    ("tff", tff.learning.LoopImplementation.DATASET_REDUCE, datasets),
+    ("tff_iterator", iterator, datasets),
+    ("tff_iterator_files", iterator, stored),
   ):
     process = tff.learning.algorithms.build_weighted_fed_avg(
       task.tff_model_fn(plain_graph_methods=False),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
       loop_implementation=loop_implementation,
     )
-    with runtime.local_execution():
+    with runtime.local_execution() as handle:
       state = process.initialize()
-      state = process.next(state, datasets).state  # Warm-up.
+      state = process.next(state, round_data).state  # Warm-up.
       times = []
+      sent = handle.rpc_bytes()["sent"]
       for _ in range(timed):
         start = time.perf_counter()
-        state = process.next(state, datasets).state
+        state = process.next(state, round_data).state
         times.append(time.perf_counter() - start)
-    _spread(results, key, times)
+      sent = handle.rpc_bytes()["sent"] - sent
+    _spread(results, f"{key}_round_s", times)
+    if key != "tff":
+      results[f"{key}_rpc_mib_sent"] = round(sent / timed / 2**20, 3)
+  client_files.close()
 
   floor.sitting(timed)
   results.update(floor.results())

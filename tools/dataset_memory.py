@@ -9,7 +9,11 @@ JSON line per way):
 
   * `slices`: `from_tensor_slices(...).batch(...)`, no dataset function;
   * `map`: the same plus one `Dataset.map` (the identity);
-  * `client_dataset`: `tff_hetero.data.make_client_dataset`.
+  * `client_dataset`: `tff_hetero.data.make_client_dataset`;
+  * `stored`: the same on arrays stored with `tff_hetero.data.ClientFiles`
+    (a dataset whose graph reads the samples from files:
+    `--client_data=files`), each serialized as TFF serializes a dataset it
+    sends a worker.
 
 Each way runs in a fresh subprocess so that one's memory does not hide
 another's.
@@ -29,7 +33,7 @@ _DATASETS = flags.DEFINE_integer("datasets", 1600, "Datasets to build.")
 _WAY = flags.DEFINE_enum(
   "way",
   None,
-  ["slices", "map", "client_dataset"],
+  ["slices", "map", "client_dataset", "stored"],
   "Run one way in this process (internal).",
 )
 _SAMPLES = 250
@@ -48,8 +52,20 @@ def _measure(way: str, count: int) -> dict:
     rng.integers(0, 10, _SAMPLES).astype(np.int32),
   )
 
+  files = data.ClientFiles() if way == "stored" else None
+
   def build(i):
     order = rng.permutation(_SAMPLES)
+    if way == "stored":
+      dataset = data.make_client_dataset(
+        files.store("client", arrays),
+        batch_size=20,
+        local_epochs=1,
+        shuffle_seed=i,
+      )
+      return tf.raw_ops.DatasetToGraphV2(
+        input_dataset=tf.data.experimental.to_variant(dataset)
+      ).numpy()
     if way == "client_dataset":
       return data.make_client_dataset(
         arrays, batch_size=20, local_epochs=1, shuffle_seed=i
@@ -67,6 +83,8 @@ def _measure(way: str, count: int) -> dict:
   for i in range(count):
     build(warm + i)
   after = process.memory_info().rss
+  if files is not None:
+    files.close()
   return collections.OrderedDict(
     way=way,
     datasets=count,
@@ -80,7 +98,7 @@ def main(argv):
   if _WAY.value:
     print(json.dumps(_measure(_WAY.value, _DATASETS.value)))
     return
-  for way in ("slices", "map", "client_dataset"):
+  for way in ("slices", "map", "client_dataset", "stored"):
     out = subprocess.run(
       [
         sys.executable,

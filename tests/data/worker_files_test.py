@@ -8,21 +8,19 @@ code under test. One test sends a stored dataset to a real TFF worker.
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hetero import runtime
 from tff_hetero.data import ArrayDataset
 from tff_hetero.data import ClientFiles
 from tff_hetero.data import DataError
 from tff_hetero.data import StoredArrays
 from tff_hetero.data import TextArrayDataset
 from tff_hetero.data import make_client_dataset
-from tff_hetero.runtime import testing as proc_testing
-
-tf = pytest.importorskip("tensorflow")
 
 
 def _images(n: int, seed: int = 0) -> ArrayDataset:
@@ -90,6 +88,10 @@ def test_text_arrays_and_unshuffled_order(tmp_path):
     dataset = make_client_dataset(
       files.store("t", arrays), batch_size=3, local_epochs=2, shuffle_seed=None
     )
+    in_memory = make_client_dataset(
+      arrays, batch_size=3, local_epochs=2, shuffle_seed=None
+    )
+    assert dataset.element_spec == in_memory.element_spec
     assert dataset.element_spec["x"] == tf.TensorSpec([None, 4], tf.int32)
     assert dataset.element_spec["y"] == tf.TensorSpec([None], tf.float32)
     order = [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6]
@@ -133,25 +135,34 @@ def test_what_crosses_is_the_order_not_the_samples(tmp_path):
   assert large.x[0].tobytes() not in message  # No sample in the message.
 
 
-def test_store_writes_once_and_close_removes_everything(tmp_path):
+def test_files_are_written_by_the_first_dataset_then_reused(tmp_path):
   arrays = _images(6)
   files = ClientFiles(str(tmp_path))
   first = files.store("a", arrays)
   assert isinstance(first, StoredArrays)
   assert len(first) == 6 and first.input_shape == (3, 3, 1)
   np.testing.assert_array_equal(first.x, arrays.x)
-  with open(first.x_path, "rb") as f:
+  assert os.listdir(files.directory) == []  # Nothing until a dataset.
+  first.dataset(np.arange(6), 4)
+  assert sorted(os.listdir(files.directory)) == ["0.x", "0.y"]
+  x_file = os.path.join(files.directory, "0.x")
+  with open(x_file, "rb") as f:
     np.testing.assert_array_equal(
       tf.io.parse_tensor(f.read(), tf.float32).numpy(), arrays.x
     )
-  written = os.stat(first.x_path).st_mtime_ns
-  again = files.store("a", _images(6, seed=1))  # Same spec and length.
-  assert (again.x_path, again.y_path) == (first.x_path, first.y_path)
-  assert os.stat(first.x_path).st_mtime_ns == written
-  other = files.store("b", arrays)
-  assert other.x_path != first.x_path
-  with pytest.raises(DataError, match="client 'a' was stored with 6 samples"):
-    files.store("a", _images(5))
+  inode = os.stat(x_file).st_ino
+  # The same arrays again (a copy, as the program passes each round).
+  again = files.store("a", arrays.subset(np.arange(6)))
+  _assert_batches(
+    again.dataset(np.array([5, 0, 3]), 2),
+    [(arrays.x[[5, 0]], arrays.y[[5, 0]]), (arrays.x[[3]], arrays.y[[3]])],
+  )
+  assert os.stat(x_file).st_ino == inode
+  files.store("b", arrays).dataset(np.arange(6), 4)
+  assert sorted(os.listdir(files.directory)) == ["0.x", "0.y", "1.x", "1.y"]
+  other = files.store("a", _images(6, seed=1))  # Same spec, other samples.
+  with pytest.raises(DataError, match="client 'a' was stored with other"):
+    other.dataset(np.arange(6), 2)
   directory = files.directory
   assert os.path.dirname(directory) == str(tmp_path)
   files.close()
@@ -163,13 +174,45 @@ def test_store_writes_once_and_close_removes_everything(tmp_path):
   files.close()  # Idempotent.
 
 
+def test_a_client_without_samples_has_no_batches(tmp_path):
+  with ClientFiles(str(tmp_path)) as files:
+    dataset = make_client_dataset(
+      files.store("empty", _images(0)),
+      batch_size=4,
+      local_epochs=3,
+      shuffle_seed=0,
+    )
+    assert list(dataset) == []
+
+
+def test_the_directory_is_absolute_with_the_parents_permissions(
+  tmp_path, monkeypatch
+):
+  parent = tmp_path / "shared"
+  parent.mkdir()
+  os.chmod(parent, 0o750)
+  monkeypatch.chdir(tmp_path)
+  with ClientFiles("shared") as files:
+    assert os.path.isabs(files.directory)
+    assert os.path.dirname(files.directory) == str(parent)
+    assert stat.S_IMODE(os.stat(files.directory).st_mode) == 0o750
+
+
 def test_bad_input_is_a_data_error(tmp_path):
-  with pytest.raises(DataError, match="is not a directory"):
+  with pytest.raises(DataError, match="is not a directory this process"):
     ClientFiles(str(tmp_path / "missing"))
   with ClientFiles(str(tmp_path)) as files:
     stored = files.store("a", _images(6))
-    with pytest.raises(DataError, match="is not 4 equal passes"):
-      stored.dataset(np.arange(6), 2, passes=4)
+    for args, message in (
+      ((np.arange(6), 2, 4), "6 positions are not 4 equal passes"),
+      ((np.arange(6), 2, 0), "passes must be >= 1"),
+      ((np.arange(6), 0), "batch_size and passes must be >= 1"),
+      ((np.array([0, 6]), 2), "outside the 6 samples"),
+      ((np.array([-1, 0]), 2), "outside the 6 samples"),
+      ((np.zeros((2, 3), np.int64), 2), "order must be 1-D integers"),
+    ):
+      with pytest.raises(DataError, match=message):
+        stored.dataset(*args)
 
 
 def test_augmented_batches_are_made_in_memory(tmp_path):
@@ -187,9 +230,11 @@ def test_augmented_batches_are_made_in_memory(tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
-def test_a_tff_worker_reads_the_files(tmp_path):
-  """A real TFF worker iterates the stored dataset: the sum of the labels it
-  trained on, order by order, is the one NumPy computes."""
+def test_a_tff_worker_reads_the_files(tmp_path, tff_context):
+  """A real TFF worker iterates stored datasets: per client, a sum over its
+  batches of what the batches hold, equal to the one NumPy computes from
+  the hand-cut batches (epoch-aligned for the second client)."""
+  del tff_context
   arrays = _images(30)
   with ClientFiles(str(tmp_path)) as files:
     datasets = [
@@ -198,37 +243,37 @@ def test_a_tff_worker_reads_the_files(tmp_path):
         batch_size=4,
         local_epochs=2,
         shuffle_seed=i,
+        epoch_aligned=i == 1,
       )
       for i in range(2)
     ]
     element = tff.types.tensorflow_to_type(datasets[0].element_spec)
 
     @tff.tensorflow.computation(tff.SequenceType(element))
-    def weighted_labels(dataset):
+    def batch_sums(dataset):
       def add(total, batch):
-        positions = tf.range(1, tf.size(batch["y"]) + 1)
-        step = total[1] + 1
-        value = tf.reduce_sum(positions * batch["y"]) * step
-        return total[0] + value, step
+        step = total[1] + 1.0
+        positions = tf.cast(tf.range(1, tf.size(batch["y"]) + 1), tf.float32)
+        value = tf.reduce_sum(positions * tf.cast(batch["y"], tf.float32))
+        value += tf.reduce_sum(batch["x"]) * 1000.0
+        return total[0] + value * step, step
 
-      return dataset.reduce((0, 0), add)[0]
+      return dataset.reduce((0.0, 0.0), add)[0]
 
     @tff.federated_computation(
       tff.FederatedType(tff.SequenceType(element), tff.CLIENTS)
     )
     def on_clients(client_data):
-      return tff.federated_map(weighted_labels, client_data)
+      return tff.federated_map(batch_sums, client_data)
 
-    with runtime.local_execution():
-      got = on_clients(datasets)
+    got = on_clients(datasets)
   expected = []
   for i in range(2):
-    batches = _expected(arrays, 4, 2, i, aligned=False)
+    batches = _expected(arrays, 4, 2, i, aligned=i == 1)
     expected.append(
       sum(
-        int(np.sum(np.arange(1, len(y) + 1) * y)) * (k + 1)
-        for k, (_, y) in enumerate(batches)
+        (np.sum(np.arange(1, len(y) + 1) * y) + np.sum(x) * 1000.0) * (k + 1)
+        for k, (x, y) in enumerate(batches)
       )
     )
-  assert list(got) == expected
-  proc_testing.assert_no_workers_left()
+  np.testing.assert_allclose(got, expected, rtol=1e-5)

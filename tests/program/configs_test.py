@@ -176,20 +176,25 @@ def test_make_config_refuses_bad_settings_in_one_line(values, message):
   [
     (
       dict(client_data="disk"),
-      "--client_data: unknown value 'disk'; accepted: auto, files, sent",
+      "--client_data: unknown value 'disk'; accepted: sent, files",
     ),
     (
-      dict(client_data_dir="/nonexistent/client/files"),
-      "--client_data_dir: '/nonexistent/client/files' is not a directory",
+      dict(client_data="files", client_data_dir="/nonexistent/client/files"),
+      "--client_data_dir: '/nonexistent/client/files' is not a directory"
+      " this user can write to",
     ),
     (
-      dict(client_data="sent", client_data_dir="/"),
-      "--client_data_dir: only used with --client_data=files or auto",
+      dict(client_data_dir="/"),
+      "--client_data_dir: only used with --client_data=files",
     ),
     (
       dict(executor="remote", workers=("localhost:1",), client_data="files"),
-      "--client_data_dir: --client_data=files with --executor=remote needs a"
+      "--client_data_dir: --client_data=files with --workers needs a"
       " directory every worker reads at the same path",
+    ),
+    (
+      dict(executor="auto", workers=("localhost:1",), client_data="files"),
+      "--client_data_dir: --client_data=files with --workers needs",
     ),
   ],
 )
@@ -198,29 +203,12 @@ def test_client_data_settings_are_checked_in_one_line(values, message):
     loop.validate_config(make_config(**values))
 
 
-@pytest.mark.parametrize(
-  "values, files",
-  [
-    (dict(), True),
-    (dict(client_data="sent"), False),
-    (dict(executor="remote", workers=("localhost:1",)), False),
-    (dict(executor="remote", workers=("h:1",), client_data_dir="/"), True),
-    (
-      dict(
-        executor="remote",
-        workers=("h:1",),
-        client_data="files",
-        client_data_dir="/",
-      ),
-      True,
-    ),
-  ],
-)
-def test_client_files_with_local_workers_or_a_shared_directory(values, files):
-  config = make_config(**values)
-  assert config.uses_client_files() is files
-  # How the samples travel does not change results: a resume may switch.
-  assert config.same_results_as(make_config().fingerprint())
+def test_how_client_data_travels_does_not_change_results(tmp_path):
+  files = make_config(client_data="files", client_data_dir=str(tmp_path))
+  assert loop.validate_config(files) is files
+  # A resume may switch between the two.
+  assert files.same_results_as(make_config(client_data="sent").fingerprint())
+  assert not files.same_results_as(make_config(seed=1).fingerprint())
 
 
 def test_flat_settings_round_trip_and_carry_over():

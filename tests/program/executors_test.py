@@ -4,9 +4,9 @@ The workers are started as a user would (`python -m pipelines.worker`), on
 loopback; with two, TFF's mergeable context splits each round's cohort between
 them. The runs must end with the same weights (float tolerance: the
 order of summation differs) and the same measured traffic, for FedAvg with
-seeded crop/flip augmentation (also on one worker) and AdaptiveFL (its
-local run's workers read the clients' samples from files, the remote runs
-are sent them or read them from a directory given; one
+seeded crop/flip augmentation (also on one worker) and AdaptiveFL (also
+with the workers reading the clients' samples from files, `--client_data=files`;
+one
 federated computation per sub-model group, plus the server step and the
 static-BN queries). FedGKT and FedSGC, whose drivers read per-client
 results (models, memory rows, reports) and hand per-client state back in,
@@ -42,7 +42,7 @@ def two_workers():
     yield [w.address for w in workers]
 
 
-def _run(tmp_path, name, algorithm, augment, model, **executor):
+def _run(tmp_path, name, algorithm, augment, model, on_round=None, **executor):
   config = make_config(
     algorithm=algorithm,
     augment=augment,
@@ -61,7 +61,7 @@ def _run(tmp_path, name, algorithm, augment, model, **executor):
     progress=False,
     **executor,
   )
-  return run_experiment(config)
+  return run_experiment(config, on_round=on_round)
 
 
 # FedAvg with seeded augmentation: the workers crop and flip exactly as the
@@ -92,13 +92,19 @@ def test_local_one_worker_and_two_workers_agree(
       workers=tuple(two_workers),
     )
   ]
-  shared = tmp_path / "client_files"
   if augment == "none":
-    # The local run sent each round the clients' sample order (its workers
-    # read the samples from files); the run above sent the samples. Remote
-    # workers read the files too, from a directory given.
-    assert local.report["config"]["client_data"] == "auto"
+    # The workers read the clients' samples from files in a directory given;
+    # during the run it holds the files of the clients trained so far (the
+    # weights agree with the local run's only if the workers read them).
+    shared = tmp_path / "client_files"
     shared.mkdir()
+    seen = []
+
+    def files_after(round_num, row):
+      del row
+      (directory,) = shared.iterdir()
+      seen.append((round_num, sorted(os.listdir(directory))))
+
     others.append(
       _run(
         tmp_path,
@@ -106,11 +112,18 @@ def test_local_one_worker_and_two_workers_agree(
         algorithm,
         augment,
         model,
+        on_round=files_after,
         executor="remote",
         workers=tuple(two_workers),
         client_data="files",
         client_data_dir=str(shared),
       )
+    )
+    # Each client trained so far has its two files, written once.
+    first, second = (set(names) for _, names in seen)
+    assert {"0.x", "0.y"} <= first <= second
+    assert len(second) % 2 == 0 and all(
+      f"{name[:-2]}.y" in second for name in second if name.endswith(".x")
     )
     assert list(shared.iterdir()) == []  # Removed at the end of the run.
   if algorithm == "fedavg":  # One worker: TFF's remote, non-mergeable context.

@@ -1,29 +1,34 @@
-"""Client training data kept where the TFF worker reads it.
+"""Client training data kept where the TFF worker reads it (`--client_data=files`).
 
 TFF sends a `tf.data.Dataset` to a worker as the dataset's serialized graph.
 A dataset made from NumPy arrays holds them in that graph as constants, so
-every round sent each sampled client's samples to the worker again, all
+every round sends each sampled client's samples to the worker again, all
 `local_epochs` passes of them (3.1 MB for a client of 200 MNIST samples and
-5 epochs, `docs/performance.md`). Here each client's training arrays are
-written once, as `tf.io.serialize_tensor` files in a directory the driver and
-its workers share, and the client's dataset is a graph that reads them: what
-crosses each round is the two paths and the epochs' sample order (8 bytes a
-sample), and the worker reads, parses and gathers the samples itself.
+5 epochs). Here each client's training arrays are written once, as
+`tf.io.serialize_tensor` files in a directory the driver and its workers
+share, and the client's dataset is a graph that reads them: what crosses
+each round is that graph (about 5 KB) holding the two paths and the epochs'
+sample order (8 bytes a sample), and the worker reads, parses and gathers
+the samples itself.
 
 * `ClientFiles(parent)`: a fresh directory under `parent` (the system's
-  temporary directory by default) that `store` fills and `close` removes with
-  everything in it (a context manager).
-* `ClientFiles.store(client_id, arrays) -> StoredArrays`: writes the client's
-  arrays the first time (atomically), then returns the same paths; it keeps
-  the paths, not the arrays. A
-  `StoredArrays` reads like the arrays it wraps (`x`, `y`, `len`,
-  `input_shape`, `subset`), so code that takes arrays takes it unchanged.
-* `StoredArrays.dataset(order, batch_size, passes)`: the batches of
-  `stored` at `order` (`order` cut into `passes` equal passes, batched
-  apart), ``OrderedDict(x=, y=)`` with the spec of the in-memory dataset
-  `partition.make_client_dataset` builds, the same elements in the same
-  order; `make_client_dataset` calls it for a `StoredArrays` it does not
-  augment.
+  temporary directory by default; with a parent given, the directory gets
+  the parent's permission bits, for workers running as another user) that
+  `close` removes with everything in it (a context manager).
+* `ClientFiles.store(client_id, arrays) -> StoredArrays`: `arrays` bound to
+  the client's files. Nothing is written until a dataset is made from them;
+  the first one writes the files (atomically), later ones check that the
+  arrays are the ones written (CRC-32 of their bytes) and reuse the files.
+  The arrays themselves are not kept. A `StoredArrays` reads like the arrays
+  it wraps (`x`, `y`, `len`, `input_shape`, `subset`), so code that takes
+  arrays takes it unchanged.
+* `StoredArrays.dataset(order, batch_size, passes)`: the batches at `order`
+  (int64 positions, cut into `passes` equal passes batched apart) as
+  ``OrderedDict(x=, y=)``: the elements, in the order and with the element
+  spec of the in-memory dataset `partition.make_client_dataset` builds
+  (`make_client_dataset` calls it for a `StoredArrays` it does not augment).
+  Its cardinality is unknown (a `flat_map`) where the in-memory one's is
+  known.
 
 How the dataset is built: a graph made once per (arrays' spec, batch size,
 passes) holds a `flat_map` over one element (the two paths and the order)
@@ -31,15 +36,15 @@ whose function reads, parses, gathers and batches, and `DatasetToGraphV2`
 of it; a session runs that with each client's element fed, and
 `DatasetFromGraph` makes the result an eager dataset. No dataset function is
 traced per client: each one traced in an eager process keeps about 100 KiB
-for the rest of the process (1,600 `flat_map` datasets built and serialized
-in eager: +167 MiB and 9.6 ms each; built this way: +0.02 MiB and 1.2 ms
-each, each message 4.7 KB; scratch measurement, 250 MNIST-sized samples).
+for the rest of the process (`tools/dataset_memory.py --datasets=1600`
+compares `map`, a traced function per dataset, with `stored`).
 
 The files are read when the dataset is iterated: by the worker the dataset
 is sent to, or by the driver if it iterates the dataset itself. A worker on
 another machine needs the directory at the same path (a shared file
-system); the program uses these files for its local workers only, unless
-given a shared directory (`--client_data`, `--client_data_dir`).
+system). On disk the files hold each client that made a dataset once: at
+most the training split, uncompressed. A run killed with SIGKILL leaves its
+directory (``tff_hetero_clients_*``) behind.
 """
 
 from __future__ import annotations
@@ -47,9 +52,11 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from typing import Any
+import zlib
 
 import attrs
 import numpy as np
@@ -62,16 +69,13 @@ _FILE_SUFFIXES = ("x", "y")
 
 @attrs.frozen(eq=False)
 class StoredArrays:
-  """A client's training arrays, and the files a worker reads them from.
+  """A client's training arrays, bound to the files a worker reads them from.
 
-  Reads like `arrays` (`x`, `y`, `len`, `input_shape`, `subset`); `x_path`
-  and `y_path` hold `tf.io.serialize_tensor` of `arrays.x` and `arrays.y`,
-  in `files`' directory.
+  Reads like `arrays` (`x`, `y`, `len`, `input_shape`, `subset`).
   """
 
   arrays: Any
-  x_path: str
-  y_path: str
+  client_id: str
   files: ClientFiles = attrs.field(repr=False)
 
   @property
@@ -98,17 +102,38 @@ class StoredArrays:
     return self.files.dataset(self, order, batch_size, passes)
 
 
+@attrs.frozen
+class _Written:
+  """A client's files, and what they hold."""
+
+  x_path: str
+  y_path: str
+  spec: tuple
+  crc: int
+
+
 class ClientFiles:
-  """A directory of clients' arrays for the workers to read; see the module
-  docstring. `close()` (or leaving the `with` block) removes it."""
+  """A directory of clients' training arrays for the workers to read.
+
+  See the module docstring. `close()` (or leaving the `with` block) removes
+  the directory.
+
+  Raises:
+    DataError: `parent` is not a directory this process can write to.
+  """
 
   def __init__(self, parent: str | None = None):
-    if parent is not None and not os.path.isdir(parent):
-      raise DataError(f"client data directory {parent!r} is not a directory")
+    if parent is not None:
+      parent = os.path.abspath(parent)  # The path the workers are sent.
+      if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise DataError(
+          f"client data directory {parent!r} is not a directory this"
+          " process can write to"
+        )
     self._directory = tempfile.mkdtemp(prefix="tff_hetero_clients_", dir=parent)
-    # client id -> ((x path, y path), (spec, samples)); the arrays are not
-    # kept (the driver need not hold every client's data at once).
-    self._stored: dict[str, tuple] = {}
+    if parent is not None:
+      os.chmod(self._directory, stat.S_IMODE(os.stat(parent).st_mode))
+    self._written: dict[str, _Written] = {}
     self._templates: dict[tuple, _Template] = {}
     self._lock = threading.Lock()
     self._closed = False
@@ -118,33 +143,10 @@ class ClientFiles:
     return self._directory
 
   def store(self, client_id: str, arrays) -> StoredArrays:
-    """`arrays` as stored for `client_id`, written the first time (later
-    calls check that `arrays` has the stored spec and length, and return
-    them with the same files).
-
-    Raises:
-      DataError: `client_id` was stored before with other arrays (another
-        number of samples or another spec).
-    """
-    spec = (_spec_of(arrays), len(arrays))
-    with self._lock:
-      if self._closed:
-        raise DataError(f"the client files in {self._directory} were closed")
-      known = self._stored.get(client_id)
-      if known is None:
-        paths = tuple(
-          os.path.join(self._directory, f"{len(self._stored)}.{suffix}")
-          for suffix in _FILE_SUFFIXES
-        )
-        for path, values in zip(paths, (arrays.x, arrays.y)):
-          _write_tensor(path, values)
-        known = self._stored[client_id] = (paths, spec)
-      elif known[1] != spec:
-        raise DataError(
-          f"client {client_id!r} was stored with {known[1][1]} samples of"
-          f" spec {known[1][0]}, not the {spec[1]} of spec {spec[0]} given"
-        )
-    return StoredArrays(arrays, *known[0], self)
+    """`arrays` bound to `client_id`'s files (written by the first dataset
+    made from them)."""
+    self._check_open()
+    return StoredArrays(arrays, client_id, self)
 
   def dataset(
     self,
@@ -155,41 +157,44 @@ class ClientFiles:
   ):
     """The batches of `stored` at `order` as a dataset that reads its files.
 
-    `order` (int64 positions into `stored`, its length a multiple of
-    `passes`) is cut into `passes` equal parts batched apart, like
+    `order` (positions into `stored`, its length a multiple of `passes`) is
+    cut into `passes` equal parts batched apart, like
     `partition.make_client_dataset`'s in-memory dataset, whose elements and
     element spec this has.
 
     Raises:
-      DataError: `order` is not `passes` equal passes, or these files were
-        closed.
+      DataError: a bad `order`, `batch_size` or `passes`; arrays other than
+        the ones written for this client earlier; or these files closed.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.ops import gen_experimental_dataset_ops  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 
-    order = np.asarray(order, np.int64)
-    if order.ndim != 1 or len(order) % passes:
+    order = np.asarray(order)
+    if batch_size < 1 or passes < 1:
       raise DataError(
-        f"order of shape {order.shape} is not {passes} equal passes"
+        f"batch_size and passes must be >= 1, got {batch_size} and {passes}"
       )
-    key = (_spec_of(stored), batch_size, passes)
-    with self._lock:
-      if self._closed:
-        raise DataError(f"the client files in {self._directory} were closed")
-      template = self._templates.get(key)
-      if template is None:
-        template = _build_template(*key)
-        self._templates[key] = template
+    if order.ndim != 1 or not np.issubdtype(order.dtype, np.integer):
+      raise DataError(
+        f"order must be 1-D integers, got {order.dtype}{order.shape}"
+      )
+    if len(order) % passes:
+      raise DataError(f"{len(order)} positions are not {passes} equal passes")
+    if len(order) and (order.min() < 0 or order.max() >= len(stored)):
+      raise DataError(
+        f"order holds positions outside the {len(stored)} samples"
+      )
+    written = self._written_files(stored)
+    template = self._template((written.spec, batch_size, passes))
     graph_def = template.session.run(
       template.serialized,
       {
-        template.paths[0]: stored.x_path,
-        template.paths[1]: stored.y_path,
-        template.order: order,
+        template.paths[0]: written.x_path,
+        template.paths[1]: written.y_path,
+        template.order: order.astype(np.int64),
       },
     )
     return tf.data.experimental.from_variant(
-      gen_experimental_dataset_ops.dataset_from_graph(graph_def),
+      tf.raw_ops.DatasetFromGraph(graph_def=graph_def),
       template.element_spec,
     )
 
@@ -200,7 +205,7 @@ class ClientFiles:
       for template in self._templates.values():
         template.session.close()
       self._templates.clear()
-      self._stored.clear()
+      self._written.clear()
     shutil.rmtree(self._directory, ignore_errors=True)
 
   def __enter__(self) -> ClientFiles:
@@ -209,19 +214,57 @@ class ClientFiles:
   def __exit__(self, *exc_info) -> None:
     self.close()
 
+  def _check_open(self) -> None:
+    if self._closed:
+      raise DataError(f"the client files in {self._directory} were closed")
+
+  def _written_files(self, stored: StoredArrays) -> _Written:
+    """`stored`'s files, written now if they were not."""
+    x, y = np.asarray(stored.x), np.asarray(stored.y)
+    spec = (x.dtype.name, tuple(x.shape[1:]), y.dtype.name, tuple(y.shape[1:]))
+    crc = zlib.crc32(
+      np.ascontiguousarray(y), zlib.crc32(np.ascontiguousarray(x))
+    )
+    with self._lock:
+      self._check_open()
+      written = self._written.get(stored.client_id)
+      if written is None:
+        number = len(self._written)
+        paths = [
+          os.path.join(self._directory, f"{number}.{suffix}")
+          for suffix in _FILE_SUFFIXES
+        ]
+        for path, values in zip(paths, (x, y)):
+          _write_tensor(path, values)
+        written = _Written(*paths, spec, crc)
+        self._written[stored.client_id] = written
+      elif (written.spec, written.crc) != (spec, crc):
+        raise DataError(
+          f"client {stored.client_id!r} was stored with other arrays; a"
+          " client's training arrays must stay the same for the whole run"
+        )
+    return written
+
+  def _template(self, key: tuple) -> _Template:
+    with self._lock:
+      self._check_open()
+      template = self._templates.get(key)
+      if template is None:
+        template = self._templates[key] = _build_template(*key)
+    return template
+
 
 def _write_tensor(path: str, values: np.ndarray) -> None:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   partial = path + ".partial"
-  with open(partial, "wb") as f:
-    f.write(tf.io.serialize_tensor(values).numpy())
-  os.replace(partial, path)
-
-
-def _spec_of(arrays) -> tuple:
-  x, y = np.asarray(arrays.x), np.asarray(arrays.y)
-  return (x.dtype.name, tuple(x.shape[1:]), y.dtype.name, tuple(y.shape[1:]))
+  try:
+    with open(partial, "wb") as f:
+      f.write(tf.io.serialize_tensor(values).numpy())
+    os.replace(partial, path)
+  finally:
+    if os.path.exists(partial):
+      os.remove(partial)
 
 
 @attrs.frozen(eq=False)
@@ -271,10 +314,7 @@ def _build_template(spec: tuple, batch_size: int, passes: int) -> _Template:
       input_dataset=tf.data.experimental.to_variant(dataset),
       external_state_policy=2,  # FAIL: nothing here may hold state.
     )
-  return _Template(
-    tf.compat.v1.Session(graph=graph),
-    paths,
-    order,
-    serialized,
-    dataset.element_spec,
+  session = tf.compat.v1.Session(
+    graph=graph, config=tf.compat.v1.ConfigProto(device_count={"GPU": 0})
   )
+  return _Template(session, paths, order, serialized, dataset.element_spec)

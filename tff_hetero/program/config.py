@@ -54,7 +54,7 @@ RESUMABLE_SETTINGS = frozenset(
   }
 )
 
-CLIENT_DATA_MODES = ("auto", "files", "sent")
+CLIENT_DATA_MODES = ("sent", "files")
 
 
 @attrs.frozen(kw_only=True)
@@ -173,19 +173,18 @@ class ExperimentConfig:
     " again).",
   )
   client_data: str = setting(
-    "auto",
-    "How the sampled clients' samples reach the workers: files (each"
-    " client's training arrays written once to a directory the workers read,"
-    " --client_data_dir; a round sends each client's sample order), sent"
-    " (each round's datasets carry their samples), or auto (files with"
-    " --executor=local or a --client_data_dir, else sent). Results are the"
-    " same; augmented batches (--augment) are always sent.",
+    "sent",
+    "How the sampled clients' samples reach the workers: sent (each round's"
+    " datasets carry their samples) or files (each client's training arrays"
+    " written once, under --client_data_dir, for the workers to read; a"
+    " round sends each client's sample order). Results are the same;"
+    " batches augmented with --augment are always sent.",
   )
   client_data_dir: str = setting(
     "",
-    "Directory under which the client files are written and removed at the"
-    " end (--client_data=files or auto): the system's temporary directory"
-    " by default; with --executor=remote, one every worker reads at the same"
+    "Directory under which --client_data=files writes the clients' arrays"
+    " (a subdirectory, removed at the end): the system's temporary directory"
+    " by default; with remote workers, one every worker reads at the same"
     " path.",
   )
   tls_cert: str = setting(
@@ -378,23 +377,25 @@ class ExperimentConfig:
         raise UsageError(
           "--workers", f"port {port} of {address!r} is not in 1..65535"
         )
-    if self.client_data_dir and not os.path.isdir(self.client_data_dir):
+    if self.client_data_dir and self.client_data != "files":
       raise UsageError(
-        "--client_data_dir", f"{self.client_data_dir!r} is not a directory"
+        "--client_data_dir", "only used with --client_data=files"
       )
-    if self.client_data_dir and self.client_data == "sent":
-      raise UsageError(
-        "--client_data_dir", "only used with --client_data=files or auto"
-      )
-    if (
-      self.client_data == "files"
-      and self.executor == "remote"
-      and not self.client_data_dir
+    if self.client_data_dir and not (
+      os.path.isdir(self.client_data_dir)
+      and os.access(self.client_data_dir, os.W_OK)
     ):
       raise UsageError(
         "--client_data_dir",
-        "--client_data=files with --executor=remote needs a directory every"
-        " worker reads at the same path",
+        f"{self.client_data_dir!r} is not a directory this user can write to",
+      )
+    if (
+      self.client_data == "files" and self.workers and not self.client_data_dir
+    ):
+      raise UsageError(
+        "--client_data_dir",
+        "--client_data=files with --workers needs a directory every worker"
+        " reads at the same path",
       )
     given = [
       f"--{name}"
@@ -407,13 +408,6 @@ class ExperimentConfig:
       )
     self.tls()  # Checks the files.
     return self
-
-  def uses_client_files(self) -> bool:
-    """Whether the clients' samples go to the workers as files
-    (`--client_data`; `tff_hetero.data.ClientFiles`)."""
-    if self.client_data == "auto":
-      return self.executor == "local" or bool(self.client_data_dir)
-    return self.client_data == "files"
 
   def tls(self):
     """The driver's `runtime.tls.TlsConfig`, or None without the flags."""

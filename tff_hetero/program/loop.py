@@ -452,7 +452,7 @@ def run_experiment(
 
   tls = config.tls()
   with (
-    _client_files(config) as client_files,
+    _client_files_context(config) as client_files,
     runtime.execution_context(
       config.executor,
       config.workers,
@@ -642,12 +642,11 @@ def _restore(
   return restored
 
 
-def _client_files(config: ExperimentConfig):
-  """Where the clients' training arrays are written for the workers
-  (`--client_data`), removed when the run ends; a no-op context when the
-  rounds send the samples (also with `--augment`: augmented batches are
-  made in the driver)."""
-  if not config.uses_client_files() or config.augment != "none":
+def _client_files_context(config: ExperimentConfig):
+  """Where `--client_data=files` writes the clients' training arrays for
+  the workers, removed when the run ends; a no-op context when the rounds
+  send the samples."""
+  if config.client_data != "files":
     return contextlib.nullcontext()
   return data_lib.ClientFiles(config.client_data_dir or None)
 
@@ -663,8 +662,8 @@ def _round_clients(
 ) -> list[api.ClientRound]:
   """The round's cohort as the algorithm plans it, each client with its
   seeded dataset, capacity, tier and persistent state. With `client_files`
-  each client's arrays are stored there (written the first time), so that
-  its dataset reads them on the worker."""
+  each client's arrays are bound to its files there (written by the first
+  dataset made from them), so that its dataset reads them on the worker."""
   config, algorithm = experiment.config, experiment.algorithm
   population, fed = experiment.population, experiment.federated_data
   available = population.available_clients(round_num)
