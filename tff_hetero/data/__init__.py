@@ -13,8 +13,9 @@
   `make_indexed_client_dataset` adds each batch's sample positions and a
   final ordered pass (FedGKT).
 * `ClientFiles` / `StoredArrays` (`worker_files`): clients' training arrays
-  written once where the TFF worker reads them; `make_client_dataset` of a
-  `StoredArrays` sends the worker the epochs' order, not the samples.
+  written once where the TFF worker reads them (`--client_data=files`);
+  `make_client_dataset` of a `StoredArrays` sends the worker the epochs'
+  order, not the samples (unless it augments them).
 * `without_autotune` (`options`): tf.data's autotuning off, for every dataset
   a round iterates (its model thread stalled the TFF worker).
 * `AUGMENTATIONS` (`augment`): seeded crop / flip of training batches

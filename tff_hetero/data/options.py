@@ -17,8 +17,8 @@ on it). With autotuning off there is no model thread: the same rounds went
 from 8.9-14.5 s (median 11.6) to 7.3-9.0 s (median 8.7); `tools/bench.py
 --suite=base`'s compute-bound round went from 16.34 s to 8.63 s against a
 floor of 7.05 / 7.30 s (plain TensorFlow, `docs/performance.md`). Nothing
-is lost: these datasets are in-memory slices with no parallel stage for
-autotuning to tune.
+is lost: these datasets are in-memory slices, or a `flat_map` over files
+(`worker_files`), with no parallel stage for autotuning to tune.
 """
 
 from __future__ import annotations
