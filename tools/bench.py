@@ -626,41 +626,40 @@ def _bench_config(
   # client loop (`Dataset.reduce`), and with the loop ours uses; that one
   # also on datasets that read the clients' samples from files
   # (`--client_data=files`), with the bytes each round sends the worker.
-  client_files = data_lib.ClientFiles()
-  stored = [
-    data_lib.make_client_dataset(
-      client_files.store(cid, fed.client_train(cid)),
-      batch_size=batch,
-      local_epochs=epochs,
-      shuffle_seed=i,
-    )
-    for i, cid in enumerate(cohort)
-  ]
-  iterator = tff.learning.LoopImplementation.DATASET_ITERATOR
-  for key, loop_implementation, round_data in (
-    ("tff", tff.learning.LoopImplementation.DATASET_REDUCE, datasets),
-    ("tff_iterator", iterator, datasets),
-    ("tff_iterator_files", iterator, stored),
-  ):
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.tff_model_fn(plain_graph_methods=False),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
-      loop_implementation=loop_implementation,
-    )
-    with runtime.local_execution() as handle:
-      state = process.initialize()
-      state = process.next(state, round_data).state  # Warm-up.
-      times = []
-      sent = handle.rpc_bytes()["sent"]
-      for _ in range(timed):
-        start = time.perf_counter()
-        state = process.next(state, round_data).state
-        times.append(time.perf_counter() - start)
-      sent = handle.rpc_bytes()["sent"] - sent
-    _spread(results, f"{key}_round_s", times)
-    if key != "tff":
-      results[f"{key}_rpc_mib_sent"] = round(sent / timed / 2**20, 3)
-  client_files.close()
+  with data_lib.ClientFiles() as client_files:
+    stored = [
+      data_lib.make_client_dataset(
+        client_files.store(cid, fed.client_train(cid)),
+        batch_size=batch,
+        local_epochs=epochs,
+        shuffle_seed=i,
+      )
+      for i, cid in enumerate(cohort)
+    ]
+    iterator = tff.learning.LoopImplementation.DATASET_ITERATOR
+    for key, loop_implementation, round_data in (
+      ("tff", tff.learning.LoopImplementation.DATASET_REDUCE, datasets),
+      ("tff_iterator", iterator, datasets),
+      ("tff_iterator_files", iterator, stored),
+    ):
+      process = tff.learning.algorithms.build_weighted_fed_avg(
+        task.tff_model_fn(plain_graph_methods=False),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
+        loop_implementation=loop_implementation,
+      )
+      with runtime.local_execution() as handle:
+        state = process.initialize()
+        state = process.next(state, round_data).state  # Warm-up.
+        times = []
+        sent = handle.rpc_bytes()["sent"]
+        for _ in range(timed):
+          start = time.perf_counter()
+          state = process.next(state, round_data).state
+          times.append(time.perf_counter() - start)
+        sent = handle.rpc_bytes()["sent"] - sent
+      _spread(results, f"{key}_round_s", times)
+      if key != "tff":
+        results[f"{key}_rpc_mib_sent"] = round(sent / timed / 2**20, 3)
 
   floor.sitting(timed)
   results.update(floor.results())

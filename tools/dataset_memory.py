@@ -77,14 +77,16 @@ def _measure(way: str, count: int) -> dict:
 
   process = psutil.Process()
   warm = max(count // 10, 1)
-  for i in range(warm):  # TensorFlow's one-time allocations.
-    build(i)
-  before = process.memory_info().rss
-  for i in range(count):
-    build(warm + i)
-  after = process.memory_info().rss
-  if files is not None:
-    files.close()
+  try:
+    for i in range(warm):  # TensorFlow's one-time allocations.
+      build(i)
+    before = process.memory_info().rss
+    for i in range(count):
+      build(warm + i)
+    after = process.memory_info().rss
+  finally:
+    if files is not None:
+      files.close()
   return collections.OrderedDict(
     way=way,
     datasets=count,

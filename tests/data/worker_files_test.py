@@ -185,17 +185,33 @@ def test_a_client_without_samples_has_no_batches(tmp_path):
     assert list(dataset) == []
 
 
-def test_the_directory_is_absolute_with_the_parents_permissions(
-  tmp_path, monkeypatch
+@pytest.mark.parametrize(
+  "parent_mode, directory_mode, file_mode",
+  [
+    (0o750, 0o750, 0o640),
+    (0o1777, 0o755, 0o644),  # Others may read, never write.
+    (0o700, 0o700, 0o600),
+  ],
+)
+def test_the_directory_is_absolute_and_read_as_far_as_the_parent(
+  tmp_path, monkeypatch, parent_mode, directory_mode, file_mode
 ):
   parent = tmp_path / "shared"
   parent.mkdir()
-  os.chmod(parent, 0o750)
+  os.chmod(parent, parent_mode)
   monkeypatch.chdir(tmp_path)
-  with ClientFiles("shared") as files:
-    assert os.path.isabs(files.directory)
-    assert os.path.dirname(files.directory) == str(parent)
-    assert stat.S_IMODE(os.stat(files.directory).st_mode) == 0o750
+  umask = os.umask(0o077)  # Files would be 0600 if left to the umask.
+  try:
+    with ClientFiles("shared") as files:
+      assert os.path.isabs(files.directory)
+      assert os.path.dirname(files.directory) == str(parent)
+      files.store("a", _images(3)).dataset(np.arange(3), 2)
+      assert stat.S_IMODE(os.stat(files.directory).st_mode) == directory_mode
+      for name in ("0.x", "0.y"):
+        path = os.path.join(files.directory, name)
+        assert stat.S_IMODE(os.stat(path).st_mode) == file_mode
+  finally:
+    os.umask(umask)
 
 
 def test_bad_input_is_a_data_error(tmp_path):
@@ -267,6 +283,10 @@ def test_a_tff_worker_reads_the_files(tmp_path, tff_context):
       return tff.federated_map(batch_sums, client_data)
 
     got = on_clients(datasets)
+    # The worker read the files: without one of them the same call fails.
+    os.remove(os.path.join(files.directory, "1.x"))
+    with pytest.raises(Exception, match="1.x"):
+      on_clients(datasets)
   expected = []
   for i in range(2):
     batches = _expected(arrays, 4, 2, i, aligned=i == 1)

@@ -1,20 +1,21 @@
-"""Client training data kept where the TFF worker reads it (`--client_data=files`).
+"""Client training data kept where the TFF worker reads it.
 
 TFF sends a `tf.data.Dataset` to a worker as the dataset's serialized graph.
 A dataset made from NumPy arrays holds them in that graph as constants, so
 every round sends each sampled client's samples to the worker again, all
 `local_epochs` passes of them (3.1 MB for a client of 200 MNIST samples and
-5 epochs). Here each client's training arrays are written once, as
-`tf.io.serialize_tensor` files in a directory the driver and its workers
-share, and the client's dataset is a graph that reads them: what crosses
-each round is that graph (about 5 KB) holding the two paths and the epochs'
-sample order (8 bytes a sample), and the worker reads, parses and gathers
-the samples itself.
+5 epochs). Here (`--client_data=files`) each client's training arrays are
+written once, as `tf.io.serialize_tensor` files in a directory the driver
+and its workers share, and the client's dataset is a graph that reads them:
+what crosses each round is that graph (about 5 KB) holding the two paths and
+the epochs' sample order (8 bytes per sample and epoch), and the worker
+reads, parses and gathers the samples itself.
 
 * `ClientFiles(parent)`: a fresh directory under `parent` (the system's
-  temporary directory by default; with a parent given, the directory gets
-  the parent's permission bits, for workers running as another user) that
-  `close` removes with everything in it (a context manager).
+  temporary directory by default) that `close` removes with everything in
+  it (a context manager). With a parent given, other users may read the
+  directory and its files as far as they may read the parent (for workers
+  running as another user), whatever the umask; only this user may write.
 * `ClientFiles.store(client_id, arrays) -> StoredArrays`: `arrays` bound to
   the client's files. Nothing is written until a dataset is made from them;
   the first one writes the files (atomically), later ones check that the
@@ -35,12 +36,18 @@ passes) holds a `flat_map` over one element (the two paths and the order)
 whose function reads, parses, gathers and batches, and `DatasetToGraphV2`
 of it; a session runs that with each client's element fed, and
 `DatasetFromGraph` makes the result an eager dataset. No dataset function is
-traced per client: each one traced in an eager process keeps about 100 KiB
+traced per client: each one traced in an eager process keeps about 70 KiB
 for the rest of the process (`tools/dataset_memory.py --datasets=1600`
 compares `map`, a traced function per dataset, with `stored`).
 
 The files are read when the dataset is iterated: by the worker the dataset
-is sent to, or by the driver if it iterates the dataset itself. A worker on
+is sent to (each client's file once a round, 1/`local_epochs` of what the
+round would have sent), or by the driver if it iterates the dataset itself.
+A dataset whose files cannot be read fails when iterated (TensorFlow's
+`NotFoundError` naming the path). Only `make_client_dataset` reads files:
+`make_indexed_client_dataset` (FedGKT) and validation splits still carry
+their samples. `close` is not for calling while another thread makes a
+dataset. A worker on
 another machine needs the directory at the same path (a shared file
 system). On disk the files hold each client that made a dataset once: at
 most the training split, uncompressed. A run killed with SIGKILL leaves its
@@ -131,8 +138,12 @@ class ClientFiles:
           " process can write to"
         )
     self._directory = tempfile.mkdtemp(prefix="tff_hetero_clients_", dir=parent)
+    # Others may read (and enter) it, and its files, as far as they may the
+    # parent; nobody but this user may write there.
+    self._read_bits = 0
     if parent is not None:
-      os.chmod(self._directory, stat.S_IMODE(os.stat(parent).st_mode))
+      self._read_bits = stat.S_IMODE(os.stat(parent).st_mode) & 0o055
+      os.chmod(self._directory, 0o700 | self._read_bits)
     self._written: dict[str, _Written] = {}
     self._templates: dict[tuple, _Template] = {}
     self._lock = threading.Lock()
@@ -234,8 +245,9 @@ class ClientFiles:
           os.path.join(self._directory, f"{number}.{suffix}")
           for suffix in _FILE_SUFFIXES
         ]
+        file_mode = 0o600 | (self._read_bits & 0o044)
         for path, values in zip(paths, (x, y)):
-          _write_tensor(path, values)
+          _write_tensor(path, values, file_mode)
         written = _Written(*paths, spec, crc)
         self._written[stored.client_id] = written
       elif (written.spec, written.crc) != (spec, crc):
@@ -254,12 +266,16 @@ class ClientFiles:
     return template
 
 
-def _write_tensor(path: str, values: np.ndarray) -> None:
+def _write_tensor(path: str, values: np.ndarray, mode: int) -> None:
+  """`values` serialized to `path` with `mode`, whatever the umask: written
+  to a new file beside it, then renamed."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   partial = path + ".partial"
+  fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
   try:
-    with open(partial, "wb") as f:
+    with os.fdopen(fd, "wb") as f:
+      os.fchmod(f.fileno(), mode)
       f.write(tf.io.serialize_tensor(values).numpy())
     os.replace(partial, path)
   finally:

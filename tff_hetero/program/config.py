@@ -177,8 +177,9 @@ class ExperimentConfig:
     "How the sampled clients' samples reach the workers: sent (each round's"
     " datasets carry their samples) or files (each client's training arrays"
     " written once, under --client_data_dir, for the workers to read; a"
-    " round sends each client's sample order). Results are the same;"
-    " batches augmented with --augment are always sent.",
+    " round sends each client's sample order). Results are the same."
+    " Always sent: batches augmented with --augment, FedGKT's indexed"
+    " batches and validation splits.",
   )
   client_data_dir: str = setting(
     "",

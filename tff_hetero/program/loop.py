@@ -462,12 +462,13 @@ def run_experiment(
   ):
 
     def survive(fn, what):
-      return execution.run_round(
-        fn,
-        redistribute=config.on_worker_loss == "redistribute",
-        log=_warn,
-        what=what,
-      )
+      with _client_file_errors(client_files, what):
+        return execution.run_round(
+          fn,
+          redistribute=config.on_worker_loss == "redistribute",
+          log=_warn,
+          what=what,
+        )
 
     start = _restore(config, checkpoints, algorithm, client_template, sampler)
     server_state = start.server_state
@@ -649,6 +650,23 @@ def _client_files_context(config: ExperimentConfig):
   if config.client_data != "files":
     return contextlib.nullcontext()
   return data_lib.ClientFiles(config.client_data_dir or None)
+
+
+@contextlib.contextmanager
+def _client_file_errors(client_files: Optional[data_lib.ClientFiles], what):
+  """A failure naming `client_files`' directory (a worker that cannot read
+  it) as a one-line `UsageError` of `--client_data_dir`."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    if client_files is None or client_files.directory not in str(e):
+      raise
+    raise UsageError(
+      "--client_data_dir",
+      f"{what} failed: a worker could not read the client files in"
+      f" {client_files.directory}; with remote workers, give a directory"
+      " every worker reads at the same path (or --client_data=sent)",
+    ) from None
 
 
 def _round_clients(
