@@ -118,6 +118,18 @@ def test_depth_cnn_initial_scales_and_seeds():
   assert 1 < ratio < 4
 
 
+@pytest.mark.parametrize("name", ["depth_cnn", "transformer"])
+def test_no_depth_builds_the_deepest_registered_depth(name):
+  """The program counts (and hands InclusiveFL) its probe of the full model
+  as the deepest tier's model (`task_devices.adopt_full_model`)."""
+  deepest = max(models.MODELS[name].depths)
+  full = models.build_model(name, (8, 8, 1), 10, seed=4)
+  tier = models.build_model(name, (8, 8, 1), 10, seed=4, depth=deepest)
+  assert [w.name for w in full.weights] == [w.name for w in tier.weights]
+  for a, b in zip(full.get_weights(), tier.get_weights(), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
 # --------------------------------------------------------------------------
 # Partitions
 

@@ -47,27 +47,46 @@ _SIZES: dict[int, dict] = {}
 _BUILT: dict[int, dict] = {}
 
 
-def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
-  """(trainable parameters, forward MACs per example) of the task's model,
-  or of its `depth`-block model; each built once per task (a transformer
-  takes seconds to build, and the program asks for these several times).
-  The model built for a depth is kept for `take_built_model`."""
+def _task_entries(task: api.Task) -> tuple[dict, dict]:
   key = id(task)
   if key not in _SIZES:
     _SIZES[key] = {}
     _BUILT[key] = {}
     weakref.finalize(task, _SIZES.pop, key, None)
     weakref.finalize(task, _BUILT.pop, key, None)
-  sizes = _SIZES[key]
+  return _SIZES[key], _BUILT[key]
+
+
+def _count(model) -> tuple[int, int]:
+  return models_lib.count_params(model).trainable, models_lib.count_flops(model)
+
+
+def model_size(task: api.Task, depth: Optional[int] = None) -> tuple[int, int]:
+  """(trainable parameters, forward MACs per example) of the task's model,
+  or of its `depth`-block model; each built once per task (a transformer
+  takes seconds to build, and the program asks for these several times).
+  The model built for a depth is kept for `take_built_model`."""
+  sizes, built = _task_entries(task)
   if depth not in sizes:
     model = task.model_fn() if depth is None else task.depth_model_fn(depth)
-    sizes[depth] = (
-      models_lib.count_params(model).trainable,
-      models_lib.count_flops(model),
-    )
+    sizes[depth] = _count(model)
     if depth is not None:
-      _BUILT[key][depth] = model
+      built[depth] = model
   return sizes[depth]
+
+
+def adopt_full_model(task: api.Task, model) -> None:
+  """Takes `model`, a fresh `task.model_fn()` build, as the full model
+  `model_size` counts, and for a task with depths as its deepest one's
+  (`models.build_model` builds the deepest registered depth when given
+  none), kept for `take_built_model`: two builds of a transformer fewer
+  while the program is built."""
+  sizes, built = _task_entries(task)
+  sizes[None] = _count(model)
+  if task.depths:
+    deepest = max(task.depths)
+    sizes[deepest] = sizes[None]
+    built[deepest] = model
 
 
 def release_built_models(task: api.Task) -> None:

@@ -239,7 +239,7 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
     x=tf.TensorSpec([None, *splits.input_shape], tf.as_dtype(x_dtype)),
     y=tf.TensorSpec([None], tf.as_dtype(y_dtype)),
   )
-  return api.Task(
+  task = api.Task(
     model_name=model,
     model_fn=model_fn,
     input_shape=tuple(splits.input_shape),
@@ -253,6 +253,9 @@ def build_task(config: ExperimentConfig, splits) -> api.Task:
     depth_model_fn=depth_model_fn if depths else None,
     depths=depths,
   )
+  # The probe counts as the full (and deepest) model the tiers are sized on.
+  task_devices.adopt_full_model(task, probe)
+  return task
 
 
 def task_metric(splits) -> Optional[TaskMetric]:
