@@ -8,7 +8,10 @@ the measured traffic and compute in the `CommLedger`, stops on non-finite
 loss or weights, evaluates every `--eval_every` rounds, releases the metrics,
 checkpoints every `--checkpoint_every` rounds, and at the end writes the
 report and plots. With `--resume` it continues from the newest checkpoint and
-ends with the same weights and metrics as an uninterrupted run.
+ends with the same weights and metrics as an uninterrupted run. With
+`--client_data=files` the clients' training arrays are written once to files
+the workers read (`tff_hetero.data.ClientFiles`, removed when the run ends)
+and the rounds send each client's sample order instead of its samples.
 
 Text data (the GLUE tasks ``--dataset=glue_<task>``, int32 token ids) need a
 model for token ids (`resolve_model`): ``--model=text_transformer``, or
